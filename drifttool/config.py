@@ -1,0 +1,69 @@
+"""The one normalised drafter description every checkpoint layout is reduced to."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+# Flags a user may override at load time ("what-if" questions).
+FLAG_NAMES = ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual")
+
+
+@dataclass
+class DrafterConfig:
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int  # target vocabulary (input ids live here)
+    draft_vocab_size: int
+    target_hidden_size: int
+    aux_layer_ids: list[int]
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None
+    max_position_embeddings: int = 2048
+    hidden_act: str = "silu"
+    fc_norm: bool = False
+    norm_before_fc: bool = False
+    norm_output: bool = False
+    norm_before_residual: bool = False
+    has_embed: bool = True
+    # provenance: what the loader saw and decided
+    layout: str = "unknown"
+    overrides: dict[str, Any] = field(default_factory=dict)
+    assumptions: dict[str, str] = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def num_aux(self) -> int:
+        return len(self.aux_layer_ids)
+
+    @property
+    def variant(self) -> str:
+        """EAGLE-3.1 = fc_norm + post-norm feedback; anything else mixed is a what-if."""
+        if self.fc_norm and self.norm_output:
+            return "eagle3.1"
+        if not self.fc_norm and not self.norm_output:
+            return "eagle3"
+        return "eagle3-mixed"
+
+    def flags(self) -> dict[str, bool]:
+        return {k: bool(getattr(self, k)) for k in FLAG_NAMES}
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def weights_hash_fields(self) -> dict[str, Any]:
+        d = self.to_dict()
+        for k in ("overrides", "assumptions", "source"):
+            d.pop(k)
+        return d
+
+    def config_hash(self) -> str:
+        blob = json.dumps(self.weights_hash_fields(), sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]

@@ -1,0 +1,286 @@
+"""An independent EAGLE-3 / EAGLE-3.1 drafter whose submodule names match speculators/vLLM checkpoint keys.
+
+Named hook points (identity modules) expose every tensor drifttool measures; attaching hooks never
+changes outputs. Three ways to run it: `forward` with a KV cache (the real chain, vLLM semantics),
+the same with given tokens (teacher-forced), and `ttt_forward` (SPEC §5 training-time test).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import rope
+from .config import DrafterConfig
+
+
+class HookPoint(nn.Identity):
+    """Marks a tensor for hooks (TransformerLens style); a no-op otherwise."""
+
+
+class RMSNorm(nn.Module):
+    """Statistics in fp32, cast back, then the weight (SPEC §3)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class KVCache:
+    """Contiguous per-slot key/value cache; slots are sequence positions of the drafter's own inputs."""
+
+    def __init__(self, batch: int, nkv: int, head_dim: int, device, dtype, capacity: int = 256):
+        self.k = torch.zeros(batch, nkv, capacity, head_dim, device=device, dtype=dtype)
+        self.v = torch.zeros_like(self.k)
+        self.length = 0
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n = k.shape[2]
+        need = self.length + n
+        if need > self.k.shape[2]:
+            cap = max(need, 2 * self.k.shape[2])
+            grow = cap - self.k.shape[2]
+            pad = self.k.new_zeros(*self.k.shape[:2], grow, self.k.shape[3])
+            self.k = torch.cat([self.k, pad], 2)
+            self.v = torch.cat([self.v, pad.clone()], 2)
+        self.k[:, :, self.length : need] = k
+        self.v[:, :, self.length : need] = v
+        self.length = need
+        return self.k[:, :, :need], self.v[:, :, :need]
+
+    def truncate(self, length: int) -> None:
+        if length > self.length:
+            raise ValueError(f"cannot truncate cache of length {self.length} to {length}")
+        self.length = length
+
+    def keys(self) -> torch.Tensor:
+        return self.k[:, :, : self.length]
+
+
+class Eagle3Attention(nn.Module):
+    def __init__(self, cfg: DrafterConfig):
+        super().__init__()
+        h2 = 2 * cfg.hidden_size
+        self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.q_proj = nn.Linear(h2, self.nh * self.hd, bias=False)
+        self.k_proj = nn.Linear(h2, self.nkv * self.hd, bias=False)
+        self.v_proj = nn.Linear(h2, self.nkv * self.hd, bias=False)
+        self.o_proj = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
+        self.hook_q = HookPoint()  # post-RoPE queries [B, nh, T, hd]
+        self.hook_k = HookPoint()  # post-RoPE keys of the whole cache the queries attend [B, nkv, L, hd]
+        self.hook_probs = HookPoint()  # eager path only: attention probabilities [B, nh, T, L]
+        self.attn_impl = "sdpa"
+
+    def project(self, z: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        b, t, _ = z.shape
+        q = self.q_proj(z).view(b, t, self.nh, self.hd).transpose(1, 2)
+        k = self.k_proj(z).view(b, t, self.nkv, self.hd).transpose(1, 2)
+        v = self.v_proj(z).view(b, t, self.nkv, self.hd).transpose(1, 2)
+        return rope.apply(q, cos, sin), rope.apply(k, cos, sin), v
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """q [B,nh,T,hd], k/v [B,nkv,L,hd], mask bool [T,L] (True = may attend) or None (attend all)."""
+        q = self.hook_q(q)
+        k = self.hook_k(k)
+        if self.attn_impl == "eager":
+            rep = self.nh // self.nkv
+            kk, vv = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+            scores = (q.float() @ kk.float().transpose(-1, -2)) * self.hd**-0.5
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            probs = self.hook_probs(scores.softmax(-1))
+            out = (probs @ vv.float()).to(q.dtype)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.nkv != self.nh)
+        b, _, t, _ = out.shape
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.nh * self.hd))
+
+
+class Eagle3MLP(nn.Module):
+    def __init__(self, cfg: DrafterConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Eagle3DecoderLayer(nn.Module):
+    def __init__(self, cfg: DrafterConfig):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Eagle3Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = Eagle3MLP(cfg)
+        self.norm_before_residual = cfg.norm_before_residual
+
+    def inputs(self, emb: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """z = [input_layernorm(emb), hidden_norm(x)] (embeddings first) and the residual stream r0."""
+        h = self.hidden_norm(x)
+        z = torch.cat([self.input_layernorm(emb), h], dim=-1)
+        return z, (h if self.norm_before_residual else x)
+
+    def finish(self, r0: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        r1 = r0 + attn
+        return r1 + self.mlp(self.post_attention_layernorm(r1))
+
+
+@dataclass
+class DraftStep:
+    """Outputs of one drafter forward over T slots."""
+
+    logits: torch.Tensor  # [B, T, Vd]
+    pre: torch.Tensor  # un-normalised residual [B, T, H]
+    post: torch.Tensor  # norm(pre), what lm_head sees
+    feedback: torch.Tensor  # tensor fed to the next depth: post if norm_output else pre
+
+
+class Eagle3Drafter(nn.Module):
+    """One EAGLE-3 decoder layer over [embeddings ; fc(aux target features)]; keys as speculators/vLLM."""
+
+    def __init__(self, cfg: DrafterConfig):
+        super().__init__()
+        self.config = cfg
+        ht, a = cfg.target_hidden_size, cfg.num_aux
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        if cfg.norm_before_fc:
+            self.input_norm = RMSNorm(a * ht, cfg.rms_norm_eps)
+        if cfg.fc_norm:
+            self.fc_norm = nn.ModuleList([RMSNorm(ht, cfg.rms_norm_eps) for _ in range(a)])
+        self.fc = nn.Linear(a * ht, cfg.hidden_size, bias=False)
+        self.layers = nn.ModuleList([Eagle3DecoderLayer(cfg)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
+        self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
+        self.hook_aux_pre = nn.ModuleList([HookPoint() for _ in range(a)])
+        self.hook_aux_post = nn.ModuleList([HookPoint() for _ in range(a)])
+        self.hook_layer_in = HookPoint()  # input hidden x at this depth: fc(features) or fed-back tensor
+        self.hook_pre = HookPoint()
+        self.hook_post = HookPoint()
+        self.register_buffer(
+            "inv_freq", rope.inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling), persistent=False
+        )
+
+    # -- pieces -------------------------------------------------------------------------------
+    @property
+    def layer(self) -> Eagle3DecoderLayer:
+        return self.layers[0]
+
+    def set_attn_impl(self, impl: str) -> None:
+        if impl not in ("sdpa", "eager"):
+            raise ValueError(f"attn_impl must be 'sdpa' or 'eager', got {impl!r}")
+        self.layer.self_attn.attn_impl = impl
+
+    def combine(self, features: torch.Tensor) -> torch.Tensor:
+        """Aux target features [..., A*Ht] -> drafter hidden [..., H] (SPEC §2)."""
+        ht = self.config.target_hidden_size
+        chunks = list(features.split(ht, dim=-1))
+        chunks = [hp(c) for hp, c in zip(self.hook_aux_pre, chunks)]
+        if self.config.fc_norm:
+            chunks = [n(c) for n, c in zip(self.fc_norm, chunks)]
+        chunks = [hp(c) for hp, c in zip(self.hook_aux_post, chunks)]
+        cat = torch.cat(chunks, dim=-1)
+        if self.config.norm_before_fc:
+            cat = self.input_norm(cat)
+        return self.fc(cat)
+
+    def head(self, pre: torch.Tensor) -> DraftStep:
+        pre = self.hook_pre(pre)
+        post = self.hook_post(self.norm(pre))
+        logits = self.lm_head(post)
+        return DraftStep(logits, pre, post, post if self.config.norm_output else pre)
+
+    def draft_to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return draft_ids + self.d2t[draft_ids]
+
+    def target_probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """Softmax over the draft vocab scattered into target-vocab positions [..., V] (fp32)."""
+        p = logits.float().softmax(-1)
+        out = p.new_zeros(*p.shape[:-1], self.config.vocab_size)
+        idx = self.draft_to_target(torch.arange(p.shape[-1], device=p.device)).expand_as(p)
+        return out.scatter_(-1, idx, p)
+
+    def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
+        p = self.fc.weight
+        return KVCache(batch, self.config.num_key_value_heads, self.config.head_dim, p.device, p.dtype, capacity)
+
+    # -- the real chain / teacher-forced chain -----------------------------------------------
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        hidden: torch.Tensor,
+        positions: torch.Tensor,
+        cache: KVCache,
+        hidden_is_feature: bool,
+    ) -> DraftStep:
+        """Run T new slots (ids [B,T], hidden [B,T,A*Ht] target features or [B,T,H] fed back) at
+        positions [B,T], appending their K/V to `cache`; each slot attends every cached slot before it."""
+        x = self.combine(hidden) if hidden_is_feature else hidden
+        x = self.hook_layer_in(x)
+        emb = self.embed_tokens(input_ids)
+        z, r0 = self.layer.inputs(emb, x)
+        cos, sin = rope.cos_sin(positions, self.inv_freq, z.dtype)
+        attn = self.layer.self_attn
+        q, k, v = attn.project(z, cos, sin)
+        start = cache.length
+        kk, vv = cache.append(k, v)
+        t = q.shape[2]
+        mask = None
+        if t > 1:
+            qi = torch.arange(t, device=q.device)[:, None] + start
+            mask = torch.arange(kk.shape[2], device=q.device)[None, :] <= qi
+        out = attn.attend(q, kk, vv, mask)
+        return self.head(self.layer.finish(r0, out))
+
+    # -- training-time test (SPEC §5) ---------------------------------------------------------
+    def ttt_forward(self, input_ids: torch.Tensor, features: torch.Tensor, steps: int) -> list[DraftStep]:
+        """Unrolled parallel forward. input_ids [B,T] with slot t holding token t+1, features [B,T,A*Ht].
+        Step k feeds step k-1's feedback tensor and ids shifted left by k at positions t+k; attention is
+        causal over step-0 keys plus the same-slot (diagonal) keys of steps 1..k. Returns one DraftStep
+        per step; slots whose shifted id runs past T are padded with id 0 (mask them in the loss)."""
+        b, t = input_ids.shape
+        attn = self.layer.self_attn
+        nh, nkv, hd = attn.nh, attn.nkv, attn.hd
+        rep = nh // nkv
+        pos0 = torch.arange(t, device=input_ids.device).expand(b, t)
+        causal = torch.ones(t, t, dtype=torch.bool, device=input_ids.device).tril()
+        x = self.hook_layer_in(self.combine(features))
+        outs: list[DraftStep] = []
+        k0 = v0 = None
+        diag_k: list[torch.Tensor] = []
+        diag_v: list[torch.Tensor] = []
+        for step in range(steps):
+            ids = input_ids if step == 0 else F.pad(input_ids[:, step:], (0, step))
+            z, r0 = self.layer.inputs(self.embed_tokens(ids), x)
+            cos, sin = rope.cos_sin(pos0 + step, self.inv_freq, z.dtype)
+            q, k, v = attn.project(z, cos, sin)
+            if step == 0:
+                k0, v0 = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+            else:
+                diag_k.append(k.repeat_interleave(rep, 1))
+                diag_v.append(v.repeat_interleave(rep, 1))
+            scale = hd**-0.5
+            s0 = (q.float() @ k0.float().transpose(-1, -2)) * scale
+            s0 = s0.masked_fill(~causal, float("-inf"))
+            sd = [((q.float() * dk.float()).sum(-1, keepdim=True)) * scale for dk in diag_k]
+            probs = torch.cat([s0, *sd], dim=-1).softmax(-1)
+            o = probs[..., :t] @ v0.float()
+            for i, dv in enumerate(diag_v):
+                o = o + probs[..., t + i : t + i + 1] * dv.float()
+            o = attn.o_proj(o.to(z.dtype).transpose(1, 2).reshape(b, t, nh * hd))
+            out = self.head(self.layer.finish(r0, o))
+            outs.append(out)
+            x = self.hook_layer_in(out.feedback)
+        return outs

@@ -1,0 +1,22 @@
+"""Parse user-facing dtype names."""
+
+from __future__ import annotations
+
+import torch
+
+from .errors import DriftError
+
+_NAMES = {
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+}
+
+
+def parse_dtype(d) -> torch.dtype:
+    if isinstance(d, torch.dtype):
+        return d
+    try:
+        return _NAMES[str(d).lower().removeprefix("torch.")]
+    except KeyError:
+        raise DriftError(f"--dtype: unknown dtype {d!r}; expected one of float32, bfloat16, float16") from None

@@ -1,0 +1,199 @@
+"""The speculative loop: chain drafting to depth K, verification, bonus token, drafter KV refresh.
+
+Slot t of the drafter pairs token t+1 with target feature t at position t (SPEC §4). A round starts by
+running the slots committed since the last round with target features (prefill / refresh, overwriting
+any draft slots there), then drafts depths 2..K from the fed-back tensor, then verifies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from .drafter import DraftStep, Eagle3Drafter, KVCache
+from .errors import DriftError
+from .target import Target
+from .verify import greedy_accept, rejection_sample
+
+MODES = ("generate", "teacher-forced")
+
+
+@dataclass
+class RoundRecord:
+    round: int
+    context_len: int  # committed tokens before this round's drafts (= position of depth-1 query + 1)
+    draft_ids: list[int]  # target-vocab ids, one per depth
+    target_ids: list[int]  # the target's token at each depth position (greedy / the forced continuation)
+    accepted: int  # accepted prefix length (0..K)
+    match: list[bool]  # per depth: draft equals the target's token there (teacher-forced: given a correct prefix)
+    bonus: int
+    input_ids: list[int] = field(default_factory=list)  # ids fed at depth 1..K (depth 1 = the last committed token)
+
+
+@dataclass
+class SpecResult:
+    prompt_ids: list[int]
+    output_ids: list[int]
+    rounds: list[RoundRecord]
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        return 1.0 + sum(r.accepted for r in self.rounds) / max(1, len(self.rounds))
+
+
+class Observer(Protocol):
+    """Round-level callbacks; per-step tensors come from hook points on the drafter."""
+
+    def begin_round(self, drafter: Eagle3Drafter, round_idx: int, context_len: int, depth: int) -> None: ...
+
+    def end_round(self, drafter: Eagle3Drafter, cache: KVCache, record: RoundRecord) -> None: ...
+
+
+def _check_prompt(prompt_ids: list[int], target: Target, need: int) -> None:
+    if not prompt_ids:
+        raise DriftError("prompt: empty (expected at least one token)")
+    v = target.vocab_size
+    bad = [i for i in prompt_ids if not 0 <= int(i) < v]
+    if bad:
+        raise DriftError(f"prompt: token id {bad[0]} outside the target vocabulary [0, {v})")
+    if need > target.max_positions:
+        raise DriftError(
+            f"prompt: {len(prompt_ids)} tokens + generation needs {need} positions, beyond the target's "
+            f"max_position_embeddings {target.max_positions}"
+        )
+
+
+def _check_features(feats: torch.Tensor) -> None:
+    if not torch.isfinite(feats).all():
+        raise DriftError("target features: NaN or inf in the target's hidden states (check the target weights/dtype)")
+
+
+@torch.no_grad()
+def speculate(
+    target: Target,
+    drafter: Eagle3Drafter,
+    prompt_ids: list[int],
+    depth: int = 4,
+    max_new_tokens: int = 64,
+    mode: str = "generate",
+    temperature: float = 0.0,
+    seed: int = 0,
+    observers: list[Observer] = (),
+    stop_ids: tuple[int, ...] = (),
+) -> SpecResult:
+    """Speculatively decode from `prompt_ids`; greedy when temperature == 0 (lossless w.r.t. the target)."""
+    if depth < 1:
+        raise DriftError(f"--depth: {depth} is invalid; expected a speculation depth >= 1")
+    if mode not in MODES:
+        raise DriftError(f"--mode: {mode!r}; expected one of {', '.join(MODES)}")
+    if mode == "teacher-forced" and temperature > 0:
+        raise DriftError("--mode teacher-forced: needs greedy decoding (temperature 0)")
+    prompt_ids = [int(i) for i in prompt_ids]
+    _check_prompt(prompt_ids, target, len(prompt_ids) + max_new_tokens + depth + 1)
+    dev = target.device
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    target.reset()
+    out = target.forward(torch.tensor(prompt_ids))
+    _check_features(out.features)
+    forced: list[int] | None = None
+    if mode == "teacher-forced":
+        forced, all_feats = _greedy_continuation(target, out, prompt_ids, max_new_tokens + depth + 1)
+    seq = list(prompt_ids)
+    first = _pick(out.logits[-1:], temperature, gen)
+    seq.append(first)
+    pending_feats = out.features  # features of positions whose drafter slot is not yet written
+    cache = drafter.new_cache(capacity=len(prompt_ids) + max_new_tokens + 2 * depth + 8)
+    rounds: list[RoundRecord] = []
+    committed_slots = 0  # drafter slots 0..committed_slots-1 hold target features
+    r = 0
+    while len(seq) - len(prompt_ids) < max_new_tokens and not (stop_ids and seq[-1] in stop_ids):
+        n = len(seq) - 1  # position of the newest committed token x_n; the depth-1 query sits at slot n-1
+        ctx = n  # positions 0..n-1 have target features; slot n-1 pairs token n with feature n-1
+        for o in observers:
+            o.begin_round(drafter, r, ctx, depth)
+        cache.truncate(committed_slots)
+        m = pending_feats.shape[0]
+        ids = torch.tensor(seq[committed_slots + 1 : committed_slots + 1 + m], device=dev)[None]
+        pos = torch.arange(committed_slots, committed_slots + m, device=dev)[None]
+        step = drafter(ids, pending_feats[None].to(drafter.fc.weight.dtype), pos, cache, hidden_is_feature=True)
+        committed_slots += m
+        drafts, dprobs, fed = [], [], [seq[-1]]
+        step = DraftStep(step.logits[:, -1:], step.pre[:, -1:], step.post[:, -1:], step.feedback[:, -1:])
+        for k in range(1, depth + 1):
+            tok, probs = _draft_token(drafter, step.logits[0, -1], temperature, gen)
+            drafts.append(tok)
+            dprobs.append(probs)
+            if k == depth:
+                break
+            nxt = forced[n + k] if forced is not None else tok
+            fed.append(nxt)
+            step = drafter(
+                torch.tensor([[nxt]], device=dev), step.feedback, torch.tensor([[n - 1 + k]], device=dev),
+                cache, hidden_is_feature=False,
+            )
+        if forced is not None:
+            truth = forced[n + 1 : n + 1 + depth]
+            a = 0
+            while a < depth and drafts[a] == truth[a]:
+                a += 1
+            bonus = forced[n + 1 + a]
+            new_feats = all_feats[n : n + a + 1]
+            tgt_ids = truth
+        else:
+            vo = target.forward(torch.tensor([seq[-1], *drafts]))
+            _check_features(vo.features)
+            if temperature > 0:
+                tp = (vo.logits / temperature).softmax(-1)
+                a, bonus = rejection_sample(drafts, torch.stack(dprobs), tp, gen)
+            else:
+                a, bonus = greedy_accept(drafts, vo.logits)
+            tgt_ids = vo.logits.argmax(-1)[:depth].tolist()
+            new_feats = vo.features[: a + 1]
+            target.crop(n + a + 1)
+        rec = RoundRecord(
+            round=r, context_len=ctx, draft_ids=drafts, target_ids=tgt_ids, accepted=a,
+            match=[d == t for d, t in zip(drafts, tgt_ids)], bonus=bonus, input_ids=fed,
+        )
+        for o in observers:
+            o.end_round(drafter, cache, rec)
+        rounds.append(rec)
+        seq.extend(drafts[:a])
+        seq.append(bonus)
+        pending_feats = new_feats
+        r += 1
+    gen_ids = seq[len(prompt_ids) :]
+    if stop_ids:
+        for i, t in enumerate(gen_ids):
+            if t in stop_ids:
+                gen_ids = gen_ids[: i + 1]
+                break
+    return SpecResult(prompt_ids, gen_ids[:max_new_tokens], rounds)
+
+
+def _pick(logits: torch.Tensor, temperature: float, gen: torch.Generator) -> int:
+    if temperature > 0:
+        return int(torch.multinomial((logits[-1].float() / temperature).softmax(-1).cpu(), 1, generator=gen))
+    return int(logits[-1].argmax())
+
+
+def _draft_token(drafter: Eagle3Drafter, logits: torch.Tensor, temperature: float, gen: torch.Generator):
+    if temperature > 0:
+        probs = drafter.target_probs(logits / temperature).cpu()
+        return int(torch.multinomial(probs, 1, generator=gen)), probs
+    return int(drafter.draft_to_target(logits.argmax())), None
+
+
+def _greedy_continuation(target: Target, prefill, prompt_ids: list[int], n_new: int):
+    """The target's own greedy continuation and the aux features of every position (teacher forcing)."""
+    seq = list(prompt_ids)
+    feats = [prefill.features]
+    logits = prefill.logits[-1]
+    for _ in range(n_new):
+        tok = int(logits.argmax())
+        seq.append(tok)
+        o = target.forward(torch.tensor([tok]))
+        feats.append(o.features)
+        logits = o.logits[-1]
+    seq.append(int(logits.argmax()))
+    return seq, torch.cat(feats, 0)

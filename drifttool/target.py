@@ -1,0 +1,194 @@
+"""Any local HF causal LM as a speculative-decoding target: aux features + KV-cached verification."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .errors import DriftError
+
+
+def default_aux_layer_ids(num_layers: int) -> list[int]:
+    """vLLM's default: inputs of layers 2, L//2 and L-3 (HF hidden_states indices)."""
+    return [2, num_layers // 2, num_layers - 3]
+
+
+def _decoder_layers(model: nn.Module) -> nn.ModuleList:
+    for path in ("model.layers", "model.decoder.layers", "transformer.h", "gpt_neox.layers"):
+        obj = model
+        try:
+            for part in path.split("."):
+                obj = getattr(obj, part)
+        except AttributeError:
+            continue
+        return obj
+    raise DriftError(f"target {type(model).__name__}: cannot find its decoder layers (expected model.layers)")
+
+
+@dataclass
+class TargetOut:
+    logits: torch.Tensor  # [T, V] fp32
+    features: torch.Tensor  # [T, A*Ht] aux hidden states, low -> high layer
+
+
+class Target:
+    """Wraps an HF causal LM with one running KV cache (batch 1).
+
+    Aux features are the inputs of layers `aux_layer_ids` (HF `hidden_states[idx]`), captured by
+    forward pre-hooks so no other layer's hidden state is kept."""
+
+    def __init__(self, model: nn.Module, aux_layer_ids: list[int] | None = None, tokenizer=None, name: str = ""):
+        self.model = model.eval()
+        self.config = model.config
+        self.tokenizer = tokenizer
+        self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
+        self.layers = _decoder_layers(model)
+        n = len(self.layers)
+        self.aux_layer_ids = list(aux_layer_ids) if aux_layer_ids is not None else default_aux_layer_ids(n)
+        self.set_aux_layer_ids(self.aux_layer_ids)
+        self._cache = None
+        self.length = 0
+        # transformers renamed past_key_values -> cache in 5.x; pass whichever this version takes.
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.config.hidden_size)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    @property
+    def max_positions(self) -> int:
+        return int(getattr(self.config, "max_position_embeddings", 1 << 30))
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def input_embeddings(self) -> torch.Tensor:
+        return self.model.get_input_embeddings().weight
+
+    def set_aux_layer_ids(self, ids: list[int]) -> None:
+        n = self.num_layers
+        for i in ids:
+            if not 0 <= i < n:
+                raise DriftError(
+                    f"eagle_aux_hidden_state_layer_ids: layer id {i} is outside the target's {n} layers (0..{n - 1})"
+                )
+        self.aux_layer_ids = list(ids)
+
+    # -- running ------------------------------------------------------------------------------
+    def reset(self) -> None:
+        self._cache = None
+        self.length = 0
+
+    @torch.no_grad()
+    def forward(self, ids: torch.Tensor) -> TargetOut:
+        """Append ids [T] (or [1,T]) to the running sequence; return their logits and aux features."""
+        ids = ids.reshape(1, -1).to(self.device)
+        if self.length + ids.shape[1] > self.max_positions:
+            raise DriftError(
+                f"prompt/continuation needs {self.length + ids.shape[1]} positions but the target's "
+                f"max_position_embeddings is {self.max_positions}"
+            )
+        grabbed: dict[int, torch.Tensor] = {}
+        handles = []
+        for i in set(self.aux_layer_ids):
+
+            def grab(mod, args, kwargs, i=i):
+                grabbed[i] = args[0] if args else kwargs["hidden_states"]
+
+            handles.append(self.layers[i].register_forward_pre_hook(grab, with_kwargs=True))
+        try:
+            pos = torch.arange(self.length, self.length + ids.shape[1], device=self.device)[None]
+            out = self.model(input_ids=ids, use_cache=True, position_ids=pos, **{self._cache_kw: self._cache})
+        finally:
+            for h in handles:
+                h.remove()
+        self._cache = out.get("cache", None) or out.get("past_key_values", None)
+        self.length += ids.shape[1]
+        feats = torch.cat([grabbed[i][0] for i in self.aux_layer_ids], dim=-1)
+        return TargetOut(out.logits[0].float(), feats)
+
+    def crop(self, length: int) -> None:
+        """Drop cached positions >= length (rejected draft tokens)."""
+        if length < self.length:
+            if "tokens_to_remove" in inspect.signature(self._cache.crop).parameters:
+                self._cache.crop(length - self.length)  # transformers >= 5.x: negative = tokens to drop
+            else:
+                self._cache.crop(length)  # older: absolute length to keep
+            self.length = length
+
+    def encode(self, text: str) -> list[int]:
+        if self.tokenizer is None:
+            raise DriftError(f"target {self.name}: has no tokenizer; give prompts as token_ids")
+        ids = self.tokenizer.encode(text)
+        return list(ids.ids) if hasattr(ids, "ids") else list(ids)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids) if self.tokenizer is not None else " ".join(map(str, ids))
+
+
+def load_target(
+    path,
+    aux_layer_ids: list[int] | None = None,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | str = torch.float32,
+    trust_remote_code: bool = False,
+) -> Target:
+    """Load a local HF causal LM folder (config.json + safetensors); `path` may also be a loaded model."""
+    from .dtypes import parse_dtype
+
+    dtype = parse_dtype(dtype)
+    if isinstance(path, Target):
+        return path
+    if isinstance(path, nn.Module):
+        return Target(path.to(device=device, dtype=dtype), aux_layer_ids)
+    p = Path(path)
+    if not p.is_dir():
+        raise DriftError(f"{p}: target folder does not exist (expected an HF model folder with config.json)")
+    cfg = p / "config.json"
+    if not cfg.is_file():
+        raise DriftError(f"{cfg}: missing (expected an HF model config)")
+    try:
+        json.loads(cfg.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DriftError(f"{cfg}: not valid JSON ({e})") from None
+    if not list(p.glob("*.safetensors")):
+        if list(p.glob("*.bin")) or list(p.glob("*.pt")):
+            raise DriftError(
+                f"{p}: only pickle weights (*.bin/*.pt) found; drifttool loads safetensors only because "
+                "unpickling can run arbitrary code. Convert with safetensors first."
+            )
+        raise DriftError(f"{p}: no *.safetensors weights found")
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            p, dtype=dtype, trust_remote_code=trust_remote_code, use_safetensors=True
+        )
+    except (OSError, ValueError, KeyError) as e:
+        raise DriftError(f"{p}: cannot load as an HF causal LM: {str(e).splitlines()[0]}") from None
+    model.to(device)
+    tok = None
+    if (p / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(p / "tokenizer.json"))
+    return Target(model, aux_layer_ids, tok, name=str(p))
