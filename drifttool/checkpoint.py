@@ -96,7 +96,13 @@ def normalise_config(raw: dict[str, Any], path: Path, target: Target | None) -> 
     inter = int(_need(layer, "intermediate_size", layer_where))
     vocab = int(_need(layer, "vocab_size", layer_where))
     dvocab = int(top.get("draft_vocab_size") or layer.get("draft_vocab_size") or vocab)
-    ht = int(top.get("target_hidden_size") or layer.get("target_hidden_size") or (target.hidden_size if target else h))
+    ht = top.get("target_hidden_size") or layer.get("target_hidden_size")
+    if ht is None:
+        # SafeAILab/vLLM size fc from hidden_size when target_hidden_size is absent; a target of another
+        # width is then reported by _check_target rather than as an fc.weight shape mismatch.
+        ht = h
+        assumptions["target_hidden_size"] = f"absent: drafter hidden_size {h}"
+    ht = int(ht)
     if nh % nkv:
         raise DriftError(f"{layer_where}: num_attention_heads {nh} is not a multiple of num_key_value_heads {nkv}")
     aux = top.get("eagle_aux_hidden_state_layer_ids") or (eagle or {}).get("eagle_aux_hidden_state_layer_ids")
@@ -343,14 +349,19 @@ def save_drafter(model: Eagle3Drafter, out_dir, layout: str = "speculators") -> 
             },
         }
     elif layout in ("safeailab", "specforge"):
+        if layout == "safeailab" and (cfg.fc_norm or cfg.norm_output):
+            raise DriftError("layout 'safeailab' cannot express fc_norm / norm_output (EAGLE-3.1); save as specforge or speculators")
         sd = {("midlayer." + k[len("layers.0."):] if k.startswith("layers.0.") else k): v for k, v in sd.items()}
         sd.pop("embed_tokens.weight", None)
         conf = dict(llama, architectures=["LlamaForCausalLMEagle3"], draft_vocab_size=cfg.draft_vocab_size)
         if cfg.target_hidden_size != cfg.hidden_size:
             conf["target_hidden_size"] = cfg.target_hidden_size
+        # Written although these layouts usually leave them implicit: without them a reload would silently
+        # fall back to the default aux layers [2, L//2, L-3] and norm_before_residual/norm_before_fc false.
+        conf.update(eagle_aux_hidden_state_layer_ids=cfg.aux_layer_ids,
+                    norm_before_residual=cfg.norm_before_residual, norm_before_fc=cfg.norm_before_fc)
         if layout == "specforge":
-            conf.update(fc_norm=cfg.fc_norm, norm_output=cfg.norm_output,
-                        eagle_aux_hidden_state_layer_ids=cfg.aux_layer_ids)
+            conf.update(fc_norm=cfg.fc_norm, norm_output=cfg.norm_output)
     else:
         raise DriftError(f"layout {layout!r}: can save speculators, safeailab or specforge")
     save_file(sd, str(out / "model.safetensors"))

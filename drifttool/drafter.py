@@ -173,6 +173,14 @@ class Eagle3Drafter(nn.Module):
             "inv_freq", rope.inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling), persistent=False
         )
 
+    def _apply(self, fn, recurse=True):
+        # RoPE frequencies stay fp32 whatever dtype the weights are cast to (as vLLM/HF compute them);
+        # a bf16/fp16 inv_freq would put O(position * 2^-8) errors into every rotation angle.
+        super()._apply(fn, recurse)
+        cfg = self.config
+        self.inv_freq = rope.inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling).to(self.inv_freq.device)
+        return self
+
     # -- pieces -------------------------------------------------------------------------------
     @property
     def layer(self) -> Eagle3DecoderLayer:

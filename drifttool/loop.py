@@ -45,7 +45,9 @@ class SpecResult:
 class Observer(Protocol):
     """Round-level callbacks; per-step tensors come from hook points on the drafter."""
 
-    def begin_round(self, drafter: Eagle3Drafter, round_idx: int, context_len: int, depth: int) -> None: ...
+    def begin_round(
+        self, drafter: Eagle3Drafter, round_idx: int, context_len: int, depth: int, seq: list[int]
+    ) -> None: ...
 
     def end_round(self, drafter: Eagle3Drafter, cache: KVCache, record: RoundRecord) -> None: ...
 
@@ -81,6 +83,7 @@ def speculate(
     seed: int = 0,
     observers: list[Observer] = (),
     stop_ids: tuple[int, ...] = (),
+    forced: tuple[list[int], torch.Tensor] | None = None,
 ) -> SpecResult:
     """Speculatively decode from `prompt_ids`; greedy when temperature == 0 (lossless w.r.t. the target)."""
     if depth < 1:
@@ -93,16 +96,19 @@ def speculate(
     _check_prompt(prompt_ids, target, len(prompt_ids) + max_new_tokens + depth + 1)
     dev = target.device
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    target.reset()
-    out = target.forward(torch.tensor(prompt_ids))
-    _check_features(out.features)
-    forced: list[int] | None = None
     if mode == "teacher-forced":
-        forced, all_feats = _greedy_continuation(target, out, prompt_ids, max_new_tokens + depth + 1)
+        forced_seq, all_feats = forced or teacher_forcing_data(target, prompt_ids, depth, max_new_tokens)
+        _check_features(all_feats)
+        first, pending_feats = forced_seq[len(prompt_ids)], all_feats[: len(prompt_ids)]
+    else:
+        forced_seq = None
+        target.reset()
+        out = target.forward(torch.tensor(prompt_ids))
+        _check_features(out.features)
+        first, pending_feats = _pick(out.logits[-1:], temperature, gen), out.features
+    forced = forced_seq
     seq = list(prompt_ids)
-    first = _pick(out.logits[-1:], temperature, gen)
     seq.append(first)
-    pending_feats = out.features  # features of positions whose drafter slot is not yet written
     cache = drafter.new_cache(capacity=len(prompt_ids) + max_new_tokens + 2 * depth + 8)
     rounds: list[RoundRecord] = []
     committed_slots = 0  # drafter slots 0..committed_slots-1 hold target features
@@ -111,7 +117,7 @@ def speculate(
         n = len(seq) - 1  # position of the newest committed token x_n; the depth-1 query sits at slot n-1
         ctx = n  # positions 0..n-1 have target features; slot n-1 pairs token n with feature n-1
         for o in observers:
-            o.begin_round(drafter, r, ctx, depth)
+            o.begin_round(drafter, r, ctx, depth, seq)
         cache.truncate(committed_slots)
         m = pending_feats.shape[0]
         ids = torch.tensor(seq[committed_slots + 1 : committed_slots + 1 + m], device=dev)[None]
@@ -182,6 +188,14 @@ def _draft_token(drafter: Eagle3Drafter, logits: torch.Tensor, temperature: floa
         probs = drafter.target_probs(logits / temperature).cpu()
         return int(torch.multinomial(probs, 1, generator=gen)), probs
     return int(drafter.draft_to_target(logits.argmax())), None
+
+
+@torch.no_grad()
+def teacher_forcing_data(target: Target, prompt_ids: list[int], depth: int, max_new_tokens: int):
+    """Compute once, share across drafters: the target's greedy continuation and every position's features."""
+    target.reset()
+    out = target.forward(torch.tensor([int(i) for i in prompt_ids]))
+    return _greedy_continuation(target, out, [int(i) for i in prompt_ids], max_new_tokens + depth + 1)
 
 
 def _greedy_continuation(target: Target, prefill, prompt_ids: list[int], n_new: int):

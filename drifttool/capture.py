@@ -1,0 +1,219 @@
+"""The capture run: probes x drafters through the speculative loop with hooks, shard by shard into a trace."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+import time
+import zlib
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from . import __version__
+from .checkpoint import load_drafter
+from .drafter import Eagle3Drafter
+from .errors import DriftError
+from .hooks import Capture
+from .loop import speculate, teacher_forcing_data
+from .probes import Probe, load_suite
+from .records import prompt_tables, row_samples
+from .sinks import SinkSpec
+from .target import Target, load_target
+from .trace.writer import TraceWriter
+
+
+@dataclass
+class DrafterSpec:
+    """`[NAME=]DIR[?flag=value&flag=value]` on the command line."""
+
+    name: str
+    path: str
+    overrides: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str, common: dict[str, str] | None = None) -> DrafterSpec:
+        name, path = (text.split("=", 1) if "=" in text.split("?", 1)[0] else (None, text))
+        path, _, query = path.partition("?")
+        ov = dict(common or {})
+        for kv in filter(None, query.split("&")):
+            k, eq, v = kv.partition("=")
+            if not eq:
+                raise DriftError(f"--drafter {text}: override {kv!r} must look like flag=value")
+            ov[k] = v
+        p = Path(path)
+        return cls(name or (p.name + ("+" + "+".join(f"{k}={v}" for k, v in ov.items()) if ov else "")), path, ov)
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    out = {}
+    for kv in items or []:
+        k, eq, v = kv.partition("=")
+        if not eq or not k:
+            raise DriftError(f"--override {kv!r}: expected flag=value, e.g. norm_output=true")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def target_identity(target: Target, path: str | None) -> dict[str, Any]:
+    cfg = target.config.to_dict() if hasattr(target.config, "to_dict") else {}
+    ident = {
+        "path": str(path) if path else target.name, "architecture": type(target.model).__name__,
+        "num_layers": target.num_layers, "hidden_size": target.hidden_size, "vocab_size": target.vocab_size,
+        "max_position_embeddings": target.max_positions, "aux_layer_ids": target.aux_layer_ids,
+        "config_hash": _hash({k: v for k, v in cfg.items() if not k.startswith("_")}),
+    }
+    if path and (Path(path) / "report.json").is_file():
+        try:
+            ident["report"] = json.loads((Path(path) / "report.json").read_text())
+        except json.JSONDecodeError:
+            ident["report"] = "unreadable report.json"
+    return ident
+
+
+def drafter_identity(name: str, d: Eagle3Drafter) -> dict[str, Any]:
+    c = d.config
+    return {
+        "name": name, "path": c.source, "layout": c.layout, "variant": c.variant, "flags": c.flags(),
+        "overrides": c.overrides, "assumptions": c.assumptions, "config_hash": c.config_hash(),
+        "aux_layer_ids": c.aux_layer_ids, "max_position_embeddings": c.max_position_embeddings,
+        "rope_theta": c.rope_theta, "rope_scaling": c.rope_scaling, "has_embed": c.has_embed,
+        "hidden_size": c.hidden_size, "num_attention_heads": c.num_attention_heads,
+        "num_key_value_heads": c.num_key_value_heads, "draft_vocab_size": c.draft_vocab_size,
+    }
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM behaves like Ctrl-C so the current shard boundary is respected either way."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        old = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def prompt_seed(seed: int, prompt_id: str) -> int:
+    return (seed * 1_000_003 + zlib.crc32(prompt_id.encode())) % (2**31)
+
+
+def capture_prompt(
+    target: Target, drafters: dict[str, Eagle3Drafter], probe: Probe, ids: list[int], depth: int, mode: str,
+    max_new_tokens: int, sink: SinkSpec, seed: int, keep_rows: int, temperature: float,
+) -> tuple[dict[str, pd.DataFrame], dict]:
+    """All drafters on one prompt; returns the shard's tables and sampled rows."""
+    parts: dict[str, list[pd.DataFrame]] = {k: [] for k in ("prompts", "rounds", "depths", "heads", "aux", "rows_index")}
+    rows: dict = {}
+    forced = teacher_forcing_data(target, ids, depth, max_new_tokens) if mode == "teacher-forced" else None
+    for name, d in drafters.items():
+        cap = Capture(d, sink=sink, keep_rows=keep_rows, seed=prompt_seed(seed, probe.id))
+        t0 = time.perf_counter()
+        with cap:
+            res = speculate(target, d, ids, depth=depth, max_new_tokens=max_new_tokens, mode=mode,
+                            temperature=temperature, seed=prompt_seed(seed, probe.id), observers=[cap], forced=forced)
+        wall = time.perf_counter() - t0
+        tabs = prompt_tables(name, probe.id, res.rounds, cap.rounds, d.config.aux_layer_ids,
+                             d.config.max_position_embeddings)
+        for k, v in tabs.items():
+            parts[k].append(v)
+        parts["prompts"].append(pd.DataFrame([{
+            "drafter": name, "prompt_id": probe.id, "tags": ",".join(probe.tags), "prompt_len": len(ids),
+            "n_generated": len(res.output_ids), "n_rounds": len(res.rounds),
+            "accepted_total": sum(r.accepted for r in res.rounds),
+            "mean_acceptance_length": res.mean_acceptance_length, "wall_s": wall,
+        }]))
+        idx, arr = row_samples(name, probe.id, cap.rounds)
+        if len(idx):
+            parts["rows_index"].append(idx)
+            rows.update(arr)
+    tables = {k: pd.concat(v, ignore_index=True) for k, v in parts.items() if v}
+    return tables, rows
+
+
+def run_capture(
+    target: str | Target,
+    drafters: list[DrafterSpec],
+    probes: str,
+    out: str,
+    depth: int = 8,
+    mode: str = "generate",
+    max_new_tokens: int = 64,
+    device: str = "cpu",
+    dtype: str = "float32",
+    sink: SinkSpec | None = None,
+    seed: int = 0,
+    keep_rows: int = 2,
+    temperature: float = 0.0,
+    resume: bool = False,
+    overwrite: bool = False,
+    limit: int | None = None,
+    progress: bool = True,
+    extra_manifest: dict[str, Any] | None = None,
+) -> Path:
+    """Capture every probe with every drafter into the trace `out`; returns its path."""
+    if depth < 1:
+        raise DriftError(f"--depth: {depth} is invalid; expected a speculation depth >= 1")
+    if not drafters:
+        raise DriftError("--drafter: give at least one drafter checkpoint folder")
+    names = [d.name for d in drafters]
+    if len(set(names)) != len(names):
+        raise DriftError(f"--drafter: duplicate drafter names {names}; name them NAME=DIR")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise DriftError(f"--device {device}: CUDA is not available on this machine")
+    sink = sink or SinkSpec()
+    suite = load_suite(probes)
+    if limit is not None:
+        suite = suite[:limit]
+    tgt_path = None if isinstance(target, Target) else str(target)
+    tgt = load_target(target, device=device, dtype=dtype)
+    models = {d.name: load_drafter(d.path, target=tgt, overrides=d.overrides, device=device, dtype=dtype)
+              for d in drafters}
+    aux = {tuple(m.config.aux_layer_ids) for m in models.values()}
+    if len(aux) > 1:
+        raise DriftError(f"--drafter: drafters disagree on eagle_aux_hidden_state_layer_ids {sorted(aux)}; capture them separately")
+    capture_settings = {
+        "depth": depth, "mode": mode, "max_new_tokens": max_new_tokens, "sink": sink.to_dict(), "seed": seed,
+        "temperature": temperature, "keep_rows": keep_rows, "dtype": str(dtype), "device": device,
+        "probes": {"path": str(probes), "sha256": hashlib.sha256(Path(probes).read_bytes()).hexdigest()[:16],
+                   "n_prompts": len(suite), "limit": limit},
+        "attention": "softmax rows of the K draft queries against the round's final key cache (no L x L maps)",
+    }
+    manifest = {
+        "drifttool_version": __version__, "target": target_identity(tgt, tgt_path),
+        "drafters": [drafter_identity(n, m) for n, m in models.items()], "capture": capture_settings,
+        **(extra_manifest or {}),
+    }
+    manifest["settings_hash"] = _hash({
+        "capture": {k: v for k, v in capture_settings.items() if k != "device"},
+        "drafters": [(d["name"], d["config_hash"], d["overrides"]) for d in manifest["drafters"]],
+        "target": manifest["target"]["config_hash"],
+    })
+    writer = TraceWriter(out, manifest, resume=resume, overwrite=overwrite)
+    todo = [p for p in suite if p.id not in writer.done]
+    from .progress import progress_bar
+
+    with _sigterm_as_interrupt(), progress_bar(len(todo), len(models), enabled=progress) as bar:
+        for probe in todo:
+            ids = probe.tokens(tgt)
+            mnt = probe.max_new_tokens or max_new_tokens
+            tables, rows = capture_prompt(tgt, models, probe, ids, depth, mode, mnt, sink, seed, keep_rows, temperature)
+            writer.add(probe.id, tables, rows)
+            bar.advance(probe.id, int(len(tables.get("rounds", []))))
+    writer.finish()
+    return writer.path

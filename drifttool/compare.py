@@ -1,0 +1,171 @@
+"""Side-by-side statistics of traces: per-depth table with CIs, one-number summaries, context buckets, and
+which measured quantity tracks rejections.
+
+Every (trace, drafter) pair is one *series*, labelled by the drafter name (prefixed by the trace name when
+names collide). The one-number **drift score** is the mean self mass (attention on the chain's own drafted
+slots, SPEC §7) over depths 2..K; `feature_growth` is RMS(layer input at depth K) / RMS(at depth 1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .errors import DriftError
+from .metrics import acceptance, cluster_mean, context_bucket, spearman
+from .trace.reader import TraceData
+
+DEPTH_METRICS = ("sink_mass", "self_mass", "prompt_mass", "draft_mass", "own_mass", "entropy", "rms_in", "rms_pre",
+                 "rms_post")
+PREDICTORS = ("sink_mass", "self_mass", "rms_in")
+
+
+@dataclass
+class Series:
+    label: str
+    trace: TraceData
+    drafter: str
+
+
+def series_of(traces: list[TraceData]) -> list[Series]:
+    out: list[Series] = []
+    names = [d["name"] for t in traces for d in t.manifest["drafters"]]
+    for t in traces:
+        for d in t.manifest["drafters"]:
+            label = d["name"] if names.count(d["name"]) == 1 else f"{t.name}:{d['name']}"
+            out.append(Series(label, t, d["name"]))
+    return out
+
+
+def check_compatible(traces: list[TraceData]) -> list[str]:
+    """Raise on settings that make traces incomparable; return notes on softer differences."""
+    notes = []
+    base = traces[0].manifest["capture"]
+    for t in traces[1:]:
+        c = t.manifest["capture"]
+        for key in ("depth", "mode", "sink"):
+            if c.get(key) != base.get(key):
+                raise DriftError(
+                    f"{t.path}: capture {key} {c.get(key)!r} differs from {traces[0].path}'s {base.get(key)!r}; "
+                    "traces must share depth, mode and sink definition to be compared"
+                )
+        if c.get("probes", {}).get("sha256") != base.get("probes", {}).get("sha256"):
+            notes.append(f"{t.path.name}: captured on a different probe suite than {traces[0].path.name}")
+    for t in traces:
+        if t.manifest["status"] != "complete":
+            notes.append(f"{t.path.name}: partial trace ({len(t.manifest['shards'])} prompts)")
+    return notes
+
+
+def _frame(series: list[Series], table: str) -> pd.DataFrame:
+    parts = []
+    for s in series:
+        df = s.trace.table(table)
+        df = df[df["drafter"] == s.drafter].copy()
+        df["series"] = s.label
+        parts.append(df)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+@dataclass
+class Comparison:
+    series: list[Series]
+    depths: pd.DataFrame
+    rounds: pd.DataFrame
+    notes: list[str]
+
+    @classmethod
+    def of(cls, traces: list[TraceData]) -> Comparison:
+        notes = check_compatible(traces)
+        ser = series_of(traces)
+        return cls(ser, _frame(ser, "depths"), _frame(ser, "rounds"), notes)
+
+    @property
+    def depth(self) -> int:
+        return int(self.series[0].trace.manifest["capture"]["depth"])
+
+    def per_depth(self, df: pd.DataFrame | None = None, by: tuple[str, ...] = ()) -> pd.DataFrame:
+        """Per series x depth: metric means with prompt-bootstrap CIs, and vLLM's per-position acceptance."""
+        df = self.depths if df is None else df
+        keys = ["series", *by, "depth"]
+        parts = [cluster_mean(df, m, keys) for m in DEPTH_METRICS]
+        d = df.assign(acc=df["accepted"].astype(float), cond=np.where(df["reached"], df["match"], np.nan))
+        parts.append(cluster_mean(d, "acc", keys).rename(columns=lambda c: c.replace("acc", "acceptance_rate")))
+        dr = d[d["reached"]].assign(cond=lambda x: x["match"].astype(float))
+        parts.append(cluster_mean(dr, "cond", keys).rename(columns=lambda c: c.replace("cond", "n_alpha")))
+        out = parts[0]
+        for p in parts[1:]:
+            out = out.merge(p, on=keys, how="outer")
+        return out.sort_values(keys).reset_index(drop=True)
+
+    def summary(self) -> pd.DataFrame:
+        """One row per series: acceptance under every definition, drift score, feature growth (with CIs)."""
+        rows = []
+        k = self.depth
+        for s in self.series:
+            r = self.rounds[self.rounds.series == s.label]
+            d = self.depths[self.depths.series == s.label]
+            acc = acceptance(r["accepted"].to_numpy(), k)
+            g = r.groupby("prompt_id")["accepted"].agg(["sum", "count"])
+            from .metrics import bootstrap_ratio
+
+            al, al_lo, al_hi = bootstrap_ratio(g["sum"].to_numpy(), g["count"].to_numpy())
+            deep = d[d.depth >= 2]
+            gd = deep.groupby("prompt_id")["self_mass"].agg(["sum", "count"])
+            drift, dlo, dhi = bootstrap_ratio(gd["sum"].to_numpy(), gd["count"].to_numpy())
+            by_depth = d.groupby("depth")[["rms_in", "sink_mass"]].mean()
+            rows.append({
+                "series": s.label, "prompts": r["prompt_id"].nunique(), "drafts": acc.get("drafts", 0),
+                "mean_acceptance_length": 1 + al, "al_lo": 1 + al_lo, "al_hi": 1 + al_hi,
+                "draft_acceptance_rate": acc.get("draft_acceptance_rate"),
+                "iid_acceptance_length": acc.get("iid_acceptance_length"),
+                "drift_score": drift, "drift_lo": dlo, "drift_hi": dhi,
+                "feature_growth": float(by_depth["rms_in"].iloc[-1] / by_depth["rms_in"].iloc[0]) if len(by_depth) else np.nan,
+                "sink_retention": float(by_depth["sink_mass"].iloc[-1] / by_depth["sink_mass"].iloc[0])
+                if len(by_depth) and by_depth["sink_mass"].iloc[0] > 0 else np.nan,
+                "per_position_rate": acc.get("per_position_rate"), "n_alpha": acc.get("n_alpha"),
+            })
+        return pd.DataFrame(rows)
+
+    def by_context(self) -> pd.DataFrame:
+        d = self.depths.assign(context_bucket=context_bucket(self.depths["context_len"]))
+        return self.per_depth(d, by=("context_bucket",))
+
+    def predictors(self, bins: int = 4) -> pd.DataFrame:
+        """Per series x depth x metric: acceptance (given the chain reached that depth) by quantile bin of
+        the metric, and the metric's rank correlation with acceptance."""
+        rows = []
+        d = self.depths[self.depths["reached"]]
+        for (label, depth), sub in d.groupby(["series", "depth"], observed=True):
+            y = sub["match"].astype(float).to_numpy()
+            for m in PREDICTORS:
+                x = sub[m].to_numpy()
+                rho = spearman(x, y)
+                try:
+                    q = pd.qcut(x, bins, duplicates="drop", labels=False)
+                except ValueError:
+                    q = np.zeros(len(x), dtype=int)
+                rates = pd.Series(y).groupby(q).mean()
+                edges = pd.Series(x).groupby(q).agg(["min", "max"])
+                for b in rates.index:
+                    rows.append({"series": label, "depth": depth, "metric": m, "bin": int(b),
+                                 "lo": float(edges.loc[b, "min"]), "hi": float(edges.loc[b, "max"]),
+                                 "acceptance": float(rates.loc[b]), "n": int((q == b).sum()), "spearman": rho})
+        return pd.DataFrame(rows)
+
+    def to_json(self) -> dict:
+        def rec(df: pd.DataFrame) -> list[dict]:
+            return df.replace({np.nan: None}).to_dict(orient="records")
+
+        return {
+            "series": [{"label": s.label, "trace": str(s.trace.path), "drafter": s.drafter} for s in self.series],
+            "notes": self.notes, "summary": rec(self.summary()), "per_depth": rec(self.per_depth()),
+            "by_context": rec(self.by_context().astype({"context_bucket": str})), "predictors": rec(self.predictors()),
+            "definitions": {
+                "drift_score": "mean self mass (draft + own slot attention) over depths 2..K",
+                "feature_growth": "RMS of the drafter layer input at depth K / at depth 1",
+                "acceptance_rate": "vLLM per-position rate: fraction of chains with depth d accepted",
+                "n_alpha": "EAGLE n-alpha: acceptance at depth d among chains whose depths < d were accepted",
+            },
+        }

@@ -1,0 +1,253 @@
+"""Capture: forward hooks stash cheap per-step tensors; one batched computation per round turns them into
+per-depth, per-head attention masses and hidden magnitudes.
+
+Per draft step the hooks only keep references (the query row, the layer input, pre, post). At the end of
+a round, the K query rows are scored against the round's final key cache with the causal chain mask in one
+matmul + softmax (K×heads×L, never L×L), reduced to region masses, and moved to the host once.
+Adapters map hook names onto a module, so the same capture can sit on a foreign drafter."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from .sinks import SinkSpec
+
+HEAD_FIELDS = ("sink_mass", "draft_mass", "own_mass", "entropy")
+HIDDEN_FIELDS = ("rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post", "l2_post", "massive")
+
+
+@dataclass
+class DrafterAdapter:
+    """Where the capture finds its tensors on a module (names of submodules whose outputs are hooked).
+
+    q: post-RoPE queries [B, nh, T, hd]; the last row of each call is that depth's query.
+    layer_in / pre / post: [B, T, H]; aux_pre / aux_post: lists, one per aux chunk [B, T, Ht]."""
+
+    q: str = "layers.0.self_attn.hook_q"
+    layer_in: str = "hook_layer_in"
+    pre: str = "hook_pre"
+    post: str = "hook_post"
+    aux_pre: tuple[str, ...] = ()
+    aux_post: tuple[str, ...] = ()
+
+    @classmethod
+    def for_drifttool(cls, drafter) -> DrafterAdapter:
+        a = drafter.config.num_aux
+        return cls(
+            aux_pre=tuple(f"hook_aux_pre.{i}" for i in range(a)),
+            aux_post=tuple(f"hook_aux_post.{i}" for i in range(a)),
+        )
+
+
+def massive(x: torch.Tensor) -> torch.Tensor:
+    """Massive-activation flag per row: some |x| > 100 and >= 1000x the row's median |x| (SPEC §7)."""
+    a = x.abs().float()
+    med = a.median(dim=-1, keepdim=True).values
+    return ((a > 100) & (a >= 1000 * med)).any(-1)
+
+
+@dataclass
+class RoundCapture:
+    """Host-side results of one round."""
+
+    round: int
+    context_len: int
+    heads: np.ndarray  # [K, nh, 4] sink, draft, own, entropy
+    hidden: np.ndarray  # [K, 7] HIDDEN_FIELDS
+    aux: np.ndarray  # [A, 3] rms before, rms after, massive (depth-1 slot features)
+    row: np.ndarray | None = None  # [K, L] head-mean attention rows (sampled rounds only)
+    slot_tokens: list[int] | None = None
+
+
+@dataclass
+class Capture:
+    """Observer for `speculate`: attach(), run, then read `.rounds` (one RoundCapture per round)."""
+
+    drafter: nn.Module
+    sink: SinkSpec = field(default_factory=SinkSpec)
+    keep_rows: int = 0  # reservoir-sample this many rounds' full attention rows per prompt
+    keep_qk: bool = False  # keep q rows + draft keys so `attention()` can rebuild any row later
+    seed: int = 0
+    adapter: DrafterAdapter | None = None
+
+    def __post_init__(self):
+        self.adapter = self.adapter or DrafterAdapter.for_drifttool(self.drafter)
+        self.rounds: list[RoundCapture] = []
+        self._handles: list = []
+        self._rng = random.Random(self.seed)
+        self._seen = 0
+        self._qk: dict[int, tuple[torch.Tensor, torch.Tensor, int, list[int]]] = {}
+        self._final_keys: torch.Tensor | None = None
+        self._reset_round()
+
+    # -- hooks -------------------------------------------------------------------------------
+    def _reset_round(self) -> None:
+        self._q: list[torch.Tensor] = []
+        self._h: dict[str, list[torch.Tensor]] = {"in": [], "pre": [], "post": []}
+        self._aux_pre: list[torch.Tensor | None] = []
+        self._aux_post: list[torch.Tensor | None] = []
+
+    def attach(self) -> Capture:
+        mods = dict(self.drafter.named_modules())
+        ad = self.adapter
+
+        def last_row_q(_m, _i, out):
+            self._q.append(out[0, :, -1].detach())
+
+        def last_row(key):
+            def f(_m, _i, out):
+                self._h[key].append(out[0, -1].detach())
+
+            return f
+
+        def aux(store, idx):
+            def f(_m, _i, out):
+                while len(store) <= idx:
+                    store.append(None)
+                store[idx] = out[0, -1].detach()
+
+            return f
+
+        self._handles = [
+            mods[ad.q].register_forward_hook(last_row_q),
+            mods[ad.layer_in].register_forward_hook(last_row("in")),
+            mods[ad.pre].register_forward_hook(last_row("pre")),
+            mods[ad.post].register_forward_hook(last_row("post")),
+        ]
+        for i, name in enumerate(ad.aux_pre):
+            self._handles.append(mods[name].register_forward_hook(aux(self._aux_pre, i)))
+        for i, name in enumerate(ad.aux_post):
+            self._handles.append(mods[name].register_forward_hook(aux(self._aux_post, i)))
+        return self
+
+    def detach(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def __enter__(self) -> Capture:
+        return self.attach()
+
+    def __exit__(self, *exc) -> None:
+        self.detach()
+
+    def new_prompt(self) -> None:
+        """Forget the previous prompt's rounds (the runner drains `.rounds` per prompt)."""
+        self.rounds = []
+        self._seen = 0
+        self._qk = {}
+        self._final_keys = None
+
+    # -- observer protocol ---------------------------------------------------------------------
+    def begin_round(self, drafter, round_idx: int, context_len: int, depth: int, seq: list[int]) -> None:
+        self._reset_round()
+        self._round = round_idx
+        self._ctx = context_len
+        self._seq = seq
+
+    def end_round(self, drafter, cache, record) -> None:
+        keys = cache.keys()[0]  # [nkv, L, hd], L = n - 1 + K
+        rc = self._compute(keys, record)
+        self.rounds.append(rc)
+        if self.keep_qk:
+            n = self._ctx
+            self._qk[record.round] = (torch.stack(self._q), keys[:, n:].clone(), n, list(record.input_ids))
+            self._final_keys = keys.clone()  # slots < n never change after commit
+
+    # -- the per-round computation ---------------------------------------------------------------
+    def scores(self, q: torch.Tensor, keys: torch.Tensor, n: int) -> torch.Tensor:
+        """Attention probabilities of K draft-step queries [K, nh, hd] over keys [nkv, L, hd] (fp32).
+        Depth j (0-based) sits at slot n-1+j and sees slots <= n-1+j."""
+        k_, nh, hd = q.shape
+        nkv, length, _ = keys.shape
+        s = torch.einsum("kgrd,gld->kgrl", q.float().view(k_, nkv, nh // nkv, hd), keys.float())
+        s = s.reshape(k_, nh, length) * (1.0 / math.sqrt(hd))
+        limit = torch.arange(k_, device=q.device)[:, None] + (n - 1)
+        allowed = torch.arange(length, device=q.device)[None, :] <= limit
+        return s.masked_fill(~allowed[:, None, :], float("-inf")).softmax(-1)
+
+    def _compute(self, keys: torch.Tensor, record) -> RoundCapture:
+        n = self._ctx
+        q = torch.stack(self._q)
+        k_ = q.shape[0]
+        probs = self.scores(q, keys, n)  # [K, nh, L]
+        seq_ids = torch.tensor(self._seq[:n], device=keys.device)
+        sink = self.sink.mask(seq_ids).to(probs.dtype)  # context positions only
+        sink_mass = probs[..., :n] @ sink
+        tail = probs[..., n:]  # draft slots n .. n+K-2 (inputs of depths 2..K)
+        own = torch.zeros(k_, probs.shape[1], device=probs.device)
+        draft = torch.zeros_like(own)
+        if k_ > 1:
+            idx = torch.arange(1, k_, device=probs.device)
+            own[1:] = tail[idx, :, idx - 1]
+            tri = torch.ones(k_, k_ - 1, device=probs.device).tril(-2)  # depth j sees draft slots < j-1
+            draft = torch.einsum("khs,ks->kh", tail, tri)
+        ent = torch.special.entr(probs).sum(-1)
+        heads = torch.stack([sink_mass, draft, own, ent], -1)  # [K, nh, 4]
+        hid = []
+        for key in ("in", "pre", "post"):
+            x = torch.stack(self._h[key]).float()
+            hid += [x.pow(2).mean(-1).sqrt(), x.norm(dim=-1)]
+        xin, xpre = torch.stack(self._h["in"]), torch.stack(self._h["pre"])
+        hid.append((massive(xin) | massive(xpre)).float())
+        hidden = torch.stack(hid, -1)  # [K, 7]
+        aux = torch.zeros(len(self._aux_pre), 3, device=probs.device)
+        for i, (a, b) in enumerate(zip(self._aux_pre, self._aux_post)):
+            if a is not None:
+                aux[i, 0] = a.float().pow(2).mean().sqrt()
+                aux[i, 1] = b.float().pow(2).mean().sqrt()
+                aux[i, 2] = massive(a[None])[0].float()
+        keep = self._sample_row()
+        packed = torch.cat([heads.flatten(), hidden.flatten(), aux.flatten()])
+        if keep:
+            packed = torch.cat([packed, probs.mean(1).flatten()])
+        host = packed.cpu().numpy()  # the one host transfer of the round
+        nh = probs.shape[1]
+        o1 = heads.numel()
+        o2 = o1 + hidden.numel()
+        o3 = o2 + aux.numel()
+        rc = RoundCapture(
+            round=record.round, context_len=n, heads=host[:o1].reshape(k_, nh, 4),
+            hidden=host[o1:o2].reshape(k_, 7), aux=host[o2:o3].reshape(-1, 3),
+        )
+        if keep:
+            rc.row = host[o3:].reshape(k_, -1).astype(np.float16)
+            rc.slot_tokens = list(self._seq[1 : n + 1]) + list(record.input_ids[1:])
+        return rc
+
+    def _sample_row(self) -> bool:
+        if self.keep_rows <= 0:
+            return False
+        self._seen += 1
+        kept = sum(r.row is not None for r in self.rounds)
+        if kept < self.keep_rows:
+            return True
+        j = self._rng.randrange(self._seen)
+        if j < self.keep_rows:
+            # replace a uniformly chosen kept row (reservoir sampling)
+            victims = [r for r in self.rounds if r.row is not None]
+            v = victims[self._rng.randrange(len(victims))]
+            v.row, v.slot_tokens = None, None
+            return True
+        return False
+
+    # -- on-demand rows (notebook) ---------------------------------------------------------------
+    def attention(self, round: int, depth: int, head: int | None = None) -> np.ndarray:
+        """Full attention row [L] (head mean, or one head) of a draft step of the last prompt run."""
+        if not self.keep_qk:
+            raise ValueError("attention rows need Capture(keep_qk=True)")
+        if round not in self._qk:
+            raise ValueError(f"round {round} not captured; valid rounds: 0..{len(self._qk) - 1}")
+        q, draft_keys, n, _ = self._qk[round]
+        if not 1 <= depth <= q.shape[0]:
+            raise ValueError(f"depth {depth} out of range; valid depths: 1..{q.shape[0]}")
+        keys = torch.cat([self._final_keys[:, :n], draft_keys], 1)
+        p = self.scores(q, keys, n)[depth - 1]
+        p = p.mean(0) if head is None else p[head]
+        return p[: n + depth - 1].cpu().numpy()

@@ -1,0 +1,84 @@
+"""Statistics over trace tables: acceptance under every common definition, bootstrap CIs over prompts,
+context buckets, and which measured quantity tracks rejections.
+
+Acceptance definitions (K = speculation depth, R = drafted chains, a_r = accepted drafts in chain r):
+- vLLM mean acceptance length: AL = 1 + sum(a_r) / R (the bonus token included);
+- vLLM per-position rate: rate[i] = #{r: a_r >= i} / R (cumulative: depth i accepted);
+- EAGLE n-alpha: alpha_n = #{a_r >= n} / #{a_r >= n-1} (acceptance at depth n given depths < n accepted);
+- draft acceptance rate: sum(a_r) / (R * K);
+- i.i.d. estimate: with p = sum(a_r) / #{reached depths} (the MLE of a constant per-token acceptance),
+  AL_iid = (1 - p^(K+1)) / (1 - p); it differs from AL when acceptances are not independent of depth."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+CONTEXT_EDGES = (0, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 1 << 30)
+
+
+def acceptance(accepted: np.ndarray, k: int) -> dict[str, float | list[float]]:
+    """All acceptance definitions from per-chain accepted counts (see module docstring)."""
+    a = np.asarray(accepted, dtype=np.int64)
+    r = len(a)
+    if r == 0:
+        return {"drafts": 0}
+    reach = np.array([(a >= i - 1).sum() for i in range(1, k + 1)])  # chains that reached depth i
+    acc_at = np.array([(a >= i).sum() for i in range(1, k + 1)])
+    p = a.sum() / max(1, reach.sum())
+    iid = (1 - p ** (k + 1)) / (1 - p) if p < 1 else k + 1.0
+    return {
+        "drafts": int(r),
+        "mean_acceptance_length": float(1 + a.mean()),
+        "per_position_rate": (acc_at / r).tolist(),
+        "n_alpha": np.divide(acc_at, reach, out=np.full(k, np.nan), where=reach > 0).tolist(),
+        "draft_acceptance_rate": float(a.sum() / (r * k)),
+        "iid_p": float(p),
+        "iid_acceptance_length": float(iid),
+    }
+
+
+def bootstrap_ratio(sums: np.ndarray, counts: np.ndarray, n_boot: int = 1000, seed: int = 0) -> tuple[float, float, float]:
+    """Point estimate and 95% CI of sum(x)/sum(n) with prompts (clusters) resampled with replacement."""
+    sums, counts = np.asarray(sums, float), np.asarray(counts, float)
+    if counts.sum() == 0:
+        return (np.nan, np.nan, np.nan)
+    est = sums.sum() / counts.sum()
+    if len(sums) < 2:
+        return (est, np.nan, np.nan)
+    rng = np.random.default_rng(seed)
+    w = rng.multinomial(len(sums), np.full(len(sums), 1 / len(sums)), size=n_boot)
+    den = w @ counts
+    stats = np.divide(w @ sums, den, out=np.full(n_boot, np.nan), where=den > 0)
+    lo, hi = np.nanpercentile(stats, [2.5, 97.5])
+    return (float(est), float(lo), float(hi))
+
+
+def cluster_mean(df: pd.DataFrame, col: str, by: list[str], seed: int = 0) -> pd.DataFrame:
+    """Mean of `col` per group of `by` with a prompt-bootstrap CI: columns col, col_lo, col_hi."""
+    g = df.groupby([*by, "prompt_id"], observed=True)[col].agg(["sum", "count"]).reset_index()
+    out = []
+    for key, sub in g.groupby(by, observed=True):
+        est, lo, hi = bootstrap_ratio(sub["sum"].to_numpy(), sub["count"].to_numpy(), seed=seed)
+        row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
+        row.update({col: est, f"{col}_lo": lo, f"{col}_hi": hi})
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def context_bucket(ctx: pd.Series) -> pd.Series:
+    edges = list(CONTEXT_EDGES)
+    labels = [f"{lo}-{hi - 1}" for lo, hi in zip(edges[:-2], edges[1:-1])] + [f">={edges[-2]}"]
+    return pd.cut(ctx, bins=edges, right=False, labels=labels)
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Rank correlation (average ranks for ties); nan when either side is constant."""
+    if len(x) < 3:
+        return float("nan")
+    rx = pd.Series(x).rank().to_numpy()
+    ry = pd.Series(y).rank().to_numpy()
+    if rx.std() == 0 or ry.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(rx, ry)[0, 1])
+

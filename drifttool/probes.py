@@ -1,0 +1,125 @@
+"""Probe suites: JSONL, one prompt per line.
+
+Fields: `id` (required), exactly one of `text`, `messages` (chat: [{role, content}]), `token_ids`, or
+`source` (text resolved at run time, e.g. {"stdlib_module": "difflib"}: the installed interpreter's
+module source, so no third-party text is shipped); optional `cut` (token lengths: one prompt per cut,
+keeping the first N tokens), `max_new_tokens`, `tags` (list of strings)."""
+
+from __future__ import annotations
+
+import json
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import DriftError
+
+KINDS = ("text", "messages", "token_ids", "source")
+
+
+@dataclass
+class Probe:
+    id: str
+    text: str | None = None
+    token_ids: list[int] | None = None
+    max_new_tokens: int | None = None
+    tags: list[str] = field(default_factory=list)
+    cut: int | None = None
+
+    def tokens(self, target) -> list[int]:
+        ids = list(self.token_ids) if self.token_ids is not None else target.encode(self.text)
+        if self.cut is not None:
+            ids = ids[: self.cut]
+        return ids
+
+
+def resolve_source(src: Any, where: str) -> str:
+    if not isinstance(src, dict):
+        raise DriftError(f"{where}: field 'source' must be an object like {{\"stdlib_module\": \"difflib\"}}")
+    if "stdlib_module" in src:
+        name = str(src["stdlib_module"])
+        base = Path(sysconfig.get_paths()["stdlib"])
+        p = base / (name.replace(".", "/") + ".py")
+        if not p.is_file():
+            p = base / name.replace(".", "/") / "__init__.py"
+        if not p.is_file():
+            raise DriftError(f"{where}: stdlib module {name!r} not found under {base}")
+        return p.read_text(encoding="utf-8", errors="replace")
+    if "file" in src:
+        p = Path(src["file"])
+        if not p.is_file():
+            raise DriftError(f"{where}: source file {p} not found")
+        return p.read_text(encoding="utf-8", errors="replace")
+    raise DriftError(f"{where}: unknown source kind {sorted(src)}; expected stdlib_module or file")
+
+
+def render_messages(msgs: Any, where: str) -> str:
+    if not isinstance(msgs, list) or not all(isinstance(m, dict) and "content" in m for m in msgs):
+        raise DriftError(f"{where}: field 'messages' must be a list of {{role, content}} objects")
+    return "".join(f"<|{m.get('role', 'user')}|>\n{m['content']}\n" for m in msgs) + "<|assistant|>\n"
+
+
+def parse_line(obj: Any, where: str) -> list[Probe]:
+    if not isinstance(obj, dict):
+        raise DriftError(f"{where}: expected a JSON object per line")
+    pid = obj.get("id")
+    if not isinstance(pid, (str, int)) or str(pid) == "":
+        raise DriftError(f"{where}: field 'id' missing (expected a non-empty string)")
+    kinds = [k for k in KINDS if k in obj]
+    if len(kinds) != 1:
+        raise DriftError(f"{where}: expected exactly one of {', '.join(KINDS)} (got {kinds or 'none'})")
+    kind = kinds[0]
+    text, ids = None, None
+    if kind == "text":
+        if not isinstance(obj["text"], str) or not obj["text"]:
+            raise DriftError(f"{where}: field 'text' must be a non-empty string")
+        text = obj["text"]
+    elif kind == "messages":
+        text = render_messages(obj["messages"], where)
+    elif kind == "source":
+        text = resolve_source(obj["source"], where)
+    else:
+        ids = obj["token_ids"]
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and i >= 0 for i in ids):
+            raise DriftError(f"{where}: field 'token_ids' must be a non-empty list of non-negative integers")
+    mnt = obj.get("max_new_tokens")
+    if mnt is not None and (not isinstance(mnt, int) or mnt < 1):
+        raise DriftError(f"{where}: field 'max_new_tokens' must be a positive integer")
+    tags = obj.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise DriftError(f"{where}: field 'tags' must be a list of strings")
+    cuts = obj.get("cut")
+    if cuts is None:
+        return [Probe(str(pid), text, ids, mnt, tags)]
+    cuts = cuts if isinstance(cuts, list) else [cuts]
+    if not cuts or not all(isinstance(c, int) and c > 0 for c in cuts):
+        raise DriftError(f"{where}: field 'cut' must be a positive integer or a list of them")
+    return [Probe(f"{pid}@{c}", text, ids, mnt, tags, c) for c in cuts]
+
+
+def load_suite(path) -> list[Probe]:
+    p = Path(path)
+    if not p.is_file():
+        raise DriftError(f"{p}: probe suite not found (expected a JSONL file)")
+    probes: list[Probe] = []
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise DriftError(f"{p}: not UTF-8 text (expected JSONL)") from None
+    for i, line in enumerate(lines, 1):
+        if not line.strip() or line.lstrip().startswith("//"):
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DriftError(f"{p}:{i}: not valid JSON ({e.msg})") from None
+        probes.extend(parse_line(obj, f"{p}:{i}"))
+    if not probes:
+        raise DriftError(f"{p}: probe suite is empty (expected at least one JSONL line with an id)")
+    seen = set()
+    for pr in probes:
+        if pr.id in seen:
+            raise DriftError(f"{p}: duplicate probe id {pr.id!r}")
+        seen.add(pr.id)
+    return probes

@@ -1,0 +1,79 @@
+"""Turn a prompt's round records + captures into the trace's tables (one stage: shaping, no math)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .hooks import RoundCapture
+from .loop import RoundRecord
+
+
+def prompt_tables(
+    drafter: str, prompt_id: str, records: list[RoundRecord], caps: list[RoundCapture], aux_layer_ids: list[int],
+    trained_window: int,
+) -> dict[str, pd.DataFrame]:
+    if not records:
+        return {k: pd.DataFrame() for k in ("rounds", "depths", "heads", "aux")}
+    k_ = len(records[0].draft_ids)
+    nr = len(records)
+    nh = caps[0].heads.shape[1]
+    rnd = np.array([r.round for r in records])
+    ctx = np.array([r.context_len for r in records])
+    acc = np.array([r.accepted for r in records])
+    depth = np.arange(1, k_ + 1)
+    pos = ctx[:, None] - 2 + depth[None, :]
+    rounds = pd.DataFrame({
+        "drafter": drafter, "prompt_id": prompt_id, "round": rnd, "context_len": ctx, "depth": k_,
+        "accepted": acc, "bonus": [r.bonus for r in records], "beyond_window": pos.max(1) >= trained_window,
+    })
+    heads = np.stack([c.heads for c in caps])  # [R, K, nh, 4]
+    hidden = np.stack([c.hidden for c in caps])  # [R, K, 7]
+    sink, draft, own, ent = (heads[..., i] for i in range(4))
+    rep = lambda a: np.repeat(a, k_)  # noqa: E731
+    match = np.array([r.match for r in records])
+    hm = lambda a: a.mean(-1).ravel()  # noqa: E731
+    depths = pd.DataFrame({
+        "drafter": drafter, "prompt_id": prompt_id, "round": rep(rnd), "depth": np.tile(depth, nr),
+        "context_len": rep(ctx), "position": pos.ravel(),
+        "input_id": np.array([r.input_ids for r in records]).ravel(),
+        "draft_id": np.array([r.draft_ids for r in records]).ravel(),
+        "target_id": np.array([r.target_ids for r in records]).ravel(),
+        "match": match.ravel(), "reached": (depth[None, :] <= acc[:, None] + 1).ravel(),
+        "accepted": (depth[None, :] <= acc[:, None]).ravel(),
+        "sink_mass": hm(sink), "draft_mass": hm(draft), "own_mass": hm(own), "self_mass": hm(draft + own),
+        "prompt_mass": hm(1.0 - sink - draft - own), "entropy": hm(ent),
+        **{name: hidden[..., i].ravel() for i, name in enumerate(
+            ("rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post", "l2_post"))},
+        "massive": hidden[..., 6].ravel() > 0.5, "beyond_window": pos.ravel() >= trained_window,
+    })
+    heads_df = pd.DataFrame({
+        "drafter": drafter, "prompt_id": prompt_id, "round": np.repeat(rnd, k_ * nh),
+        "depth": np.tile(np.repeat(depth, nh), nr), "head": np.tile(np.arange(nh), nr * k_),
+        "sink_mass": sink.ravel(), "draft_mass": draft.ravel(), "own_mass": own.ravel(),
+        "self_mass": (draft + own).ravel(), "prompt_mass": (1.0 - sink - draft - own).ravel(), "entropy": ent.ravel(),
+    })
+    aux = np.stack([c.aux for c in caps])  # [R, A, 3]
+    na = aux.shape[1]
+    aux_df = pd.DataFrame({
+        "drafter": drafter, "prompt_id": prompt_id, "round": np.repeat(rnd, na), "chunk": np.tile(np.arange(na), nr),
+        "layer_id": np.tile(np.array(aux_layer_ids[:na], dtype=np.int64), nr),
+        "rms_before": aux[..., 0].ravel(), "rms_after": aux[..., 1].ravel(), "massive": aux[..., 2].ravel() > 0.5,
+    })
+    for df in (depths, heads_df):
+        for c in ("sink_mass", "draft_mass", "own_mass", "self_mass", "prompt_mass", "entropy"):
+            df[c] = df[c].astype(np.float32)
+    return {"rounds": rounds, "depths": depths, "heads": heads_df, "aux": aux_df}
+
+
+def row_samples(drafter: str, prompt_id: str, caps: list[RoundCapture]) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """Sampled attention rows as safetensors arrays + an index table."""
+    idx, arrays = [], {}
+    for c in caps:
+        if c.row is None:
+            continue
+        name = f"{drafter}|{prompt_id}|{c.round}"
+        arrays[name] = c.row
+        idx.append({"drafter": drafter, "prompt_id": prompt_id, "round": c.round, "context_len": c.context_len,
+                    "tensor": name, "slot_tokens": [int(t) for t in c.slot_tokens]})
+    return pd.DataFrame(idx), arrays

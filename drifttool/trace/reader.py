@@ -1,0 +1,146 @@
+"""Validating, lazy trace reader. The tables are plain Parquet: pandas/polars/duckdb read them directly."""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..errors import DriftError
+from .schema import SCHEMA_VERSION, TABLES
+
+
+def read_manifest(path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.exists():
+        raise DriftError(f"{p}: trace not found")
+    if not p.is_dir():
+        raise DriftError(f"{p}: not a trace folder (expected NAME.drift/ with manifest.json)")
+    mf = p / "manifest.json"
+    if not mf.is_file():
+        raise DriftError(f"{mf}: missing (not a drifttool trace, or the capture never started)")
+    try:
+        m = json.loads(mf.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DriftError(f"{mf}: not valid JSON ({e})") from None
+    if not isinstance(m, dict):
+        raise DriftError(f"{mf}: expected a JSON object")
+    v = m.get("schema_version")
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise DriftError(f"{mf}: field 'schema_version' missing or not an integer")
+    if v > SCHEMA_VERSION:
+        raise DriftError(
+            f"{mf}: schema_version {v} is newer than this drifttool understands ({SCHEMA_VERSION}); upgrade drifttool"
+        )
+    if v < 1:
+        raise DriftError(f"{mf}: schema_version {v} is invalid (expected 1..{SCHEMA_VERSION})")
+    for key, typ in (("shards", list), ("drafters", list), ("capture", dict), ("status", str)):
+        if not isinstance(m.get(key), typ):
+            raise DriftError(f"{mf}: field {key!r} missing or not a {typ.__name__}")
+    for s in m["shards"]:
+        if not isinstance(s, dict) or not isinstance(s.get("index"), int):
+            raise DriftError(f"{mf}: field 'shards' has an entry without an integer 'index'")
+    return m
+
+
+def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns: list[str] | None = None) -> pd.DataFrame:
+    """Concatenate the shards the manifest lists for one table."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    p = Path(path)
+    m = manifest or read_manifest(p)
+    if name not in TABLES:
+        raise DriftError(f"table {name!r}: unknown; expected one of {', '.join(TABLES)}")
+    parts = []
+    for s in m["shards"]:
+        f = p / name / f"part-{s['index']:05d}.parquet"
+        if not f.is_file():
+            raise DriftError(f"{f}: missing (table {name!r} of shard {s['index']}); the trace is damaged")
+        try:
+            parts.append(pq.read_table(f, columns=columns))
+        except (pa.ArrowException, OSError) as e:
+            raise DriftError(f"{f}: corrupt or truncated Parquet ({str(e).splitlines()[0]})") from None
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in (columns or TABLES[name])})
+    try:
+        df = pa.concat_tables(parts, promote_options="default").to_pandas()
+    except pa.ArrowException as e:
+        raise DriftError(f"{p / name}: shards have incompatible columns ({e})") from None
+    need = [c for c in (columns or TABLES[name]) if c not in df.columns]
+    if need:
+        raise DriftError(f"{p / name}: missing columns {need}")
+    return df
+
+
+class TraceData:
+    """A loaded trace; tables are read on first access."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.manifest = read_manifest(self.path)
+
+    @property
+    def name(self) -> str:
+        return self.path.name.removesuffix(".drift")
+
+    def table(self, name: str) -> pd.DataFrame:
+        return read_table(self.path, name, self.manifest)
+
+    @cached_property
+    def prompts(self) -> pd.DataFrame:
+        return self.table("prompts")
+
+    @cached_property
+    def rounds(self) -> pd.DataFrame:
+        return self.table("rounds")
+
+    @cached_property
+    def depths(self) -> pd.DataFrame:
+        return self.table("depths")
+
+    @cached_property
+    def heads(self) -> pd.DataFrame:
+        return self.table("heads")
+
+    @cached_property
+    def aux(self) -> pd.DataFrame:
+        return self.table("aux")
+
+    def rows_index(self) -> pd.DataFrame:
+        """Sampled attention rows: index of (drafter, prompt, round) -> tensor name in rows/part-*.safetensors."""
+        import pyarrow.parquet as pq
+
+        parts = []
+        for s in self.manifest["shards"]:
+            f = self.path / "rows_index" / f"part-{s['index']:05d}.parquet"
+            if s.get("rows") and f.is_file():
+                t = pq.read_table(f).to_pandas()
+                t["shard"] = s["index"]
+                parts.append(t)
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+            columns=["drafter", "prompt_id", "round", "context_len", "tensor", "slot_tokens", "shard"])
+
+    def attention_row(self, drafter: str, prompt_id: str, round: int):
+        """[K, L] head-mean attention rows for a sampled round, and the token id held by each slot."""
+        from safetensors.numpy import load_file
+
+        idx = self.rows_index()
+        hit = idx[(idx.drafter == drafter) & (idx.prompt_id == prompt_id) & (idx["round"] == round)]
+        if hit.empty:
+            have = idx[(idx.drafter == drafter) & (idx.prompt_id == prompt_id)]["round"].tolist()
+            raise ValueError(f"no sampled attention row for {drafter}/{prompt_id} round {round}; sampled rounds: {have}")
+        r = hit.iloc[0]
+        f = self.path / "rows" / f"part-{int(r.shard):05d}.safetensors"
+        try:
+            arr = load_file(str(f))[r.tensor]
+        except Exception as e:  # noqa: BLE001 - any corruption is a user-facing data error
+            raise DriftError(f"{f}: cannot read sampled rows ({e})") from None
+        return arr, list(r.slot_tokens)
+
+
+def read_trace(path) -> TraceData:
+    return TraceData(path)

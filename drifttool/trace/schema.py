@@ -1,0 +1,26 @@
+"""Trace schema: table names and their required columns. Bump SCHEMA_VERSION on any breaking change."""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+KEY = ["drafter", "prompt_id", "round"]
+
+TABLES: dict[str, list[str]] = {
+    # one row per prompt x drafter
+    "prompts": ["drafter", "prompt_id", "tags", "prompt_len", "n_generated", "n_rounds", "accepted_total",
+                "mean_acceptance_length", "wall_s"],
+    # one row per round (a drafted chain + its verification)
+    "rounds": [*KEY, "context_len", "depth", "accepted", "bonus", "beyond_window"],
+    # one row per round x depth: head-mean attention masses + hidden magnitudes + acceptance
+    "depths": [*KEY, "depth", "context_len", "position", "input_id", "draft_id", "target_id", "match", "reached",
+               "accepted", "sink_mass", "draft_mass", "own_mass", "self_mass", "prompt_mass", "entropy",
+               "rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post", "l2_post", "massive", "beyond_window"],
+    # one row per round x depth x head
+    "heads": [*KEY, "depth", "head", "sink_mass", "draft_mass", "own_mass", "self_mass", "prompt_mass", "entropy"],
+    # one row per round x aux chunk: the depth-1 slot's captured target feature before/after fc_norm
+    "aux": [*KEY, "chunk", "layer_id", "rms_before", "rms_after", "massive"],
+}
+
+# Optional: sampled attention rows, one safetensors file per shard plus this index table.
+ROWS_INDEX = [*KEY, "context_len", "tensor", "slot_tokens"]
