@@ -103,6 +103,26 @@ def compare(
     print_comparison(_console(), cmp, bins)
 
 
+@app.command()
+def demo(
+    out: str = typer.Option("runs/demo.drift", "--out"),
+    specimen: str = typer.Option("sink", "--specimen", help="sink (target trained with a BOS sink) | plain"),
+    suite: str = typer.Option("quick", "--suite", help="probe suite under probes/ (quick, long_code, ...)"),
+    depth: int = typer.Option(8, "--depth"),
+    max_new_tokens: int = typer.Option(32, "--max-new-tokens"),
+    quiet: bool = typer.Option(False, "--quiet"),
+):
+    """Capture EAGLE-3, EAGLE-3.1 and EAGLE-3 + norm_output on the bundled models; print the comparison."""
+    from .compare import Comparison
+    from .demo import run_demo
+    from .report import print_comparison
+    from .trace.reader import read_trace
+
+    path = run_demo(out, specimen, suite, depth, max_new_tokens, progress=not quiet)
+    print_comparison(_console(), Comparison.of([read_trace(path)]), context=True)
+    typer.echo(f"trace: {path}\nopen the dashboard: drifttool dashboard {path}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: user errors print one line and exit 2; Ctrl-C keeps completed work."""
     try:

@@ -3,7 +3,8 @@
 Fields: `id` (required), exactly one of `text`, `messages` (chat: [{role, content}]), `token_ids`, or
 `source` (text resolved at run time, e.g. {"stdlib_module": "difflib"}: the installed interpreter's
 module source, so no third-party text is shipped); optional `cut` (token lengths: one prompt per cut,
-keeping the first N tokens), `max_new_tokens`, `tags` (list of strings)."""
+keeping the first N tokens; with `"keep": "end"` the first token (BOS) and the last N-1 instead, so a
+question at the end survives), `max_new_tokens`, `tags` (list of strings)."""
 
 from __future__ import annotations
 
@@ -26,11 +27,12 @@ class Probe:
     max_new_tokens: int | None = None
     tags: list[str] = field(default_factory=list)
     cut: int | None = None
+    keep_end: bool = False
 
     def tokens(self, target) -> list[int]:
         ids = list(self.token_ids) if self.token_ids is not None else target.encode(self.text)
-        if self.cut is not None:
-            ids = ids[: self.cut]
+        if self.cut is not None and len(ids) > self.cut:
+            ids = ids[:1] + ids[len(ids) - self.cut + 1 :] if self.keep_end else ids[: self.cut]
         return ids
 
 
@@ -89,13 +91,16 @@ def parse_line(obj: Any, where: str) -> list[Probe]:
     tags = obj.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise DriftError(f"{where}: field 'tags' must be a list of strings")
+    keep = obj.get("keep", "start")
+    if keep not in ("start", "end"):
+        raise DriftError(f"{where}: field 'keep' must be 'start' or 'end'")
     cuts = obj.get("cut")
     if cuts is None:
         return [Probe(str(pid), text, ids, mnt, tags)]
     cuts = cuts if isinstance(cuts, list) else [cuts]
     if not cuts or not all(isinstance(c, int) and c > 0 for c in cuts):
         raise DriftError(f"{where}: field 'cut' must be a positive integer or a list of them")
-    return [Probe(f"{pid}@{c}", text, ids, mnt, tags, c) for c in cuts]
+    return [Probe(f"{pid}@{c}", text, ids, mnt, tags, c, keep == "end") for c in cuts]
 
 
 def load_suite(path) -> list[Probe]:

@@ -1,0 +1,71 @@
+"""`drifttool demo`: EAGLE-3 vs EAGLE-3.1 vs the what-if (EAGLE-3 weights, post-norm feedback) on the bundled
+models and the quick probe suite, then the comparison table and the command that opens the dashboard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .capture import DrafterSpec, run_capture
+from .errors import DriftError
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = Path(__file__).resolve().parent / "zoo" / "models"
+SPECIMENS = ("sink", "plain")
+
+
+def bundled(specimen: str = "sink") -> Path | None:
+    d = MODELS / specimen
+    need = [d / "target" / "config.json", d / "eagle3" / "config.json", d / "eagle3.1" / "config.json"]
+    return d if all(p.is_file() for p in need) else None
+
+
+def probes_dir() -> Path:
+    p = REPO / "probes"
+    if not p.is_dir():
+        raise DriftError(f"{p}: probe suites not found (run from a drifttool checkout)")
+    return p
+
+
+def _tiny_models(where: Path) -> Path:
+    """Random tiny models built on the fly when no trained zoo is installed (clearly labelled as such)."""
+    from .checkpoint import save_drafter
+    from .tiny import tiny_drafter, tiny_target
+
+    t = tiny_target(vocab=256, hidden=64, max_pos=1024)
+    t.model.save_pretrained(where / "target")
+    save_drafter(tiny_drafter(t), where / "eagle3")
+    save_drafter(tiny_drafter(t, fc_norm=True, norm_output=True), where / "eagle3.1")
+    return where
+
+
+def run_demo(out: str = "runs/demo.drift", specimen: str = "sink", suite: str = "quick", depth: int = 8,
+             max_new_tokens: int = 32, limit: int | None = None, progress: bool = True) -> Path:
+    if specimen not in SPECIMENS:
+        raise DriftError(f"--specimen {specimen!r}: expected one of {', '.join(SPECIMENS)}")
+    models = bundled(specimen)
+    probes = probes_dir() / f"{suite}.jsonl"
+    if not probes.is_file():
+        raise DriftError(f"--suite {suite!r}: {probes} not found")
+    note = {}
+    if models is None:
+        import tempfile
+
+        models = _tiny_models(Path(tempfile.mkdtemp(prefix="drifttool-demo-")))
+        note = {"demo_note": "no trained zoo installed: random tiny models built on the fly"}
+        probes = _token_probes(models)
+        print("note: bundled models not found; using random tiny models built on the fly")
+    specs = [DrafterSpec("eagle3", str(models / "eagle3")), DrafterSpec("eagle3.1", str(models / "eagle3.1")),
+             DrafterSpec("eagle3+norm_output", str(models / "eagle3"), {"norm_output": "true"})]
+    return run_capture(str(models / "target"), specs, str(probes), out, depth=depth, max_new_tokens=max_new_tokens,
+                       limit=limit, overwrite=True, progress=progress, extra_manifest=note)
+
+
+def _token_probes(models: Path) -> Path:
+    import json
+    import random
+
+    r = random.Random(0)
+    p = models / "probes.jsonl"
+    p.write_text("".join(json.dumps({"id": f"rand-{n}", "token_ids": [r.randrange(1, 256) for _ in range(n)],
+                                     "tags": ["random"]}) + "\n" for n in (64, 256, 512)))
+    return p
