@@ -15,7 +15,6 @@ from typing import Any
 import pandas as pd
 import torch
 
-from . import __version__
 from .checkpoint import load_drafter
 from .drafter import Eagle3Drafter
 from .errors import DriftError
@@ -26,6 +25,7 @@ from .records import prompt_tables, row_samples
 from .sinks import SinkSpec
 from .target import Target, load_target
 from .trace.writer import TraceWriter
+from .version import __version__
 
 
 @dataclass
@@ -113,37 +113,58 @@ def prompt_seed(seed: int, prompt_id: str) -> int:
     return (seed * 1_000_003 + zlib.crc32(prompt_id.encode())) % (2**31)
 
 
+def capture_one(
+    target: Target, name: str, drafter: Eagle3Drafter, cap: Capture, probe: Probe, ids: list[int], depth: int,
+    mode: str, max_new_tokens: int, seed: int, temperature: float, forced=None,
+):
+    """One drafter on one prompt through an attached Capture; returns (tables, sampled rows, SpecResult)."""
+    t0 = time.perf_counter()
+    res = speculate(target, drafter, ids, depth=depth, max_new_tokens=max_new_tokens, mode=mode,
+                    temperature=temperature, seed=prompt_seed(seed, probe.id), observers=[cap], forced=forced)
+    wall = time.perf_counter() - t0
+    tabs = prompt_tables(name, probe.id, res.rounds, cap.rounds, drafter.config.aux_layer_ids,
+                         drafter.config.max_position_embeddings)
+    tabs["prompts"] = pd.DataFrame([{
+        "drafter": name, "prompt_id": probe.id, "tags": ",".join(probe.tags), "prompt_len": len(ids),
+        "n_generated": len(res.output_ids), "n_rounds": len(res.rounds),
+        "accepted_total": sum(r.accepted for r in res.rounds),
+        "mean_acceptance_length": res.mean_acceptance_length, "wall_s": wall,
+    }])
+    idx, rows = row_samples(name, probe.id, cap.rounds)
+    if len(idx):
+        tabs["rows_index"] = idx
+    return tabs, rows, res
+
+
 def capture_prompt(
     target: Target, drafters: dict[str, Eagle3Drafter], probe: Probe, ids: list[int], depth: int, mode: str,
     max_new_tokens: int, sink: SinkSpec, seed: int, keep_rows: int, temperature: float,
 ) -> tuple[dict[str, pd.DataFrame], dict]:
-    """All drafters on one prompt; returns the shard's tables and sampled rows."""
-    parts: dict[str, list[pd.DataFrame]] = {k: [] for k in ("prompts", "rounds", "depths", "heads", "aux", "rows_index")}
+    """All drafters on one prompt (the target's teacher-forced pass shared); the shard's tables and rows."""
+    parts: dict[str, list[pd.DataFrame]] = {}
     rows: dict = {}
     forced = teacher_forcing_data(target, ids, depth, max_new_tokens) if mode == "teacher-forced" else None
     for name, d in drafters.items():
-        cap = Capture(d, sink=sink, keep_rows=keep_rows, seed=prompt_seed(seed, probe.id))
-        t0 = time.perf_counter()
-        with cap:
-            res = speculate(target, d, ids, depth=depth, max_new_tokens=max_new_tokens, mode=mode,
-                            temperature=temperature, seed=prompt_seed(seed, probe.id), observers=[cap], forced=forced)
-        wall = time.perf_counter() - t0
-        tabs = prompt_tables(name, probe.id, res.rounds, cap.rounds, d.config.aux_layer_ids,
-                             d.config.max_position_embeddings)
+        with Capture(d, sink=sink, keep_rows=keep_rows, seed=prompt_seed(seed, probe.id)) as cap:
+            tabs, arr, _ = capture_one(target, name, d, cap, probe, ids, depth, mode, max_new_tokens, seed,
+                                       temperature, forced)
         for k, v in tabs.items():
-            parts[k].append(v)
-        parts["prompts"].append(pd.DataFrame([{
-            "drafter": name, "prompt_id": probe.id, "tags": ",".join(probe.tags), "prompt_len": len(ids),
-            "n_generated": len(res.output_ids), "n_rounds": len(res.rounds),
-            "accepted_total": sum(r.accepted for r in res.rounds),
-            "mean_acceptance_length": res.mean_acceptance_length, "wall_s": wall,
-        }]))
-        idx, arr = row_samples(name, probe.id, cap.rounds)
-        if len(idx):
-            parts["rows_index"].append(idx)
-            rows.update(arr)
-    tables = {k: pd.concat(v, ignore_index=True) for k, v in parts.items() if v}
-    return tables, rows
+            parts.setdefault(k, []).append(v)
+        rows.update(arr)
+    return {k: pd.concat(v, ignore_index=True) for k, v in parts.items()}, rows
+
+
+def build_manifest(target: Target, target_path: str | None, models: dict[str, Eagle3Drafter],
+                   capture_settings: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Identity of everything that shaped the numbers, and a hash that --resume checks."""
+    m = {"drifttool_version": __version__, "target": target_identity(target, target_path),
+         "drafters": [drafter_identity(n, d) for n, d in models.items()], "capture": capture_settings, **(extra or {})}
+    m["settings_hash"] = _hash({
+        "capture": {k: v for k, v in capture_settings.items() if k != "device"},
+        "drafters": [(d["name"], d["config_hash"], d["overrides"]) for d in m["drafters"]],
+        "target": m["target"]["config_hash"],
+    })
+    return m
 
 
 def run_capture(
@@ -194,16 +215,7 @@ def run_capture(
                    "n_prompts": len(suite), "limit": limit},
         "attention": "softmax rows of the K draft queries against the round's final key cache (no L x L maps)",
     }
-    manifest = {
-        "drifttool_version": __version__, "target": target_identity(tgt, tgt_path),
-        "drafters": [drafter_identity(n, m) for n, m in models.items()], "capture": capture_settings,
-        **(extra_manifest or {}),
-    }
-    manifest["settings_hash"] = _hash({
-        "capture": {k: v for k, v in capture_settings.items() if k != "device"},
-        "drafters": [(d["name"], d["config_hash"], d["overrides"]) for d in manifest["drafters"]],
-        "target": manifest["target"]["config_hash"],
-    })
+    manifest = build_manifest(tgt, tgt_path, models, capture_settings, extra_manifest)
     writer = TraceWriter(out, manifest, resume=resume, overwrite=overwrite)
     todo = [p for p in suite if p.id not in writer.done]
     from .progress import progress_bar

@@ -1,0 +1,226 @@
+"""Notebook inspection API: `dt.load(path)` -> Trace (pandas views, summary, compare, plots) and
+`dt.capture(drafter, target, depth=K)` for live capture with on-demand attention rows."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .capture import build_manifest, capture_one
+from .compare import Comparison
+from .drafter import Eagle3Drafter
+from .errors import DriftError
+from .hooks import Capture
+from .loop import SpecResult
+from .probes import Probe
+from .sinks import SinkSpec
+from .target import Target, load_target
+from .trace.reader import TraceData, read_trace
+from .trace.writer import TraceWriter
+
+
+class Trace:
+    """A trace on disk with pandas views and plotly figures (the dashboard's builders)."""
+
+    def __init__(self, data: TraceData):
+        self.data = data
+        self.plot = _Plots(self)
+
+    @property
+    def path(self) -> Path:
+        return self.data.path
+
+    @property
+    def manifest(self) -> dict:
+        return self.data.manifest
+
+    @property
+    def rounds(self) -> pd.DataFrame:
+        return self.data.rounds
+
+    @property
+    def depths(self) -> pd.DataFrame:
+        return self.data.depths
+
+    @property
+    def heads(self) -> pd.DataFrame:
+        return self.data.heads
+
+    @property
+    def prompts(self) -> pd.DataFrame:
+        return self.data.prompts
+
+    @property
+    def aux(self) -> pd.DataFrame:
+        return self.data.aux
+
+    @property
+    def drafters(self) -> list[str]:
+        return [d["name"] for d in self.manifest["drafters"]]
+
+    def comparison(self, *others: Trace) -> Comparison:
+        return Comparison.of([self.data, *(o.data for o in others)])
+
+    def summary(self) -> pd.DataFrame:
+        """The per-depth table with 95% bootstrap CIs over prompts."""
+        return self.comparison().per_depth()
+
+    def compare(self, other: Trace | None = None, *more: Trace) -> pd.DataFrame:
+        """Per-series summary (acceptance definitions, drift score, growth) of this trace and others."""
+        rest = [o for o in (other, *more) if o is not None]
+        return self.comparison(*rest).summary()
+
+    def attention_row(self, drafter: str, prompt_id: str, round: int):
+        return self.data.attention_row(drafter, prompt_id, round)
+
+    def _repr_html_(self) -> str:
+        m = self.manifest
+        rows = "".join(
+            f"<tr><td>{html.escape(d['name'])}</td><td>{d.get('layout')}</td><td>{d.get('variant')}</td>"
+            f"<td>{html.escape(str(d.get('overrides') or ''))}</td></tr>" for d in m["drafters"])
+        c = m["capture"]
+        return (f"<b>{html.escape(self.path.name)}</b> — status {m['status']}, {m['counts']['prompts']} prompts, "
+                f"{m['counts']['rounds']} rounds, depth {c['depth']}, mode {c['mode']}"
+                f"<table><tr><th>drafter</th><th>layout</th><th>variant</th><th>overrides</th></tr>{rows}</table>")
+
+    def __repr__(self) -> str:
+        return f"Trace({str(self.path)!r}, drafters={self.drafters}, status={self.manifest['status']!r})"
+
+
+class _Plots:
+    """`trace.plot.depth()` etc.: the same plotly builders the dashboard uses."""
+
+    def __init__(self, trace: Trace):
+        self._t = trace
+
+    def _cmp(self, others) -> Comparison:
+        return self._t.comparison(*others)
+
+    def depth(self, *others: Trace, metric: str = "self_mass"):
+        from . import plots
+
+        return plots.depth_curves(self._cmp(others).per_depth(), metric)
+
+    def rms(self, *others: Trace):
+        from . import plots
+
+        return plots.rms_curves(self._cmp(others).per_depth())
+
+    def acceptance(self, *others: Trace):
+        from . import plots
+
+        return plots.acceptance_curves(self._cmp(others).per_depth())
+
+    def heads(self, metric: str = "self_mass"):
+        from . import plots
+
+        h = self._t.heads.copy()
+        h["series"] = h["drafter"]
+        return plots.head_heatmaps(h, metric)
+
+    def context(self, *others: Trace, metric: str = "self_mass"):
+        from . import plots
+
+        return plots.context_curves(self._cmp(others).by_context(), metric)
+
+    def attention_row(self, prompt_id: str, round: int, drafter: str | None = None):
+        from . import plots
+
+        drafter = drafter or self._t.drafters[0]
+        rows, tokens = self._t.attention_row(drafter, prompt_id, round)
+        ctx = int(self._t.rounds.query("drafter == @drafter and prompt_id == @prompt_id and round == @round")
+                  .context_len.iloc[0])
+        return plots.attention_row_heatmap(rows, tokens, ctx, self._t.manifest["capture"]["sink"])
+
+
+def load(path) -> Trace:
+    return Trace(read_trace(path))
+
+
+def compare_many(traces: list) -> pd.DataFrame:
+    """Summary of any number of traces (paths or Trace objects)."""
+    data = [t.data if isinstance(t, Trace) else read_trace(t) for t in traces]
+    if not data:
+        raise ValueError("compare_many: give at least one trace")
+    return Comparison.of(data).summary()
+
+
+class LiveCapture:
+    """Context manager: hooks attached on enter; `run()` a prompt; read tables; `attention()` any row."""
+
+    def __init__(self, drafter: Eagle3Drafter, target, depth: int = 8, mode: str = "generate",
+                 max_new_tokens: int = 64, sink: SinkSpec | None = None, name: str | None = None, seed: int = 0):
+        if depth < 1:
+            raise DriftError(f"depth: {depth} is invalid; expected a speculation depth >= 1")
+        self.target: Target = load_target(target)
+        self.drafter = drafter
+        self.name = name or Path(drafter.config.source).name or drafter.config.variant
+        self.depth, self.mode, self.max_new_tokens, self.seed = depth, mode, max_new_tokens, seed
+        self.sink = sink or SinkSpec()
+        self.cap = Capture(drafter, sink=self.sink, keep_qk=True, keep_rows=0)
+        self._tables: dict[str, list[pd.DataFrame]] = {}
+        self.results: list[SpecResult] = []
+        self._n = 0
+
+    def __enter__(self) -> LiveCapture:
+        self.cap.attach()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.cap.detach()
+
+    def run(self, prompt: str | list[int], prompt_id: str | None = None, max_new_tokens: int | None = None) -> SpecResult:
+        if not self.cap._handles:
+            raise RuntimeError("use `with dt.capture(...) as cap:` before cap.run()")
+        ids = self.target.encode(prompt) if isinstance(prompt, str) else [int(i) for i in prompt]
+        probe = Probe(prompt_id or f"live-{self._n}", token_ids=ids)
+        self._n += 1
+        self.cap.new_prompt()
+        tabs, _, res = capture_one(self.target, self.name, self.drafter, self.cap, probe, ids, self.depth, self.mode,
+                                   max_new_tokens or self.max_new_tokens, self.seed, 0.0)
+        for k, v in tabs.items():
+            self._tables.setdefault(k, []).append(v)
+        self.results.append(res)
+        return res
+
+    def table(self, name: str) -> pd.DataFrame:
+        parts = self._tables.get(name)
+        if not parts:
+            raise ValueError(f"no {name!r} rows yet: call cap.run(prompt) first")
+        return pd.concat(parts, ignore_index=True)
+
+    @property
+    def rounds(self) -> pd.DataFrame:
+        return self.table("rounds")
+
+    @property
+    def depths(self) -> pd.DataFrame:
+        return self.table("depths")
+
+    @property
+    def heads(self) -> pd.DataFrame:
+        return self.table("heads")
+
+    def attention(self, round: int, depth: int, head: int | None = None) -> np.ndarray:
+        """Full attention row of one draft step of the last prompt run (from hooked q/k; no L x L map)."""
+        return self.cap.attention(round, depth, head)
+
+    def to_trace(self, path, overwrite: bool = False) -> Path:
+        settings = {"depth": self.depth, "mode": self.mode, "max_new_tokens": self.max_new_tokens,
+                    "sink": self.sink.to_dict(), "seed": self.seed, "temperature": 0.0, "keep_rows": 0,
+                    "dtype": str(self.drafter.fc.weight.dtype), "device": str(self.drafter.fc.weight.device),
+                    "probes": {"path": "live", "n_prompts": self._n}}
+        man = build_manifest(self.target, None, {self.name: self.drafter}, settings, {"source": "notebook live capture"})
+        w = TraceWriter(path, man, overwrite=overwrite)
+        for i in range(len(self.results)):
+            w.add(self._tables["rounds"][i]["prompt_id"].iloc[0] if len(self._tables["rounds"][i]) else f"live-{i}",
+                  {k: v[i] for k, v in self._tables.items() if k != "rows_index"})
+        w.finish()
+        return w.path
+
+
+def capture(drafter: Eagle3Drafter, target, depth: int = 8, **kw) -> LiveCapture:
+    return LiveCapture(drafter, target, depth=depth, **kw)
