@@ -1,16 +1,61 @@
-"""drifttool: measure attention drift and hidden-state growth in EAGLE-3 / EAGLE-3.1 drafters."""
+"""drifttool: measure attention drift and hidden-state growth in EAGLE-3 / EAGLE-3.1 drafters.
 
-from .api import LiveCapture, Trace, capture, compare_many, load
-from .checkpoint import load_drafter, save_drafter
-from .config import DrafterConfig
-from .drafter import Eagle3Drafter
+Public names are imported lazily (PEP 562), so `import drifttool.trace` / the dashboard do not pay for
+torch and transformers until a model is actually needed."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING
+
 from .errors import DriftError
-from .loop import RoundRecord, SpecResult, speculate
-from .target import Target, load_target
-from .version import __version__  # noqa: E402
+from .version import __version__
+
+_LAZY = {
+    "LiveCapture": ".api", "Trace": ".api", "capture": ".api", "compare_many": ".api", "load": ".api",
+    "load_drafter": ".checkpoint", "save_drafter": ".checkpoint", "DrafterConfig": ".config",
+    "Eagle3Drafter": ".drafter", "RoundRecord": ".loop", "SpecResult": ".loop", "speculate": ".loop",
+    "Target": ".target", "load_target": ".target",
+}
 
 __all__ = [
     "LiveCapture", "Trace", "capture", "compare_many", "load",
     "DrafterConfig", "DriftError", "Eagle3Drafter", "RoundRecord", "SpecResult", "Target",
     "load_drafter", "load_target", "save_drafter", "speculate", "__version__",
 ]
+
+
+def __getattr__(name: str):
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'drifttool' has no attribute {name!r}")
+    value = getattr(importlib.import_module(mod, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    def __setattr__(self, name, value):
+        # Loading the submodule drifttool.capture must not shadow the public function `drifttool.capture`
+        # (the eager import order used to guarantee this).
+        if name == "capture" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .api import LiveCapture, Trace, capture, compare_many, load
+    from .checkpoint import load_drafter, save_drafter
+    from .config import DrafterConfig
+    from .drafter import Eagle3Drafter
+    from .loop import RoundRecord, SpecResult, speculate
+    from .target import Target, load_target

@@ -19,7 +19,7 @@ from .checkpoint import load_drafter
 from .drafter import Eagle3Drafter
 from .errors import DriftError
 from .hooks import Capture
-from .loop import speculate, teacher_forcing_data
+from .loop import MODES, speculate, teacher_forcing_data
 from .probes import Probe, load_suite
 from .records import prompt_tables, row_samples
 from .sinks import SinkSpec
@@ -190,6 +190,10 @@ def run_capture(
     """Capture every probe with every drafter into the trace `out`; returns its path."""
     if depth < 1:
         raise DriftError(f"--depth: {depth} is invalid; expected a speculation depth >= 1")
+    if mode not in MODES:  # checked before anything is loaded or written (speculate checks too late for that)
+        raise DriftError(f"--mode: {mode!r}; expected one of {', '.join(MODES)}")
+    if mode == "teacher-forced" and temperature > 0:
+        raise DriftError("--mode teacher-forced: needs greedy decoding (temperature 0)")
     if not drafters:
         raise DriftError("--drafter: give at least one drafter checkpoint folder")
     names = [d.name for d in drafters]

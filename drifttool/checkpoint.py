@@ -294,7 +294,13 @@ def load_drafter(
     if "embed_tokens.weight" not in sd:
         if target is None:
             raise DriftError(f"{p}: checkpoint has no embed_tokens.weight; pass target=... to take the target's embeddings")
-        sd["embed_tokens.weight"] = target.input_embeddings().detach().to("cpu", torch.float32)
+        emb = target.input_embeddings()
+        if tuple(emb.shape) != (cfg.vocab_size, cfg.hidden_size):
+            raise DriftError(
+                f"{p}: checkpoint has no embed_tokens.weight and the target's embeddings have shape "
+                f"{list(emb.shape)}, expected {[cfg.vocab_size, cfg.hidden_size]} (drafter hidden_size)"
+            )
+        sd["embed_tokens.weight"] = emb.detach().to("cpu", torch.float32)
         cfg.has_embed = False
     if "d2t" in sd:
         sd["d2t"] = sd["d2t"].long()
@@ -334,6 +340,11 @@ def save_drafter(model: Eagle3Drafter, out_dir, layout: str = "speculators") -> 
         "num_hidden_layers": 1, "tie_word_embeddings": False,
     }
     if layout == "speculators":
+        if cfg.draft_vocab_size == cfg.vocab_size and not sd["d2t"].any():
+            # Full-vocab drafter with the identity mapping: speculators omits d2t/t2d, and vLLM (0.32) refuses
+            # a d2t tensor when draft_vocab_size == vocab_size (it has no draft_id_to_target_id parameter then).
+            sd.pop("d2t")
+            sd.pop("t2d")
         conf = {
             "architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3",
             "transformer_layer_config": llama, "draft_vocab_size": cfg.draft_vocab_size,
@@ -352,7 +363,8 @@ def save_drafter(model: Eagle3Drafter, out_dir, layout: str = "speculators") -> 
         if layout == "safeailab" and (cfg.fc_norm or cfg.norm_output):
             raise DriftError("layout 'safeailab' cannot express fc_norm / norm_output (EAGLE-3.1); save as specforge or speculators")
         sd = {("midlayer." + k[len("layers.0."):] if k.startswith("layers.0.") else k): v for k, v in sd.items()}
-        sd.pop("embed_tokens.weight", None)
+        if not cfg.has_embed:  # the target's embeddings: these layouts take them from the target
+            sd.pop("embed_tokens.weight", None)
         conf = dict(llama, architectures=["LlamaForCausalLMEagle3"], draft_vocab_size=cfg.draft_vocab_size)
         if cfg.target_hidden_size != cfg.hidden_size:
             conf["target_hidden_size"] = cfg.target_hidden_size

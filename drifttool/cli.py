@@ -1,4 +1,4 @@
-"""`drifttool` command line: capture, info, compare (+ demo, dashboard, zoo, check as they land)."""
+"""`drifttool` command line: capture, info, compare, dashboard (+ demo, zoo, check as they land)."""
 
 from __future__ import annotations
 
@@ -41,8 +41,12 @@ def capture(
     quiet: bool = typer.Option(False, "--quiet"),
 ):
     """Run target + drafters over a probe suite with capture hooks and write a trace."""
+    from transformers.utils import logging as hf_logging
+
     from .capture import DrafterSpec, parse_overrides, run_capture
     from .sinks import SinkSpec
+
+    hf_logging.disable_progress_bar()  # stderr stays ours: the progress display, or one line per error
 
     common = parse_overrides(override)
     specs = [DrafterSpec.parse(d, common) for d in drafter]
@@ -89,6 +93,8 @@ def compare(
     traces: list[str] = typer.Argument(..., help="two or more NAME.drift folders (or one with several drafters)"),
     as_json: bool = typer.Option(False, "--json"),
     bins: int = typer.Option(4, "--bins", help="quantile bins for the rejection predictors"),
+    breakeven: float | None = typer.Option(None, "--breakeven",
+                                           help="break-even acceptance length (default 1 + K*c from measured timing)"),
 ):
     """EAGLE-3 vs 3.1 side by side: per-depth masses, feature RMS, acceptance (95% CIs over prompts)."""
     from .compare import Comparison
@@ -96,11 +102,11 @@ def compare(
 
     cmp = Comparison.of([read_trace(t) for t in traces])
     if as_json:
-        typer.echo(json.dumps(cmp.to_json(), indent=1, default=str))
+        typer.echo(json.dumps(cmp.to_json(breakeven=breakeven), indent=1, default=str))
         return
     from .report import print_comparison
 
-    print_comparison(_console(), cmp, bins)
+    print_comparison(_console(), cmp, bins, breakeven=breakeven)
 
 
 @app.command()
@@ -123,17 +129,96 @@ def demo(
     typer.echo(f"trace: {path}\nopen the dashboard: drifttool dashboard {path}")
 
 
+@app.command()
+def check(
+    trace: str = typer.Argument(..., help="NAME.drift folder to gate"),
+    rule: list[str] = typer.Option([], "--rule", help="METRIC[@depthN] OP NUMBER, e.g. 'acceptance_length>=2.0'"),
+    baseline: str | None = typer.Option(None, "--baseline", help="baseline trace to compare against"),
+    max_drop: str = typer.Option("2%", "--max-drop", help="allowed relative drop vs the baseline (2% or 0.02)"),
+    baseline_metric: list[str] = typer.Option([], "--baseline-metric",
+                                              help="metric compared with --baseline (default mean_acceptance_length)"),
+    drafter: str | None = typer.Option(None, "--drafter", help="only this drafter of the trace"),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Regression gate: exit 0 when every rule (and the baseline comparison) passes, 1 when any fails."""
+    from .check import print_check, run_check
+    from .trace.reader import read_trace
+
+    rep = run_check(read_trace(trace), rule, read_trace(baseline) if baseline else None, max_drop,
+                    baseline_metric, drafter)
+    if as_json:
+        typer.echo(json.dumps(rep, indent=1, default=str))
+    else:
+        print_check(_console(), rep)
+    if not rep["passed"]:
+        raise typer.Exit(1)
+
+
+def dashboard_command(traces: list[str], port: int) -> list[str]:
+    """The `streamlit run` command line for the dashboard (app/ lives next to the package, in the repo)."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "app" / "dashboard.py"
+    if not script.is_file():
+        raise DriftError(f"{script}: dashboard app not found; the app/ folder ships with the source checkout "
+                         "(pip install -e . from the repository)")
+    if importlib.util.find_spec("streamlit") is None:
+        raise DriftError("streamlit is not installed; pip install 'drifttool[app]'")
+    if not 1 <= port <= 65535:
+        raise DriftError(f"--port {port}: expected 1..65535")
+    return [sys.executable, "-m", "streamlit", "run", str(script), "--server.address", "127.0.0.1",
+            "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
+            "--", *[str(Path(t).absolute()) for t in traces]]
+
+
+@app.command()
+def dashboard(
+    traces: list[str] = typer.Argument(None, help="NAME.drift folders (default: the repo's sample_traces/*.drift)"),
+    port: int = typer.Option(8501, "--port", help="local port (the app listens on 127.0.0.1 only)"),
+):
+    """Open the Streamlit dashboard on the given traces (reads only those folders)."""
+    import os
+    import subprocess
+
+    cmd = dashboard_command(traces or [], port)
+    typer.echo(f"dashboard: http://127.0.0.1:{port}", err=True)
+    if os.name == "posix":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(cmd[0], cmd)  # replace this process: signals reach streamlit directly
+    raise typer.Exit(subprocess.call(cmd))
+
+
+@app.command(name="zoo", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                                          "help_option_names": []})
+def zoo(ctx: typer.Context, action: str = typer.Argument("build", help="build")):
+    """Train the bundled demo models (tokenizer, targets, drafters); resumable. `drifttool zoo build --help`."""
+    if action != "build":
+        raise DriftError(f"zoo {action!r}: unknown action; expected 'build'")
+    from .zoo.build import main as build_main
+
+    code = build_main(list(ctx.args))
+    if code:
+        raise typer.Exit(code)
+
+
+def _interrupted() -> int:
+    print("drifttool: interrupted; completed prompts are saved (trace marked partial); rerun with --resume",
+          file=sys.stderr)
+    return 130
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: user errors print one line and exit 2; Ctrl-C keeps completed work."""
     try:
-        app(args=argv, standalone_mode=False)
+        # standalone_mode=False makes click *return* typer.Exit codes (e.g. `check`'s 1) instead of raising
+        rc = app(args=argv, standalone_mode=False)
     except DriftError as e:
         print(f"drifttool: error: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
-        print("drifttool: interrupted; completed prompts are saved (trace marked partial); rerun with --resume",
-              file=sys.stderr)
-        return 130
+        return _interrupted()
     except Exception as e:  # click usage errors carry their own exit code
         import click
 
@@ -142,10 +227,12 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(e, click.ClickException):
             print(f"drifttool: error: {e.format_message()}", file=sys.stderr)
             return 2
-        if isinstance(e, click.exceptions.Abort):
-            return 130
+        if isinstance(e, click.exceptions.Abort):  # click turns Ctrl-C (and our SIGTERM) into Abort
+            return _interrupted()
         raise
-    return 0
+    if rc == 130:  # typer turns Ctrl-C (and capture's SIGTERM) into a *returned* exit code 130
+        return _interrupted()
+    return rc if type(rc) is int else 0
 
 
 if __name__ == "__main__":

@@ -119,7 +119,7 @@ class Comparison:
                 "series": s.label, "prompts": r["prompt_id"].nunique(), "drafts": acc.get("drafts", 0),
                 "mean_acceptance_length": 1 + al, "al_lo": 1 + al_lo, "al_hi": 1 + al_hi,
                 "draft_acceptance_rate": acc.get("draft_acceptance_rate"),
-                "iid_acceptance_length": acc.get("iid_acceptance_length"),
+                "iid_acceptance_length": acc.get("iid_acceptance_length"), "iid_p": acc.get("iid_p"),
                 "drift_score": drift, "drift_lo": dlo, "drift_hi": dhi,
                 "feature_growth": float(by_depth["rms_in"].iloc[-1] / by_depth["rms_in"].iloc[0]) if len(by_depth) else np.nan,
                 "sink_retention": float(by_depth["sink_mass"].iloc[-1] / by_depth["sink_mass"].iloc[0])
@@ -154,7 +154,10 @@ class Comparison:
                                  "acceptance": float(rates.loc[b]), "n": int((q == b).sum()), "spearman": rho})
         return pd.DataFrame(rows)
 
-    def to_json(self) -> dict:
+    def to_json(self, breakeven: float | None = None) -> dict:
+        from .decay import any_beyond, context_curve, decay_table, window_split, windows
+        from .metrics import ACCEPTANCE_DEFINITIONS
+
         def rec(df: pd.DataFrame) -> list[dict]:
             return df.replace({np.nan: None}).to_dict(orient="records")
 
@@ -162,10 +165,20 @@ class Comparison:
             "series": [{"label": s.label, "trace": str(s.trace.path), "drafter": s.drafter} for s in self.series],
             "notes": self.notes, "summary": rec(self.summary()), "per_depth": rec(self.per_depth()),
             "by_context": rec(self.by_context().astype({"context_bucket": str})), "predictors": rec(self.predictors()),
+            "long_context_decay": {"trend": rec(decay_table(self, breakeven)), "by_context": rec(context_curve(self))},
+            "trained_window": {"windows": windows(self), "any_beyond": any_beyond(self),
+                               "split": rec(window_split(self))},
+            "acceptance_definitions": ACCEPTANCE_DEFINITIONS,
             "definitions": {
                 "drift_score": "mean self mass (draft + own slot attention) over depths 2..K",
                 "feature_growth": "RMS of the drafter layer input at depth K / at depth 1",
                 "acceptance_rate": "vLLM per-position rate: fraction of chains with depth d accepted",
                 "n_alpha": "EAGLE n-alpha: acceptance at depth d among chains whose depths < d were accepted",
+                "al_per_doubling": "least-squares slope of acceptance length vs log2(context length)",
+                "breakeven_al": "1 + K * c, c = drafter step cost / target verify cost (rounds.draft_s / K over "
+                                "rounds.verify_s); speculation pays while acceptance length exceeds it",
+                "breakeven_context": "context length where the fitted acceptance-length trend crosses breakeven_al",
+                "trained_window": "rope_scaling.original_max_position_embeddings if present, else "
+                                  "max_position_embeddings; a round is beyond when its deepest query position >= it",
             },
         }

@@ -84,6 +84,7 @@ class Capture:
         self._seen = 0
         self._qk: dict[int, tuple[torch.Tensor, torch.Tensor, int, list[int]]] = {}
         self._final_keys: torch.Tensor | None = None
+        self._ids, self._ids_of = torch.zeros(0, dtype=torch.long), None  # see _context_ids
         self._reset_round()
 
     # -- hooks -------------------------------------------------------------------------------
@@ -106,8 +107,9 @@ class Capture:
 
             return f
 
-        def aux(store, idx):
+        def aux(attr, idx):  # look the list up per call: _reset_round replaces it every round
             def f(_m, _i, out):
+                store = getattr(self, attr)
                 while len(store) <= idx:
                     store.append(None)
                 store[idx] = out[0, -1].detach()
@@ -121,9 +123,9 @@ class Capture:
             mods[ad.post].register_forward_hook(last_row("post")),
         ]
         for i, name in enumerate(ad.aux_pre):
-            self._handles.append(mods[name].register_forward_hook(aux(self._aux_pre, i)))
+            self._handles.append(mods[name].register_forward_hook(aux("_aux_pre", i)))
         for i, name in enumerate(ad.aux_post):
-            self._handles.append(mods[name].register_forward_hook(aux(self._aux_post, i)))
+            self._handles.append(mods[name].register_forward_hook(aux("_aux_post", i)))
         return self
 
     def detach(self) -> None:
@@ -143,6 +145,7 @@ class Capture:
         self._seen = 0
         self._qk = {}
         self._final_keys = None
+        self._ids_of = None
 
     # -- observer protocol ---------------------------------------------------------------------
     def begin_round(self, drafter, round_idx: int, context_len: int, depth: int, seq: list[int]) -> None:
@@ -161,54 +164,73 @@ class Capture:
             self._final_keys = keys.clone()  # slots < n never change after commit
 
     # -- the per-round computation ---------------------------------------------------------------
-    def scores(self, q: torch.Tensor, keys: torch.Tensor, n: int) -> torch.Tensor:
-        """Attention probabilities of K draft-step queries [K, nh, hd] over keys [nkv, L, hd] (fp32).
-        Depth j (0-based) sits at slot n-1+j and sees slots <= n-1+j."""
+    # Cost: this runs once per round over K x heads x L scores, so every full-length pass counts (at 16k
+    # context one pass is ~1 ms on a CPU core, a draft step a few ms). Hence: scores in the [nkv, K, rep, L]
+    # layout one matmul writes; the chain mask only on the K-1 draft slots at the tail (the context is
+    # visible to every depth); fused log_softmax + exp instead of softmax + entr; sink mass gathered from
+    # the few sink columns; the context ids converted to a tensor incrementally, not every round.
+    def _logits(self, q: torch.Tensor, keys: torch.Tensor, n: int) -> torch.Tensor:
+        """Masked scaled scores [nkv, K, rep, L] (fp32) of the K draft-step queries q [K, nh, hd] (head
+        h = g * rep + r uses kv head g) over keys [nkv, L, hd]. Depth j (0-based) sits at slot n-1+j and
+        sees slots <= n-1+j: only draft slots n..L-1 can be hidden."""
         k_, nh, hd = q.shape
         nkv, length, _ = keys.shape
-        s = torch.einsum("kgrd,gld->kgrl", q.float().view(k_, nkv, nh // nkv, hd), keys.float())
-        s = s.reshape(k_, nh, length) * (1.0 / math.sqrt(hd))
-        limit = torch.arange(k_, device=q.device)[:, None] + (n - 1)
-        allowed = torch.arange(length, device=q.device)[None, :] <= limit
-        return s.masked_fill(~allowed[:, None, :], float("-inf")).softmax(-1)
+        rep = nh // nkv
+        qg = q.float().view(k_, nkv, rep, hd).transpose(0, 1).reshape(nkv, k_ * rep, hd)
+        s = torch.matmul(qg, keys.float().transpose(1, 2)).view(nkv, k_, rep, length)
+        s.mul_(1.0 / math.sqrt(hd))
+        hidden = torch.ones(k_, length - n, dtype=torch.bool, device=q.device).triu()  # tail col c: depths <= c
+        s[..., n:].masked_fill_(hidden[None, :, None, :], float("-inf"))
+        return s
+
+    def scores(self, q: torch.Tensor, keys: torch.Tensor, n: int) -> torch.Tensor:
+        """Attention probabilities [K, nh, L] of K draft-step queries [K, nh, hd] over keys [nkv, L, hd] (fp32).
+        Depth j (0-based) sits at slot n-1+j and sees slots <= n-1+j."""
+        k_, nh, _ = q.shape
+        return self._logits(q, keys, n).softmax(-1).transpose(0, 1).reshape(k_, nh, -1)
+
+    def _context_ids(self, n: int) -> torch.Tensor:
+        """Token ids of positions 0..n-1. The loop's `seq` only grows and committed tokens never change, so
+        only the tokens committed since the last round are converted (a list -> tensor copy of the whole
+        context costs milliseconds at 16k)."""
+        if self._ids_of is not self._seq:
+            self._ids, self._ids_of = torch.tensor(self._seq[:n], dtype=torch.long), self._seq
+        elif self._ids.shape[0] < n:
+            self._ids = torch.cat([self._ids, torch.tensor(self._seq[self._ids.shape[0] : n], dtype=torch.long)])
+        return self._ids[:n]
 
     def _compute(self, keys: torch.Tensor, record) -> RoundCapture:
         n = self._ctx
         q = torch.stack(self._q)
-        k_ = q.shape[0]
-        probs = self.scores(q, keys, n)  # [K, nh, L]
-        seq_ids = torch.tensor(self._seq[:n], device=keys.device)
-        sink = self.sink.mask(seq_ids).to(probs.dtype)  # context positions only
-        sink_mass = probs[..., :n] @ sink
-        tail = probs[..., n:]  # draft slots n .. n+K-2 (inputs of depths 2..K)
-        own = torch.zeros(k_, probs.shape[1], device=probs.device)
-        draft = torch.zeros_like(own)
-        if k_ > 1:
-            idx = torch.arange(1, k_, device=probs.device)
-            own[1:] = tail[idx, :, idx - 1]
-            tri = torch.ones(k_, k_ - 1, device=probs.device).tril(-2)  # depth j sees draft slots < j-1
-            draft = torch.einsum("khs,ks->kh", tail, tri)
-        ent = torch.special.entr(probs).sum(-1)
-        heads = torch.stack([sink_mass, draft, own, ent], -1)  # [K, nh, 4]
-        hid = []
-        for key in ("in", "pre", "post"):
-            x = torch.stack(self._h[key]).float()
-            hid += [x.pow(2).mean(-1).sqrt(), x.norm(dim=-1)]
-        xin, xpre = torch.stack(self._h["in"]), torch.stack(self._h["pre"])
-        hid.append((massive(xin) | massive(xpre)).float())
-        hidden = torch.stack(hid, -1)  # [K, 7]
-        aux = torch.zeros(len(self._aux_pre), 3, device=probs.device)
-        for i, (a, b) in enumerate(zip(self._aux_pre, self._aux_post)):
-            if a is not None:
-                aux[i, 0] = a.float().pow(2).mean().sqrt()
-                aux[i, 1] = b.float().pow(2).mean().sqrt()
-                aux[i, 2] = massive(a[None])[0].float()
+        k_, nh, _ = q.shape
+        dev = keys.device
+        logp = self._logits(q, keys, n).log_softmax(-1)  # [nkv, K, rep, L]
+        probs = logp.exp()
+        plogp = probs * logp
+        plogp[..., n:].nan_to_num_(0.0)  # hidden draft slots: 0 * -inf
+        ent = -plogp.sum(-1)
+        sink_idx = self.sink.mask(self._context_ids(n)).nonzero()[:, 0].to(dev)  # context positions only
+        sink_mass = probs.index_select(-1, sink_idx).sum(-1)
+        tail = probs[..., n:]  # draft slots n .. n+K-2 (inputs of depths 2..K); depth j sees tail cols < j
+        seen = torch.ones(k_, k_ - 1, device=dev).tril(-1)
+        draft_w = seen.tril(-2)  # depth j's earlier draft steps: tail cols < j-1
+        draft = (tail * draft_w[:, None]).sum(-1)
+        own = (tail * (seen - draft_w)[:, None]).sum(-1)  # tail col j-1: the query's own slot
+        heads = torch.stack([sink_mass, draft, own, ent], -1).transpose(0, 1).reshape(k_, nh, 4)
+        x = torch.stack([torch.stack(self._h[key]) for key in ("in", "pre", "post")]).float()  # [3, K, H]
+        rms, l2 = x.pow(2).mean(-1).sqrt(), x.norm(dim=-1)
+        hidden = torch.stack([rms[0], l2[0], rms[1], l2[1], rms[2], l2[2], massive(x[:2]).any(0).float()], -1)
+        aux = torch.zeros(len(self._aux_pre), 3, device=dev)
+        got = [i for i, a in enumerate(self._aux_pre) if a is not None]
+        if got:
+            a = torch.stack([self._aux_pre[i] for i in got]).float()
+            b = torch.stack([self._aux_post[i] for i in got]).float()
+            aux[got] = torch.stack([a.pow(2).mean(-1).sqrt(), b.pow(2).mean(-1).sqrt(), massive(a).float()], -1)
         keep = self._sample_row()
         packed = torch.cat([heads.flatten(), hidden.flatten(), aux.flatten()])
         if keep:
-            packed = torch.cat([packed, probs.mean(1).flatten()])
+            packed = torch.cat([packed, probs.mean((0, 2)).flatten()])
         host = packed.cpu().numpy()  # the one host transfer of the round
-        nh = probs.shape[1]
         o1 = heads.numel()
         o2 = o1 + hidden.numel()
         o3 = o2 + aux.numel()

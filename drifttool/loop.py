@@ -6,6 +6,7 @@ any draft slots there), then drafts depths 2..K from the fed-back tensor, then v
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -29,6 +30,8 @@ class RoundRecord:
     match: list[bool]  # per depth: draft equals the target's token there (teacher-forced: given a correct prefix)
     bonus: int
     input_ids: list[int] = field(default_factory=list)  # ids fed at depth 1..K (depth 1 = the last committed token)
+    draft_s: float = float("nan")  # wall time of the drafter this round: refresh + K draft steps (K forward calls)
+    verify_s: float = float("nan")  # wall time of the target's verify forward + acceptance (nan when teacher-forced)
 
 
 @dataclass
@@ -118,6 +121,7 @@ def speculate(
         ctx = n  # positions 0..n-1 have target features; slot n-1 pairs token n with feature n-1
         for o in observers:
             o.begin_round(drafter, r, ctx, depth, seq)
+        t_draft = time.perf_counter()
         cache.truncate(committed_slots)
         m = pending_feats.shape[0]
         ids = torch.tensor(seq[committed_slots + 1 : committed_slots + 1 + m], device=dev)[None]
@@ -138,6 +142,7 @@ def speculate(
                 torch.tensor([[nxt]], device=dev), step.feedback, torch.tensor([[n - 1 + k]], device=dev),
                 cache, hidden_is_feature=False,
             )
+        draft_s, verify_s = time.perf_counter() - t_draft, float("nan")
         if forced is not None:
             truth = forced[n + 1 : n + 1 + depth]
             a = 0
@@ -147,6 +152,7 @@ def speculate(
             new_feats = all_feats[n : n + a + 1]
             tgt_ids = truth
         else:
+            t_verify = time.perf_counter()
             vo = target.forward(torch.tensor([seq[-1], *drafts]))
             _check_features(vo.features)
             if temperature > 0:
@@ -157,9 +163,11 @@ def speculate(
             tgt_ids = vo.logits.argmax(-1)[:depth].tolist()
             new_feats = vo.features[: a + 1]
             target.crop(n + a + 1)
+            verify_s = time.perf_counter() - t_verify
         rec = RoundRecord(
             round=r, context_len=ctx, draft_ids=drafts, target_ids=tgt_ids, accepted=a,
             match=[d == t for d, t in zip(drafts, tgt_ids)], bonus=bonus, input_ids=fed,
+            draft_s=draft_s, verify_s=verify_s,
         )
         for o in observers:
             o.end_round(drafter, cache, rec)

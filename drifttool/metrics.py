@@ -14,6 +14,37 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+# Every acceptance definition users meet, by the key it has in summaries and JSON; docs/acceptance.md explains
+# where they differ. `name` is what compare prints; `source` is the public definition it follows.
+ACCEPTANCE_DEFINITIONS: dict[str, dict[str, str]] = {
+    "mean_acceptance_length": {
+        "name": "mean acceptance length (vLLM)",
+        "definition": "1 + accepted drafts / drafted chains (bonus token included)",
+        "source": "vllm-project/vllm vllm/v1/spec_decode/metrics.py (SpecDecodingLogging)",
+    },
+    "per_position_rate": {
+        "name": "per-position rate (vLLM)",
+        "definition": "rate[d] = chains with depth d accepted / all chains (unconditional, non-increasing in d)",
+        "source": "vllm-project/vllm vllm/v1/spec_decode/metrics.py (Per-position acceptance rate)",
+    },
+    "n_alpha": {
+        "name": "n-alpha (EAGLE)",
+        "definition": "alpha[d] = chains with depth d accepted / chains with depths < d accepted; depth d = EAGLE's (d-1)-alpha",
+        "source": "Li et al., EAGLE (arXiv:2401.15077), metric n-alpha; SafeAILab/EAGLE issues #80, #180",
+    },
+    "draft_acceptance_rate": {
+        "name": "draft acceptance rate",
+        "definition": "accepted drafts / drafted tokens = (AL - 1) / K",
+        "source": "vllm-project/vllm vllm/v1/spec_decode/metrics.py (Draft acceptance rate)",
+    },
+    "iid_acceptance_length": {
+        "name": "i.i.d. estimate",
+        "definition": "(1 - p^(K+1)) / (1 - p), p = accepted / drafted positions reached: AL if every position were "
+                      "accepted independently with one rate",
+        "source": "Leviathan et al., Fast Inference from Transformers via Speculative Decoding (arXiv:2211.17192) sec. 3.3",
+    },
+}
+
 CONTEXT_EDGES = (0, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 1 << 30)
 
 

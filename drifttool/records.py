@@ -13,8 +13,8 @@ def prompt_tables(
     drafter: str, prompt_id: str, records: list[RoundRecord], caps: list[RoundCapture], aux_layer_ids: list[int],
     trained_window: int,
 ) -> dict[str, pd.DataFrame]:
-    if not records:
-        return {k: pd.DataFrame() for k in ("rounds", "depths", "heads", "aux")}
+    if not records:  # e.g. max_new_tokens 1: no drafting round, but the shard still needs every table
+        return _empty_tables(drafter, prompt_id, aux_layer_ids, trained_window)
     k_ = len(records[0].draft_ids)
     nr = len(records)
     nh = caps[0].heads.shape[1]
@@ -26,6 +26,7 @@ def prompt_tables(
     rounds = pd.DataFrame({
         "drafter": drafter, "prompt_id": prompt_id, "round": rnd, "context_len": ctx, "depth": k_,
         "accepted": acc, "bonus": [r.bonus for r in records], "beyond_window": pos.max(1) >= trained_window,
+        "draft_s": [r.draft_s for r in records], "verify_s": [r.verify_s for r in records],
     })
     heads = np.stack([c.heads for c in caps])  # [R, K, nh, 4]
     hidden = np.stack([c.hidden for c in caps])  # [R, K, 7]
@@ -64,6 +65,17 @@ def prompt_tables(
         for c in ("sink_mass", "draft_mass", "own_mass", "self_mass", "prompt_mass", "entropy"):
             df[c] = df[c].astype(np.float32)
     return {"rounds": rounds, "depths": depths, "heads": heads_df, "aux": aux_df}
+
+
+def _empty_tables(drafter: str, prompt_id: str, aux_layer_ids: list[int], trained_window: int) -> dict[str, pd.DataFrame]:
+    """Zero-row tables with the columns and dtypes of a non-empty shard: the writer needs the schema columns,
+    and Parquet folder readers (pandas/pyarrow) take the first shard's schema, so no column may be untyped."""
+    rec = RoundRecord(round=0, context_len=1, draft_ids=[0], target_ids=[0], accepted=0, match=[False], bonus=0,
+                      input_ids=[0])
+    cap = RoundCapture(round=0, context_len=1, heads=np.zeros((1, 1, 4), np.float32),
+                       hidden=np.zeros((1, 7), np.float32), aux=np.zeros((len(aux_layer_ids), 3), np.float32))
+    tabs = prompt_tables(drafter, prompt_id, [rec], [cap], aux_layer_ids, trained_window)
+    return {k: v.iloc[:0].astype({c: "string" for c in v.columns if v[c].dtype == object}) for k, v in tabs.items()}
 
 
 def row_samples(drafter: str, prompt_id: str, caps: list[RoundCapture]) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:

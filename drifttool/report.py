@@ -17,12 +17,84 @@ def _f(v, lo=None, hi=None, d=3) -> str:
     return s
 
 
-def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool = True) -> None:
+def _list(v, d=2) -> str:
+    if v is None or isinstance(v, float):
+        return "-"
+    return " ".join(_f(x, d=d) for x in v)
+
+
+def print_acceptance(c: Console, s) -> None:
+    """Every acceptance definition by name (docs/acceptance.md), measured beside the i.i.d. estimate."""
+    from .metrics import ACCEPTANCE_DEFINITIONS as D
+
+    t = Table(title="Acceptance, every definition (docs/acceptance.md)")
+    t.add_column("definition")
+    for label in s.series:
+        t.add_column(label)
+    rows = [
+        (D["mean_acceptance_length"]["name"], lambda r: _f(r.mean_acceptance_length, r.al_lo, r.al_hi, 2)),
+        (D["iid_acceptance_length"]["name"] + " (p)",
+         lambda r: f"{_f(r.iid_acceptance_length, d=2)} (p={_f(r.iid_p, d=2)})"),
+        ("measured - i.i.d.", lambda r: _f(r.mean_acceptance_length - r.iid_acceptance_length, d=2)),
+        (D["draft_acceptance_rate"]["name"], lambda r: _f(r.draft_acceptance_rate)),
+        (D["per_position_rate"]["name"] + ", depth 1..K", lambda r: _list(r.per_position_rate)),
+        (D["n_alpha"]["name"] + ", depth 1..K", lambda r: _list(r.n_alpha)),
+    ]
+    for name, fn in rows:
+        t.add_row(name, *[fn(r) for _, r in s.iterrows()])
+    c.print(t)
+
+
+def print_decay(c: Console, cmp: Comparison, breakeven: float | None = None) -> None:
+    from .decay import context_curve, decay_table
+
+    cc = context_curve(cmp)
+    t = Table(title="Long-context decay: by context length (power-of-two buckets)")
+    for col in ("series", "context", "rounds", "acc. length", "draft acc. rate", "drift score", "sink", "rms_in"):
+        t.add_column(col)
+    for _, r in cc.iterrows():
+        t.add_row(r.series, r.context_bucket, str(r.rounds), _f(r.acceptance_length, d=2),
+                  _f(r.draft_acceptance_rate), _f(r.drift_score), _f(r.sink_mass), _f(r.rms_in, d=2))
+    c.print(t)
+    dt = decay_table(cmp, breakeven)
+    t = Table(title="Long-context decay: trend vs log2(context), break-even")
+    for col in ("series", "contexts", "AL / doubling", "drift / doubling", "cost ratio c", "break-even AL",
+                "stops paying at"):
+        t.add_column(col)
+    for _, r in dt.iterrows():
+        se = f" ± {r.al_per_doubling_se:.3f}" if r.al_per_doubling_se == r.al_per_doubling_se else ""
+        at = r.breakeven_context
+        t.add_row(r.series, f"{r.context_min}-{r.context_max}", _f(r.al_per_doubling) + se, _f(r.drift_per_doubling),
+                  _f(r.cost_ratio), _f(r.breakeven_al, d=2), "-" if at is None or at != at else f"{at:,.0f}")
+    c.print(t)
+    for _, r in dt.iterrows():
+        c.print(f"  {r.series}: {r.breakeven_status}; break-even from {r.breakeven_source}")
+    c.print("Break-even AL = 1 + K*c, c = drafter step cost / target verify cost (docs/acceptance.md).")
+
+
+def print_window(c: Console, cmp: Comparison) -> None:
+    from .decay import any_beyond, window_split
+
+    if not any_beyond(cmp):
+        return
+    ws = window_split(cmp)
+    t = Table(title="Trained window: rounds inside vs beyond the drafter's trained context (all metrics: --json)")
+    for col in ("series", "side", "window", "drafts", "acc. length", "draft acc. rate", "drift score",
+                "feature growth"):
+        t.add_column(col)
+    for _, r in ws.iterrows():
+        t.add_row(r.series, r.side, str(r.window), str(r.drafts), _f(r.mean_acceptance_length, d=2),
+                  _f(r.draft_acceptance_rate), _f(r.drift_score), _f(r.feature_growth, d=2))
+    c.print(t)
+
+
+def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool = True,
+                     breakeven: float | None = None) -> None:
     for n in cmp.notes:
         c.print(f"[yellow]note:[/yellow] {n}")
     s = cmp.summary()
     t = Table(title="Summary (95% CI over prompts)")
-    for col in ("series", "prompts", "drafts", "mean acc. length", "i.i.d. estimate", "draft acc. rate",
+    for col in ("series", "prompts", "drafts", "mean acceptance length (vLLM)", "i.i.d. estimate", "draft acc. rate",
                 "drift score", "feature growth", "sink retention"):
         t.add_column(col)
     for _, r in s.iterrows():
@@ -30,9 +102,10 @@ def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool =
                   _f(r.iid_acceptance_length, d=2), _f(r.draft_acceptance_rate), _f(r.drift_score, r.drift_lo, r.drift_hi),
                   _f(r.feature_growth, d=2), _f(r.sink_retention, d=2))
     c.print(t)
+    print_acceptance(c, s)
     pd_ = cmp.per_depth()
     t = Table(title="Per depth: attention mass, layer-input RMS, acceptance (95% CI over prompts)")
-    for col in ("series", "depth", "sink", "self", "prompt", "rms_in", "acc. rate", "n-alpha"):
+    for col in ("series", "depth", "sink", "self", "prompt", "rms_in", "per-position rate (vLLM)", "n-alpha (EAGLE)"):
         t.add_column(col)
     for _, r in pd_.iterrows():
         t.add_row(r.series, str(int(r.depth)), _f(r.sink_mass, r.sink_mass_lo, r.sink_mass_hi),
@@ -51,6 +124,8 @@ def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool =
             t.add_row(r.series, str(r.context_bucket), _f(r.sink_mass), _f(r.self_mass), _f(r.rms_in, d=2),
                       _f(r.acceptance_rate))
         c.print(t)
+        print_decay(c, cmp, breakeven)
+    print_window(c, cmp)
     pr = cmp.predictors(bins)
     if len(pr):
         rho = pr.groupby(["series", "metric", "depth"]).spearman.first().unstack("metric")

@@ -22,5 +22,10 @@ TABLES: dict[str, list[str]] = {
     "aux": [*KEY, "chunk", "layer_id", "rms_before", "rms_after", "massive"],
 }
 
+# Optional columns (absent from traces written before they were added; readers must cope):
+# rounds.draft_s / rounds.verify_s = per-round wall time of the drafter (refresh + K steps) and of the target's
+# verify forward (NaN when teacher-forced), from time.perf_counter in loop.speculate.
+OPTIONAL: dict[str, list[str]] = {"rounds": ["draft_s", "verify_s"]}
+
 # Optional: sampled attention rows, one safetensors file per shard plus this index table.
 ROWS_INDEX = [*KEY, "context_len", "tensor", "slot_tokens"]

@@ -87,6 +87,12 @@ class TraceWriter:
         except OSError as e:
             raise DriftError(f"{self.path / 'manifest.json'}: cannot write ({e.strerror}); completed shards are kept") from None
 
+    def _discard(self, written: list[Path]) -> None:
+        for p in written:
+            p.unlink(missing_ok=True)
+        for p in self.path.rglob(".*.tmp"):
+            p.unlink(missing_ok=True)
+
     def add(self, prompt_id: str, tables: dict[str, pd.DataFrame], rows: dict[str, np.ndarray] | None = None) -> None:
         """Write one completed prompt (all drafters) as a shard, then commit it in the manifest."""
         idx = len(self.manifest["shards"])
@@ -113,14 +119,16 @@ class TraceWriter:
                 os.replace(tmp, final)
                 written.append(final)
         except OSError as e:
-            for p in written:
-                p.unlink(missing_ok=True)
-            for p in self.path.rglob(".*.tmp"):
-                p.unlink(missing_ok=True)
+            self._discard(written)
             raise DriftError(
                 f"{self.path}: cannot write shard {name} ({e.strerror or e}); the {len(self.manifest['shards'])} "
                 "completed prompts are kept and --resume continues"
             ) from None
+        except BaseException:
+            # Ctrl-C / SIGTERM mid-shard: leave no unlisted part files, which Parquet folder readers
+            # (pd.read_parquet(trace / "depths")) would otherwise read as if they were complete.
+            self._discard(written)
+            raise
         n_rounds = int(len(tables["rounds"])) if "rounds" in tables else 0
         self.manifest["shards"].append({"index": idx, "prompts": [prompt_id], "rounds": n_rounds,
                                         "rows": bool(rows)})

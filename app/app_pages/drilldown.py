@@ -1,0 +1,33 @@
+"""Prompt drill-down: one sampled round's full head-mean attention rows (depth x slot) and its chain."""
+
+import dashlib
+import streamlit as st
+
+from drifttool import plots
+from drifttool.views import round_detail, token_decoder
+
+st.title("Prompt drill-down")
+v = dashlib.view()
+c1, c2, c3 = st.columns(3)
+series = c1.selectbox("Series", v.series, key="dd_series")
+trace, drafter = v.trace_of(series)
+ids = sorted(v.prompts.loc[v.prompts["series"] == series, "prompt_id"].unique())
+if not ids:
+    st.info("No prompt passes the current filters.")
+    st.stop()
+pid = c2.selectbox("Prompt", ids, key="dd_prompt")
+idx = trace.rows_index()
+sampled = sorted(idx.loc[(idx["drafter"] == drafter) & (idx["prompt_id"] == pid), "round"].astype(int))
+if not sampled:
+    st.info("No attention rows were sampled for this prompt (capture with --keep-rows N).")
+    st.stop()
+rnd = c3.selectbox("Sampled round", sampled, key="dd_round")
+row, slots = trace.attention_row(drafter, pid, rnd)
+ctx = int(idx.loc[(idx["drafter"] == drafter) & (idx["prompt_id"] == pid) & (idx["round"] == rnd),
+                  "context_len"].iloc[0])
+sinks = plots.sink_slots(trace.manifest["capture"].get("sink"), ctx, slots)
+dashlib.chart(plots.attention_row_heatmap(row, slots, ctx, sinks, token_decoder(trace),
+                                          title=f"{series} / {pid} / round {rnd}: head-mean attention"),
+              "attention rows")
+st.caption("Green triangles: sink slots; shaded: the chain's own draft slots; crosses: each depth's query slot.")
+dashlib.table(round_detail(trace, drafter, pid, rnd), "round detail")

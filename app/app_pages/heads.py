@@ -1,0 +1,21 @@
+"""Heads: depth x head heatmaps per series on one colour scale, and the difference A - B."""
+
+import dashlib
+import streamlit as st
+
+from drifttool import plots
+from drifttool.views import HEAD_METRICS
+
+st.title("Heads")
+v = dashlib.view()
+metric = st.selectbox("Metric", HEAD_METRICS, format_func=plots.label, key="heads_metric")
+dashlib.chart(plots.head_heatmaps(v.head_means, metric, v.series), "head heatmaps")
+if len(v.series) >= 2:
+    c1, c2 = st.columns(2)
+    a = c1.selectbox("A", v.series, index=0, key="heads_a")
+    b = c2.selectbox("B", v.series, index=1, key="heads_b")
+    dashlib.chart(plots.head_diff_heatmap(v.head_means, a, b, metric), "head difference")
+else:
+    st.info("A difference heatmap needs two series.")
+with st.expander("Depth x head table"):
+    dashlib.table(v.head_means, "head means")

@@ -1,0 +1,146 @@
+"""Dashboard plumbing shared by the pages: which traces to read, cached loading/aggregation, the shared
+filters (kept in st.session_state), and chart/table widgets with export buttons. Layout only: every
+figure comes from drifttool.plots, every table from drifttool.views."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from drifttool.errors import DriftError
+from drifttool.views import Filters, LoadedTrace, View, build_view, load_trace
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = REPO / "sample_traces"
+FILTER_KEYS = ("flt_prompts", "flt_tags", "flt_depth", "flt_heads")
+
+
+def trace_paths(argv: list[str] | None = None) -> list[Path]:
+    """The trace folders named on the command line, else every sample_traces/*.drift. Nothing else is read."""
+    args = [a for a in (sys.argv[1:] if argv is None else argv) if a.strip()]
+    return [Path(a) for a in args] if args else sorted(SAMPLES.glob("*.drift"))
+
+
+def _key(p: Path) -> tuple[str, float]:
+    mf = p / "manifest.json"
+    try:
+        return (str(p.resolve()), mf.stat().st_mtime)
+    except OSError:
+        return (str(p.resolve()), -1.0)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _load(path: str, mtime: float) -> LoadedTrace:
+    """Read + validate one trace; keyed by path and manifest mtime, so a rewritten trace is reloaded."""
+    return load_trace(path)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _check(path: str, mtime: float) -> str | None:
+    """None when the trace loads (warming `_load`), else the one-line reason."""
+    try:
+        _load(path, mtime)
+    except DriftError as e:
+        return str(e)
+    except Exception as e:  # noqa: BLE001 - never show a stack trace for a bad file
+        return f"{path}: {type(e).__name__}: {e}"
+    return None
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _options(keys: tuple[tuple[str, float], ...]) -> dict:
+    """Filter choices over all loaded traces: probe ids, tags, max depth, head indices."""
+    traces = [_load(*k) for k in keys]
+    prompts = pd.concat([t.prompts for t in traces], ignore_index=True)
+    return {
+        "prompts": sorted(prompts["prompt_id"].astype(str).unique()),
+        "tags": sorted({x for s in prompts["tags"].dropna() for x in str(s).split(",") if x}),
+        "depth": max(int(t.manifest["capture"].get("depth", 1)) for t in traces),
+        "heads": sorted({int(h) for t in traces for h in t.head_sums["head"].unique()}),
+        "names": [t.name for t in traces],
+    }
+
+
+@st.cache_resource(show_spinner="Aggregating traces...", max_entries=16)
+def _view(keys: tuple[tuple[str, float], ...], f: Filters) -> View:
+    """Shared across reruns and sessions (read-only): each table is aggregated once per traces + filters."""
+    return build_view([_load(*k) for k in keys], f)
+
+
+def load_traces() -> list[tuple[str, float]]:
+    """Check every trace once (cached by path + manifest mtime); each failure is one st.error line."""
+    keys = []
+    for p in trace_paths():
+        k = _key(p)
+        err = _check(*k)
+        if err:
+            st.error(f"Trace skipped: {err}")
+        else:
+            keys.append(k)
+    st.session_state["trace_keys"] = keys
+    return keys
+
+
+def sidebar_filters(keys: list[tuple[str, float]]) -> None:
+    """Probe / tag / depth / head filters in the sidebar; values persist in st.session_state across pages."""
+    o = _options(tuple(keys))
+    sb = st.sidebar
+    sb.header("Filters")
+    sb.multiselect("Probes", o["prompts"], key="flt_prompts", placeholder="all probes")
+    sb.multiselect("Tags (any of)", o["tags"], key="flt_tags", placeholder="all tags")
+    k = o["depth"]
+    if k > 1:
+        sb.slider("Depth range", 1, k, value=st.session_state.get("flt_depth", (1, k)), key="flt_depth")
+    sb.multiselect("Heads", o["heads"], key="flt_heads", placeholder="all heads")
+    sb.caption(f"{len(keys)} trace(s): " + ", ".join(o["names"]))
+
+
+def filters() -> Filters:
+    s = st.session_state
+    d = s.get("flt_depth")
+    return Filters(tuple(s.get("flt_prompts") or ()), tuple(s.get("flt_tags") or ()),
+                   tuple(d) if d else None, tuple(int(h) for h in s.get("flt_heads") or ()))
+
+
+def view() -> View:
+    """The current view (all traces, current filters); stops the page with a message when there is none."""
+    keys = st.session_state.get("trace_keys") or []
+    if not keys:
+        st.info(f"No trace to show. Run `drifttool dashboard A.drift [B.drift ...]`, or put traces in {SAMPLES}.")
+        st.stop()
+    f = filters()
+    try:
+        return _view(tuple(keys), f)
+    except DriftError as e:
+        st.error(str(e))
+        st.stop()
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower() or "chart"
+
+
+def chart(fig, name: str) -> None:
+    """A plotly chart (modebar PNG export) plus a self-contained HTML download."""
+    slug = _slug(name)
+    st.plotly_chart(fig, key=f"chart_{slug}", config={
+        "displaylogo": False, "toImageButtonOptions": {"format": "png", "filename": slug, "scale": 2}})
+    st.download_button("Download chart (HTML)", lambda: fig.to_html(include_plotlyjs=True, full_html=True),
+                       file_name=f"{slug}.html", mime="text/html", key=f"html_{slug}", on_click="ignore")
+
+
+def table(df: pd.DataFrame, name: str, **kw) -> None:
+    """A dataframe plus a CSV download."""
+    slug = _slug(name)
+    st.dataframe(df, hide_index=True, key=f"table_{slug}", **kw)
+    st.download_button("Download table (CSV)", lambda: df.to_csv(index=False), file_name=f"{slug}.csv",
+                       mime="text/csv", key=f"csv_{slug}", on_click="ignore")
+
+
+def notes(v: View) -> None:
+    for n in v.notes:
+        st.warning(n)

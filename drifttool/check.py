@@ -1,0 +1,217 @@
+"""`drifttool check`: a regression gate for drafters in CI.
+
+Rules are `METRIC[@depthN] OP NUMBER[%]` with OP one of >=, <=, >, <, ==, e.g. `acceptance_length>=2.0`,
+`self_mass@depth5<=0.4`, `draft_acceptance_rate>=40%`. METRIC is a column of `compare`'s summary (one number
+per drafter; no @depth) or of its per-depth table (needs @depthN), or a long-context trend. Every rule is
+checked for every drafter in the trace (or only `--drafter NAME`); a value that cannot be computed (no data)
+fails. With a baseline trace, chosen metrics (default mean acceptance length) are compared per drafter name and
+fail when they worsen by more than `max_drop` (relative). Exit: 0 all pass, 1 any failure, 2 user error."""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from .compare import DEPTH_METRICS, Comparison, check_compatible
+from .errors import DriftError
+from .trace.reader import TraceData
+
+SUMMARY_METRICS = ("mean_acceptance_length", "draft_acceptance_rate", "iid_acceptance_length", "iid_p",
+                   "drift_score", "feature_growth", "sink_retention", "prompts", "drafts")
+DECAY_METRICS = ("al_per_doubling", "drift_per_doubling")
+PER_DEPTH = (*DEPTH_METRICS, "acceptance_rate", "n_alpha")
+ALIASES = {"acceptance_length": "mean_acceptance_length", "al": "mean_acceptance_length",
+           "mean_al": "mean_acceptance_length", "iid_estimate": "iid_acceptance_length",
+           "drift": "drift_score", "per_position_rate": "acceptance_rate", "alpha": "n_alpha"}
+# Direction of "worse" for --baseline: +1 higher is better, -1 lower is better.
+DIRECTION = {"mean_acceptance_length": 1, "draft_acceptance_rate": 1, "iid_acceptance_length": 1, "iid_p": 1,
+             "sink_retention": 1, "drift_score": -1, "feature_growth": -1, "acceptance_rate": 1, "n_alpha": 1,
+             "sink_mass": 1, "self_mass": -1, "draft_mass": -1, "own_mass": -1, "rms_in": -1, "rms_pre": -1,
+             "rms_post": -1, "al_per_doubling": 1, "drift_per_doubling": -1}
+OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq}
+_RULE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:@\s*depth\s*(\d+))?\s*(>=|<=|==|>|<)\s*"
+                   r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(%?)\s*$")
+KNOWN = f"summary: {', '.join(SUMMARY_METRICS + DECAY_METRICS)}; per depth (@depthN): {', '.join(PER_DEPTH)}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    text: str
+    metric: str  # canonical column name
+    depth: int | None
+    op: str
+    threshold: float
+
+    def holds(self, value: float) -> bool:
+        return value is not None and math.isfinite(value) and OPS[self.op](value, self.threshold)
+
+
+def canonical(metric: str, where: str) -> str:
+    m = ALIASES.get(metric, metric)
+    if m not in SUMMARY_METRICS + DECAY_METRICS + PER_DEPTH:
+        raise DriftError(f"{where}: unknown metric {metric!r}; known metrics: {KNOWN}")
+    return m
+
+
+def parse_rule(text: str) -> Rule:
+    where = f"--rule {text!r}"
+    m = _RULE.match(text)
+    if not m:
+        raise DriftError(f"{where}: malformed; expected METRIC[@depthN] OP NUMBER with OP one of "
+                         f"{', '.join(OPS)} (e.g. 'acceptance_length>=2.0', 'self_mass@depth5<=0.4')")
+    name, depth, op, num, pct = m.groups()
+    metric = canonical(name, where)
+    if metric in PER_DEPTH and depth is None:
+        raise DriftError(f"{where}: {name!r} is a per-depth metric; add @depthN, e.g. '{name}@depth2{op}{num}{pct}'")
+    if metric not in PER_DEPTH and depth is not None:
+        raise DriftError(f"{where}: {name!r} is one number per drafter; drop '@depth{depth}'")
+    if depth is not None and int(depth) < 1:
+        raise DriftError(f"{where}: depth {depth} is invalid; depths start at 1")
+    return Rule(text.strip(), metric, int(depth) if depth else None, op, float(num) / (100 if pct else 1))
+
+
+def parse_drop(text: str) -> float:
+    t = str(text).strip()
+    try:
+        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise DriftError(f"--max-drop {text!r}: expected a fraction or a percentage, e.g. 2% or 0.02") from None
+    if not 0 <= v < 1:
+        raise DriftError(f"--max-drop {text!r}: expected a relative drop in [0%, 100%)")
+    return v
+
+
+class Values:
+    """Metric lookup per series of one trace (tables computed once, on demand)."""
+
+    def __init__(self, trace: TraceData, drafter: str | None = None):
+        self.cmp = Comparison.of([trace])
+        self.trace = trace
+        names = [s.drafter for s in self.cmp.series]
+        if drafter is not None:
+            if drafter not in names:
+                raise DriftError(f"--drafter {drafter!r}: not in {trace.path} (drafters: {', '.join(names)})")
+            self.cmp.series = [s for s in self.cmp.series if s.drafter == drafter]
+        self._summary = self._depth = self._decay = None
+
+    @property
+    def drafters(self) -> list[str]:
+        return [s.drafter for s in self.cmp.series]
+
+    def get(self, drafter: str, metric: str, depth: int | None, where: str) -> float:
+        label = next(s.label for s in self.cmp.series if s.drafter == drafter)
+        if metric in PER_DEPTH:
+            k = self.cmp.depth
+            if depth > k:
+                raise DriftError(f"{where}: depth {depth} is beyond the trace's speculation depth K = {k}")
+            if self._depth is None:
+                self._depth = self.cmp.per_depth()
+            row = self._depth[(self._depth.series == label) & (self._depth.depth == depth)]
+        elif metric in DECAY_METRICS:
+            if self._decay is None:
+                from .decay import decay_table
+
+                self._decay = decay_table(self.cmp)
+            row = self._decay[self._decay.series == label]
+        else:
+            if self._summary is None:
+                self._summary = self.cmp.summary()
+            row = self._summary[self._summary.series == label]
+        if row.empty:
+            return math.nan
+        v = row.iloc[0][metric]
+        return float(v) if v is not None and not pd.isna(v) else math.nan
+
+
+def run_check(trace: TraceData, rules: list[str], baseline: TraceData | None = None, max_drop: str | float = "2%",
+              baseline_metrics: list[str] | None = None, drafter: str | None = None) -> dict[str, Any]:
+    """Evaluate every rule (and the baseline comparison); returns the JSON-able report."""
+    parsed = [parse_rule(r) for r in rules]
+    if not parsed and baseline is None:
+        raise DriftError("check: nothing to check; give at least one --rule or a --baseline trace")
+    drop = parse_drop(max_drop) if isinstance(max_drop, str) else float(max_drop)
+    bms = []
+    for m in baseline_metrics or ["mean_acceptance_length"]:
+        name, _, dep = m.partition("@")
+        where = f"--baseline-metric {m!r}"
+        metric = canonical(name.strip(), where)
+        if metric not in DIRECTION:
+            raise DriftError(f"{where}: no 'better' direction is defined for {name!r}; use a --rule instead")
+        d = None
+        if metric in PER_DEPTH:
+            mm = re.fullmatch(r"depth(\d+)", dep.strip())
+            if not mm or int(mm.group(1)) < 1:
+                raise DriftError(f"{where}: {name!r} is a per-depth metric; write {name}@depthN")
+            d = int(mm.group(1))
+        elif dep:
+            raise DriftError(f"{where}: {name!r} is one number per drafter; drop '@{dep}'")
+        bms.append((m, metric, d))
+    cur = Values(trace, drafter)
+    results = []
+    for r in parsed:
+        for dname in cur.drafters:
+            v = cur.get(dname, r.metric, r.depth, f"--rule {r.text!r}")
+            results.append({"rule": r.text, "drafter": dname, "metric": r.metric, "depth": r.depth, "op": r.op,
+                            "threshold": r.threshold, "value": v if math.isfinite(v) else None,
+                            "passed": r.holds(v)})
+    base_rows, notes = [], []
+    if baseline is not None:
+        check_compatible([baseline, trace])
+        base = Values(baseline)
+        common = [d for d in cur.drafters if d in base.drafters]
+        if not common:
+            raise DriftError(f"--baseline {baseline.path}: no drafter in common with {trace.path} "
+                             f"(baseline: {', '.join(base.drafters)}; trace: {', '.join(cur.drafters)})")
+        notes += [f"drafter {d!r} not in the baseline; not compared" for d in cur.drafters if d not in common]
+        for text, metric, d in bms:
+            for dname in common:
+                b = base.get(dname, metric, d, f"--baseline-metric {text!r}")
+                v = cur.get(dname, metric, d, f"--baseline-metric {text!r}")
+                worse = DIRECTION[metric] * (b - v)
+                change = (worse / abs(b)) if b else (0.0 if worse <= 0 else math.inf)
+                ok = math.isfinite(b) and math.isfinite(v) and change <= drop
+                base_rows.append({"metric": text, "drafter": dname, "baseline": b if math.isfinite(b) else None,
+                                  "value": v if math.isfinite(v) else None,
+                                  "relative_drop": change if math.isfinite(change) else None, "max_drop": drop,
+                                  "passed": bool(ok)})
+    n_fail = sum(not r["passed"] for r in results) + sum(not r["passed"] for r in base_rows)
+    return {"trace": str(trace.path), "baseline_trace": str(baseline.path) if baseline else None,
+            "passed": n_fail == 0, "failed": n_fail, "checks": len(results) + len(base_rows),
+            "rules": results, "baseline": base_rows, "notes": notes}
+
+
+def print_check(c, rep: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    def f(v) -> str:
+        return "-" if v is None else f"{v:.4g}"
+
+    res = lambda ok: "[green]PASS[/green]" if ok else "[bold red]FAIL[/bold red]"  # noqa: E731
+    if rep["rules"]:
+        t = Table(title=f"drifttool check {rep['trace']}")
+        for col in ("rule", "drafter", "value", "result"):
+            t.add_column(col)
+        for r in rep["rules"]:
+            t.add_row(r["rule"], r["drafter"], f(r["value"]) if r["value"] is not None else "no data",
+                      res(r["passed"]))
+        c.print(t)
+    if rep["baseline"]:
+        t = Table(title=f"against baseline {rep['baseline_trace']}")
+        for col in ("metric", "drafter", "baseline", "value", "worse by", "allowed", "result"):
+            t.add_column(col)
+        for r in rep["baseline"]:
+            d = r["relative_drop"]
+            t.add_row(r["metric"], r["drafter"], f(r["baseline"]), f(r["value"]),
+                      "-" if d is None else f"{100 * d:+.2f}%", f"{100 * r['max_drop']:.2f}%", res(r["passed"]))
+        c.print(t)
+    for n in rep["notes"]:
+        c.print(f"[yellow]note:[/yellow] {n}")
+    if rep["passed"]:
+        c.print(f"[green]all {rep['checks']} checks passed[/green]")
+    else:
+        c.print(f"[bold red]{rep['failed']} of {rep['checks']} checks failed[/bold red]")

@@ -1,0 +1,230 @@
+"""Long-context decay and the drafter's trained window: the questions drafter users ask before deploying.
+
+**Decay.** Per series, acceptance length (AL = 1 + accepted drafts of a round) and the drift metrics as a
+function of context length, in power-of-two context buckets, and a least-squares trend fitted on the rounds:
+AL(L) = a + b * log2(L), so b is the change in AL per doubling of the context.
+
+**Break-even.** A round costs K drafter forward calls and one target verify forward and yields AL tokens;
+plain decoding costs about one target forward per token, and verifying K + 1 tokens costs about one decode
+step when decoding is memory-bound. With c = (drafter step cost) / (verify cost), speculation pays while
+AL / (1 + K c) > 1, i.e. while AL > **1 + K c** (the break-even AL). c is measured from the trace's
+per-round timings (`rounds.draft_s` / K over `rounds.verify_s`, round 0 excluded since it carries the
+prompt prefill; totals over rounds) unless the user gives a break-even AL. The context length at which
+speculation stops paying is where the fitted trend crosses the break-even AL.
+
+**Trained window.** A drafter's trained context window is `rope_scaling.original_max_position_embeddings`
+when its config has one (the length it was trained at before the RoPE extension), else its
+`max_position_embeddings`. A round is *beyond* the window when its deepest draft query sits at position
+>= window (the trace's `beyond_window` semantics); every summary metric is split by inside / beyond."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .compare import Comparison
+
+SIDES = ("inside", "beyond")
+
+
+# --- fits -----------------------------------------------------------------------------------------------------
+
+def fit_log2(ctx: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """Least squares y = intercept + slope * log2(ctx); slope = change per doubling (nan with < 3 points or one
+    distinct context)."""
+    x = np.log2(np.maximum(np.asarray(ctx, float), 1.0))
+    y = np.asarray(y, float)
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    n = len(x)
+    out = {"slope": math.nan, "intercept": math.nan, "slope_se": math.nan, "r2": math.nan, "n": int(n)}
+    if n < 3 or np.ptp(x) == 0:
+        return out
+    xm, ym = x.mean(), y.mean()
+    sxx = ((x - xm) ** 2).sum()
+    slope = float(((x - xm) * (y - ym)).sum() / sxx)
+    intercept = float(ym - slope * xm)
+    resid = y - (intercept + slope * x)
+    sst = ((y - ym) ** 2).sum()
+    out.update(slope=slope, intercept=intercept, slope_se=float(np.sqrt((resid ** 2).sum() / (n - 2) / sxx)),
+               r2=float(1 - (resid ** 2).sum() / sst) if sst > 0 else math.nan)
+    return out
+
+
+def predict(fit: dict[str, float], ctx: float) -> float:
+    return fit["intercept"] + fit["slope"] * math.log2(max(ctx, 1.0))
+
+
+def breakeven_al(k: int, c: float) -> float:
+    """Acceptance length below which a depth-K chain costs more than plain decoding: 1 + K * c."""
+    return 1.0 + k * c
+
+
+def cost_ratio(rounds: pd.DataFrame, k: int) -> float:
+    """c = drafter step cost / verify cost from per-round timings (round 0 excluded); nan when not recorded."""
+    if not {"draft_s", "verify_s"} <= set(rounds.columns):
+        return math.nan
+    r = rounds[rounds["round"] > 0] if (rounds["round"] > 0).any() else rounds
+    d, v = r["draft_s"].astype(float).to_numpy(), r["verify_s"].astype(float).to_numpy()
+    ok = np.isfinite(d) & np.isfinite(v)
+    if not ok.any() or v[ok].sum() <= 0:
+        return math.nan
+    return float(d[ok].sum() / k / v[ok].sum())
+
+
+def crossing(fit: dict[str, float], level: float, lo: float, hi: float) -> tuple[float | None, str]:
+    """Context length where the fitted AL trend falls to `level`, and how to read it."""
+    a, b = fit["intercept"], fit["slope"]
+    if not math.isfinite(level):
+        return None, "no break-even: timing not recorded (pass --breakeven)"
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return None, "no trend: too few distinct context lengths"
+    at_lo = a + b * math.log2(max(lo, 1.0))
+    if b >= 0:
+        return None, ("below break-even already; trend not falling" if at_lo < level
+                      else "trend not falling: no crossing")
+    e = (level - a) / b
+    if e > 62:
+        return None, "crossing beyond 2^62 tokens"
+    at = float(2.0 ** e)
+    if at <= lo:
+        return at, "below break-even over the whole measured range"
+    return at, "within measured range" if at <= hi else "extrapolated beyond measured range"
+
+
+# --- per-round frame ------------------------------------------------------------------------------------------
+
+def round_frame(cmp: Comparison) -> pd.DataFrame:
+    """One row per series x round: context, AL, drift (mean self mass over depths >= 2), sink mass, rms_in."""
+    keys = ["series", "prompt_id", "round"]
+    r = cmp.rounds[[*keys, "context_len", "accepted"]].copy()
+    r["acceptance_length"] = 1.0 + r["accepted"].astype(float)
+    d = cmp.depths
+    deep = d[d["depth"] >= 2].groupby(keys, observed=True)["self_mass"].mean().rename("drift_score")
+    allk = d.groupby(keys, observed=True)[["sink_mass", "rms_in"]].mean()
+    return r.merge(deep.reset_index(), on=keys, how="left").merge(allk.reset_index(), on=keys, how="left")
+
+
+def _bucket(ctx: pd.Series) -> pd.Series:
+    lo = (2 ** np.floor(np.log2(np.maximum(ctx.astype(float), 1.0)))).astype(np.int64)
+    return lo
+
+
+def context_curve(cmp: Comparison) -> pd.DataFrame:
+    """Per series x power-of-two context bucket [lo, 2 lo): rounds, mean AL, draft acceptance rate, drift."""
+    if cmp.rounds.empty:
+        return pd.DataFrame()
+    f = round_frame(cmp)
+    f["bucket_lo"] = _bucket(f["context_len"])
+    k = cmp.depth
+    g = f.groupby(["series", "bucket_lo"], observed=True).agg(
+        rounds=("accepted", "size"), prompts=("prompt_id", "nunique"), context=("context_len", "mean"),
+        acceptance_length=("acceptance_length", "mean"), drift_score=("drift_score", "mean"),
+        sink_mass=("sink_mass", "mean"), rms_in=("rms_in", "mean")).reset_index()
+    g["draft_acceptance_rate"] = (g["acceptance_length"] - 1) / k
+    g["context_bucket"] = [f"{lo}-{2 * lo - 1}" for lo in g["bucket_lo"]]
+    return g
+
+
+def decay_table(cmp: Comparison, breakeven: float | None = None) -> pd.DataFrame:
+    """Per series: AL and drift trends vs log2(context), break-even AL and where speculation stops paying."""
+    if cmp.rounds.empty:
+        return pd.DataFrame()
+    f = round_frame(cmp)
+    k = cmp.depth
+    rows = []
+    for s in cmp.series:
+        sub = f[f["series"] == s.label]
+        if sub.empty:
+            continue
+        fa = fit_log2(sub["context_len"], sub["acceptance_length"])
+        fd = fit_log2(sub["context_len"], sub["drift_score"])
+        c = cost_ratio(cmp.rounds[cmp.rounds["series"] == s.label], k)
+        if breakeven is not None:
+            be, src = float(breakeven), "user (--breakeven)"
+        elif math.isfinite(c):
+            be, src = breakeven_al(k, c), f"1 + K*c, measured c = {c:.3g}"
+        else:
+            be, src = math.nan, "unavailable: no draft_s/verify_s timing in this trace"
+        lo, hi = float(sub["context_len"].min()), float(sub["context_len"].max())
+        at, status = crossing(fa, be, lo, hi)
+        rows.append({
+            "series": s.label, "rounds": int(len(sub)), "context_min": int(lo), "context_max": int(hi),
+            "al_per_doubling": fa["slope"], "al_per_doubling_se": fa["slope_se"], "al_intercept": fa["intercept"],
+            "al_r2": fa["r2"], "al_fit_at_min": predict(fa, lo), "al_fit_at_max": predict(fa, hi),
+            "drift_per_doubling": fd["slope"], "drift_per_doubling_se": fd["slope_se"],
+            "cost_ratio": c, "breakeven_al": be, "breakeven_source": src,
+            "breakeven_context": at, "breakeven_status": status,
+        })
+    return pd.DataFrame(rows)
+
+
+# --- trained window -------------------------------------------------------------------------------------------
+
+def trained_window(drafter: dict[str, Any]) -> dict[str, Any]:
+    """The drafter's trained context window from its manifest entry."""
+    mpe = drafter.get("max_position_embeddings")
+    rs = drafter.get("rope_scaling") or {}
+    orig = rs.get("original_max_position_embeddings") if isinstance(rs, dict) else None
+    if orig:
+        window, src = int(orig), "rope_scaling.original_max_position_embeddings"
+    elif mpe:
+        window, src = int(mpe), "max_position_embeddings"
+    else:
+        window, src = None, "unknown (using the trace's beyond_window column)"
+    return {"max_position_embeddings": int(mpe) if mpe else None,
+            "original_max_position_embeddings": int(orig) if orig else None, "window": window, "source": src}
+
+
+def windows(cmp: Comparison) -> dict[str, dict[str, Any]]:
+    out = {}
+    for s in cmp.series:
+        entry = next(d for d in s.trace.manifest["drafters"] if d["name"] == s.drafter)
+        out[s.label] = trained_window(entry)
+    return out
+
+
+def beyond_rounds(cmp: Comparison) -> pd.Series:
+    """Per row of cmp.rounds: True when the round's deepest draft query is at or past the trained window."""
+    if cmp.rounds.empty:
+        return pd.Series([], dtype=bool)
+    win = windows(cmp)
+    w = cmp.rounds["series"].map(lambda lab: win[lab]["window"])
+    deepest = cmp.rounds["context_len"] - 2 + cmp.rounds["depth"]
+    recorded = cmp.rounds["beyond_window"].astype(bool)
+    return pd.Series(np.where(w.notna(), deepest >= w.fillna(0), recorded), index=cmp.rounds.index, dtype=bool)
+
+
+def any_beyond(cmp: Comparison) -> bool:
+    return bool(len(cmp.rounds)) and bool(beyond_rounds(cmp).any())
+
+
+def window_split(cmp: Comparison) -> pd.DataFrame:
+    """Every summary metric per series, split by rounds inside / beyond the trained window (depth rows follow
+    their round). Only sides with rounds are listed."""
+    if cmp.rounds.empty:
+        return pd.DataFrame()
+    keys = ["series", "prompt_id", "round"]
+    flag = cmp.rounds[keys].assign(_beyond=beyond_rounds(cmp).to_numpy())
+    depths = cmp.depths.merge(flag, on=keys, how="left")
+    win = windows(cmp)
+    parts = []
+    for side, val in zip(SIDES, (False, True)):
+        r = cmp.rounds[flag["_beyond"].to_numpy() == val]
+        if r.empty:
+            continue
+        d = depths[depths["_beyond"] == val].drop(columns="_beyond")
+        sub = Comparison(cmp.series, d, r, [])
+        s = sub.summary()
+        s = s[s["drafts"] > 0]
+        s.insert(1, "side", side)
+        s.insert(2, "window", [win[lab]["window"] for lab in s["series"]])
+        parts.append(s)
+    if not parts:
+        return pd.DataFrame()
+    order = {s.label: i for i, s in enumerate(cmp.series)} | {side: i for i, side in enumerate(SIDES)}
+    out = pd.concat(parts, ignore_index=True)
+    return out.sort_values(["series", "side"], key=lambda c: c.map(order)).reset_index(drop=True)

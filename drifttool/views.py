@@ -1,0 +1,235 @@
+"""Filtered, aggregated views of traces: the tables behind every dashboard page (and the notebook).
+
+`load_trace` reads and validates a trace once and pre-aggregates the big per-head table to per-prompt sums;
+`build_view` applies the shared filters (probes, tags, depth range, heads) and runs the `Comparison`
+statistics once per filter setting. Everything returned is plain pandas, so it caches and pickles."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+
+from .compare import Comparison
+from .metrics import context_bucket
+from .trace.reader import TraceData, read_table
+
+HEAD_METRICS = ("sink_mass", "draft_mass", "own_mass", "self_mass", "prompt_mass", "entropy")
+_EAGER = ("prompts", "rounds", "depths", "aux")
+
+
+class LoadedTrace(TraceData):
+    """A trace with its tables read once; heads kept as per (drafter, prompt, depth, head) sums + count."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self._tables = {n: read_table(self.path, n, self.manifest) for n in _EAGER}
+        h = read_table(self.path, "heads", self.manifest)
+        self.head_sums = h.groupby(["drafter", "prompt_id", "depth", "head"], observed=True)[list(HEAD_METRICS)] \
+            .sum().join(h.groupby(["drafter", "prompt_id", "depth", "head"], observed=True).size().rename("n")) \
+            .reset_index()
+        self._rows_index = super().rows_index()
+
+    def table(self, name: str) -> pd.DataFrame:
+        return self._tables[name] if name in self._tables else super().table(name)
+
+    def rows_index(self) -> pd.DataFrame:
+        return self._rows_index
+
+
+def load_trace(path) -> LoadedTrace:
+    """Read + validate a trace folder (raises DriftError naming the file on any problem)."""
+    return LoadedTrace(path)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Shared dashboard filters; empty tuples mean 'all'."""
+
+    prompts: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    depth_range: tuple[int, int] | None = None
+    heads: tuple[int, ...] = ()
+
+
+def _fmt_flags(d: dict | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (d or {}).items()) or "-"
+
+
+def series_info(cmp: Comparison) -> pd.DataFrame:
+    """Per series: trace, drafter identity, checkpoint layout, normalisation flags, overrides, assumptions."""
+    rows = []
+    for s in cmp.series:
+        m = s.trace.manifest
+        d = next(x for x in m["drafters"] if x["name"] == s.drafter)
+        ov = d.get("overrides") or {}
+        rows.append({
+            "series": s.label, "trace": s.trace.name, "drafter": s.drafter, "checkpoint": d.get("path"),
+            "layout": d.get("layout"), "variant": d.get("variant"), "flags": _fmt_flags(d.get("flags")),
+            "overrides": ", ".join(f"{k}: {v.get('checkpoint') if isinstance(v, dict) else '?'} -> "
+                                   f"{v.get('override') if isinstance(v, dict) else v}" for k, v in ov.items()) or "-",
+            "assumptions": _fmt_flags(d.get("assumptions")), "config_hash": d.get("config_hash"),
+            "status": m.get("status"), "path": str(s.trace.path), "depth_K": m["capture"].get("depth"), "mode": m["capture"].get("mode"),
+        })
+    return pd.DataFrame(rows)
+
+
+def prompt_frame(cmp: Comparison) -> pd.DataFrame:
+    """The prompts table of every series, with a `series` column."""
+    parts = []
+    for s in cmp.series:
+        p = s.trace.table("prompts")
+        parts.append(p[p["drafter"] == s.drafter].assign(series=s.label))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["series", "prompt_id", "tags"])
+
+
+def tag_list(tags: str | float | None) -> list[str]:
+    return [t for t in str(tags).split(",") if t] if isinstance(tags, str) else []
+
+
+def selected_prompts(prompts: pd.DataFrame, f: Filters) -> set[str]:
+    """Prompt ids passing the probe and tag filters (tags: any of)."""
+    p = prompts
+    if f.prompts:
+        p = p[p["prompt_id"].isin(f.prompts)]
+    if f.tags:
+        want = set(f.tags)
+        p = p[[bool(want & set(tag_list(t))) for t in p["tags"]]]
+    return set(p["prompt_id"])
+
+
+def _in_depths(df: pd.DataFrame, f: Filters) -> pd.DataFrame:
+    if f.depth_range is None or df.empty:
+        return df
+    lo, hi = f.depth_range
+    return df[(df["depth"] >= lo) & (df["depth"] <= hi)]
+
+
+def head_means(cmp: Comparison, keep: set[str], f: Filters) -> pd.DataFrame:
+    """Per series x depth x head: mean of every head metric over the selected prompts' rounds."""
+    parts = []
+    for s in cmp.series:
+        h = s.trace.head_sums if hasattr(s.trace, "head_sums") else LoadedTrace(s.trace.path).head_sums
+        h = h[(h["drafter"] == s.drafter) & h["prompt_id"].isin(keep)]
+        if f.heads:
+            h = h[h["head"].isin(f.heads)]
+        h = _in_depths(h, f)
+        g = h.groupby(["depth", "head"], observed=True)[[*HEAD_METRICS, "n"]].sum()
+        parts.append(g[list(HEAD_METRICS)].div(g["n"], axis=0).reset_index().assign(series=s.label))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["series", "depth", "head"])
+
+
+def aux_summary(cmp: Comparison, keep: set[str]) -> pd.DataFrame:
+    """Per series x aux chunk: mean RMS before/after fc_norm and the fraction of rounds flagged massive."""
+    parts = []
+    for s in cmp.series:
+        a = s.trace.table("aux")
+        a = a[(a["drafter"] == s.drafter) & a["prompt_id"].isin(keep)]
+        if a.empty:
+            continue
+        g = a.groupby(["chunk", "layer_id"], observed=True).agg(
+            rms_before=("rms_before", "mean"), rms_after=("rms_after", "mean"), massive=("massive", "mean"),
+            rounds=("round", "size")).reset_index()
+        parts.append(g.assign(series=s.label))
+    cols = ["series", "chunk", "layer_id", "rms_before", "rms_after", "massive", "rounds"]
+    return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
+
+
+class View:
+    """Every page table for a set of traces under filters `f`. Cheap parts are computed at construction;
+    each heavier table on first access, then kept (one aggregation per trace set and filter setting).
+    Raises DriftError if the traces cannot be compared."""
+
+    def __init__(self, traces: list[TraceData], f: Filters = Filters()):
+        cmp = Comparison.of(traces)
+        self.filters = f
+        self.series = [s.label for s in cmp.series]
+        self.notes = list(cmp.notes)
+        self.info = series_info(cmp)
+        prompts = prompt_frame(cmp)
+        self._keep = selected_prompts(prompts, f)
+        self.prompts = prompts[prompts["prompt_id"].isin(self._keep)].reset_index(drop=True)
+        dep = cmp.depths[cmp.depths["prompt_id"].isin(self._keep)]
+        rnd = cmp.rounds[cmp.rounds["prompt_id"].isin(self._keep)]
+        self._cmp = Comparison(cmp.series, dep, rnd, cmp.notes)
+        self._dd = _in_depths(dep, f)
+        self._pred: dict[int, pd.DataFrame] = {}
+
+    def trace_of(self, series: str) -> tuple[TraceData, str]:
+        """The trace and drafter name behind a series label."""
+        s = next(x for x in self._cmp.series if x.label == series)
+        return s.trace, s.drafter
+
+    @cached_property
+    def summary(self) -> pd.DataFrame:
+        """One row per series: acceptance (all definitions), drift score, feature growth, with 95% CIs."""
+        if self._cmp.rounds.empty:
+            return pd.DataFrame(columns=["series", "mean_acceptance_length", "al_lo", "al_hi", "drift_score"])
+        out = self._cmp.summary()
+        for col in ("per_position_rate", "n_alpha"):
+            out[col] = [np.round(v, 4).tolist() if isinstance(v, list) else v for v in out[col]]
+        return out
+
+    @cached_property
+    def per_depth(self) -> pd.DataFrame:
+        if self._dd.empty:
+            return pd.DataFrame(columns=["series", "depth"])
+        return self._cmp.per_depth(self._dd)
+
+    @cached_property
+    def by_context(self) -> pd.DataFrame:
+        if self._dd.empty:
+            return pd.DataFrame(columns=["series", "context_bucket", "depth"])
+        dd = self._dd.assign(context_bucket=context_bucket(self._dd["context_len"]))
+        return self._cmp.per_depth(dd, by=("context_bucket",))
+
+    def predictors(self, bins: int = 4) -> pd.DataFrame:
+        """Acceptance by quantile bin of each predictor, per series x depth (see Comparison.predictors)."""
+        if bins not in self._pred:
+            self._pred[bins] = pd.DataFrame(columns=["series", "depth", "metric"]) if self._dd.empty else \
+                Comparison(self._cmp.series, self._dd, self._cmp.rounds, self.notes).predictors(bins)
+        return self._pred[bins]
+
+    @cached_property
+    def head_means(self) -> pd.DataFrame:
+        return head_means(self._cmp, self._keep, self.filters)
+
+    @cached_property
+    def aux_summary(self) -> pd.DataFrame:
+        return aux_summary(self._cmp, self._keep)
+
+    @cached_property
+    def massive_by_depth(self) -> pd.DataFrame:
+        if self._dd.empty:
+            return pd.DataFrame(columns=["series", "depth", "massive"])
+        return self._dd.groupby(["series", "depth"], observed=True)["massive"].mean().reset_index()
+
+
+def build_view(traces: list[TraceData], f: Filters = Filters()) -> View:
+    """All page tables for the given traces under filters `f` (lazy; DriftError if incomparable)."""
+    return View(traces, f)
+
+
+def round_detail(trace: TraceData, drafter: str, prompt_id: str, round: int) -> pd.DataFrame:
+    """The per-depth rows of one drafted chain (tokens, match, masses, magnitudes)."""
+    d = trace.table("depths")
+    cols = ["depth", "position", "input_id", "draft_id", "target_id", "match", "accepted", "sink_mass", "self_mass",
+            "prompt_mass", "entropy", "rms_in", "rms_post", "massive"]
+    sel = d[(d["drafter"] == drafter) & (d["prompt_id"] == prompt_id) & (d["round"] == round)]
+    return sel[cols].sort_values("depth").reset_index(drop=True)
+
+
+def token_decoder(trace: TraceData):
+    """A token-id -> text function from a `tokenizer.json` stored inside the trace folder, else None."""
+    f = trace.path / "tokenizer.json"
+    if not f.is_file():
+        return None
+    try:
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(f))
+    except Exception:  # noqa: BLE001 - hover text is optional
+        return None
+    return lambda i: tok.decode([int(i)], skip_special_tokens=False)

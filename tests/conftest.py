@@ -1,0 +1,34 @@
+"""Shared fixtures. Tests share 2 CPU cores with other jobs: one torch thread, tiny models only."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+torch.set_num_threads(1)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import pytest  # noqa: E402
+from tiny_training import TinyPair, build_pair  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def trained_pair(tmp_path_factory) -> TinyPair:
+    """EAGLE-3 drafter trained ~2 s (TTT, 3 steps) against a tiny 4-layer target; see tiny_training."""
+    return build_pair(tmp_path_factory.mktemp("eagle3"))
+
+
+@pytest.fixture(scope="session")
+def trained_pair31(tmp_path_factory) -> TinyPair:
+    """Same target, data and init, trained as EAGLE-3.1 (fc_norm + post-norm feedback)."""
+    return build_pair(tmp_path_factory.mktemp("eagle31"), fc_norm=True, norm_output=True)
+
+
+@pytest.fixture(scope="session")
+def dash_traces(tmp_path_factory) -> dict[str, Path]:
+    """Dashboard fixture traces: a.drift (e3, e31), b.drift (e3post), bad.drift (malformed), missing path."""
+    from _dash_fixtures import build_dash_traces
+
+    return build_dash_traces(tmp_path_factory.mktemp("dash"))

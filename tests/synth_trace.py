@@ -1,0 +1,60 @@
+"""Hand-made traces (rounds + depths tables only, no models): known acceptance counts, contexts and timings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from drifttool.trace.writer import TraceWriter
+
+
+def write_trace(path: Path, drafters: dict[str, dict], depth: int, window: int = 4096,
+                rope_scaling: dict | None = None) -> Path:
+    """drafters: name -> {"accepted": [...], "context": [...], "prompt": [...] (optional), "self_mass": float or
+    per-round list (optional), "draft_s"/"verify_s" (optional per-round lists)}. One shard per prompt id."""
+    k = depth
+    frames: dict[str, list[pd.DataFrame]] = {}
+    for name, spec in drafters.items():
+        acc = np.asarray(spec["accepted"], dtype=np.int64)
+        n = len(acc)
+        ctx = np.asarray(spec.get("context", np.arange(100, 100 + n)), dtype=np.int64)
+        prompt = np.asarray(spec.get("prompt", [f"p{i % 2}" for i in range(n)]))
+        sm = np.broadcast_to(np.asarray(spec.get("self_mass", 0.2), float), (n,))
+        rnd = np.zeros(n, dtype=np.int64)
+        for p in np.unique(prompt):
+            rnd[prompt == p] = np.arange((prompt == p).sum())
+        pos_max = ctx - 2 + k
+        rounds = pd.DataFrame({
+            "drafter": name, "prompt_id": prompt, "round": rnd, "context_len": ctx, "depth": k, "accepted": acc,
+            "bonus": 0, "beyond_window": pos_max >= window,
+            "draft_s": spec.get("draft_s", np.full(n, np.nan)), "verify_s": spec.get("verify_s", np.full(n, np.nan)),
+        })
+        dep = np.arange(1, k + 1)
+        rep = lambda a: np.repeat(a, k)  # noqa: E731
+        pos = (ctx[:, None] - 2 + dep[None, :]).ravel()
+        self_mass = np.where(np.tile(dep, n) >= 2, rep(sm), 0.0)
+        depths = pd.DataFrame({
+            "drafter": name, "prompt_id": rep(prompt), "round": rep(rnd), "depth": np.tile(dep, n),
+            "context_len": rep(ctx), "position": pos, "input_id": 0, "draft_id": 0, "target_id": 0,
+            "match": (dep[None, :] <= acc[:, None]).ravel(), "reached": (dep[None, :] <= acc[:, None] + 1).ravel(),
+            "accepted": (dep[None, :] <= acc[:, None]).ravel(), "sink_mass": 0.5, "draft_mass": self_mass / 2,
+            "own_mass": self_mass / 2, "self_mass": self_mass, "prompt_mass": 0.5 - self_mass, "entropy": 1.0,
+            "rms_in": np.tile(dep.astype(float), n), "l2_in": 1.0, "rms_pre": 1.0, "l2_pre": 1.0, "rms_post": 1.0,
+            "l2_post": 1.0, "massive": False, "beyond_window": pos >= window,
+        })
+        frames.setdefault("rounds", []).append(rounds)
+        frames.setdefault("depths", []).append(depths)
+    rounds, depths = pd.concat(frames["rounds"]), pd.concat(frames["depths"])
+    manifest = {
+        "drafters": [{"name": n, "max_position_embeddings": window, "rope_scaling": rope_scaling,
+                      "config_hash": n, "overrides": {}} for n in drafters],
+        "capture": {"depth": k, "mode": "generate", "sink": {"first": 4}, "probes": {"sha256": "synthetic"}},
+        "target": {"config_hash": "synthetic"},
+    }
+    w = TraceWriter(path, manifest)
+    for p in sorted(rounds["prompt_id"].unique()):
+        w.add(p, {"rounds": rounds[rounds.prompt_id == p], "depths": depths[depths.prompt_id == p]})
+    w.finish()
+    return path

@@ -1,0 +1,108 @@
+"""The Streamlit dashboard under streamlit.testing: every page renders on fixture traces without an
+exception, with the expected charts and tables for every series; bad traces become st.error lines."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+pytest.importorskip("plotly")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+APP = Path(__file__).resolve().parent.parent / "app" / "dashboard.py"
+SERIES = ["e3", "e31", "e3post"]
+# page file -> (minimum plotly charts, minimum dataframes)
+PAGES = {"depth": (3, 1), "heads": (2, 1), "context": (2, 1), "drilldown": (1, 1), "magnitudes": (3, 1),
+         "rejection": (2, 1)}
+
+
+def _app(monkeypatch, *traces: Path) -> AppTest:
+    monkeypatch.setattr(sys, "argv", [str(APP), *map(str, traces)])
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.run()
+    return at
+
+
+def _chart_series(at: AppTest) -> set[str]:
+    names = set()
+    for c in at.get("plotly_chart"):
+        spec = json.loads(c.proto.spec)
+        names |= {t.get("name") for t in spec["data"] if t.get("name")}
+    return names
+
+
+@pytest.fixture(scope="module")
+def app_run(dash_traces, tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    try:
+        at = _app(mp, dash_traces["a"], dash_traces["b"])
+        results = {"overview": (at, at.get("plotly_chart"), list(at.dataframe))}
+        for page in PAGES:
+            at.switch_page(f"app_pages/{page}.py").run()
+            results[page] = (at, list(at.get("plotly_chart")), list(at.dataframe), list(at.exception),
+                             _chart_series(at))
+        yield at, results
+    finally:
+        mp.undo()
+
+
+def test_overview_lists_every_series(app_run):
+    at, _ = app_run
+    at.switch_page("app_pages/overview.py").run()
+    assert not at.exception
+    assert not at.error
+    info = at.dataframe[0].value
+    assert sorted(info["series"]) == sorted(SERIES)
+    assert {"layout", "flags", "overrides", "variant"} <= set(info.columns)
+    assert "norm_output" in info.set_index("series").loc["e3post", "overrides"]
+    summary = at.dataframe[1].value
+    assert sorted(summary["series"]) == sorted(SERIES)
+    assert {"mean_acceptance_length", "al_lo", "al_hi", "drift_score", "drift_lo", "drift_hi"} <= set(summary.columns)
+    assert len(at.get("plotly_chart")) >= 1
+    assert any(b.label.startswith("Download table") for b in at.get("download_button"))
+
+
+@pytest.mark.parametrize("page", list(PAGES))
+def test_page_renders(app_run, page):
+    _, results = app_run
+    _, charts, frames, exceptions, names = results[page]
+    assert not exceptions, [e.message for e in exceptions]
+    n_charts, n_frames = PAGES[page]
+    assert len(charts) >= n_charts
+    assert len(frames) >= n_frames
+    if page in ("depth", "rejection", "magnitudes"):
+        assert set(SERIES) <= names, names
+
+
+def test_filters_apply_across_pages(app_run):
+    at, _ = app_run
+    at.sidebar.multiselect(key="flt_tags").set_value(["chat"])
+    at.sidebar.slider(key="flt_depth").set_value((2, 3))
+    at.switch_page("app_pages/depth.py").run()
+    assert not at.exception
+    per_depth = at.dataframe[0].value
+    assert set(per_depth["depth"]) == {2, 3}
+    at.switch_page("app_pages/overview.py").run()
+    assert set(at.dataframe[2].value["prompt_id"]) == {"p1"}
+    assert at.session_state["flt_tags"] == ["chat"]
+
+
+def test_bad_traces_show_errors_not_exceptions(monkeypatch, dash_traces):
+    at = _app(monkeypatch, dash_traces["bad"], dash_traces["missing"], dash_traces["a"])
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == 2
+    assert any("manifest.json" in e and "not valid JSON" in e for e in errors)
+    assert any("not found" in e for e in errors)
+    assert sorted(at.dataframe[0].value["series"]) == ["e3", "e31"]
+
+
+def test_no_loadable_trace_is_a_message(monkeypatch, dash_traces):
+    at = _app(monkeypatch, dash_traces["bad"])
+    assert not at.exception
+    assert len(at.error) == 1
+    assert at.info and "No trace to show" in at.info[0].value

@@ -1,0 +1,204 @@
+"""A capture interrupted mid-run (SIGINT, then SIGTERM on the resumed run) leaves a readable trace marked
+partial; `--resume` finishes it and the result equals an uninterrupted capture, table for table (wall-clock
+columns aside). Every table is plain Parquet that pandas reads as a folder without drifttool."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from _capture_fixtures import build_models, child_env, prompt, write_probes
+
+from drifttool.capture import DrafterSpec, run_capture
+from drifttool.cli import main
+from drifttool.trace.reader import read_manifest, read_table, read_trace
+from drifttool.trace.schema import TABLES
+from drifttool.trace.writer import TraceWriter
+
+DEPTH = 3
+N_PROMPTS = 5
+WALL = ("wall_s", "draft_s", "verify_s")  # wall-clock columns: differ run to run
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("crash")
+    paths = build_models(root)
+    # a quick first prompt (the first shard lands fast), then long ones (the signal lands mid-prompt)
+    probes = [{"id": "p0", "token_ids": prompt(0, 10), "max_new_tokens": 2, "tags": ["quick"]},
+              {"id": "p1", "token_ids": prompt(1, 12), "max_new_tokens": 1}]  # no drafting round at all
+    probes += [{"id": f"p{i}", "token_ids": prompt(i, 14), "max_new_tokens": 40} for i in range(2, N_PROMPTS)]
+    suite = write_probes(root / "probes.jsonl", probes)
+    drafters = [f"e3={paths['eagle3']}", f"e31={paths['eagle31']}?norm_output=false"]
+    ref = run_capture(str(paths["target"]), [DrafterSpec.parse(d) for d in drafters], str(suite),
+                      str(root / "ref.drift"), depth=DEPTH, progress=False)
+    args = ["capture", "--target", paths["target"], "--probes", suite, "--out", root / "run.drift",
+            "--depth", DEPTH, "--quiet"]
+    for d in drafters:
+        args += ["--drafter", d]
+    return {"root": root, "ref": ref, "args": [str(a) for a in args], "out": root / "run.drift"}
+
+
+def shards(trace: Path) -> int:
+    try:
+        return len(json.loads((trace / "manifest.json").read_text())["shards"])
+    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        return 0
+
+
+def interrupt_after(args: list[str], trace: Path, n_shards: int, sig: int) -> tuple[int, str]:
+    """Start `drifttool ARGS`, wait until the manifest lists n_shards, send `sig`; return (rc, stderr)."""
+    proc = subprocess.Popen([sys.executable, "-m", "drifttool.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=child_env())
+    deadline = time.monotonic() + 240
+    try:
+        while shards(trace) < n_shards:
+            if proc.poll() is not None:
+                pytest.fail(f"capture ended (rc {proc.returncode}) before shard {n_shards}: {proc.stderr.read()}")
+            if time.monotonic() > deadline:
+                pytest.fail("no shard appeared in time")
+            time.sleep(0.01)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, err
+
+
+def assert_partial(trace: Path, err: str, rc: int, min_shards: int) -> int:
+    assert rc == 130, err
+    assert "Traceback" not in err and "interrupted" in err and "--resume" in err
+    m = read_manifest(trace)
+    assert m["status"] == "partial"
+    n = len(m["shards"])
+    assert min_shards <= n < N_PROMPTS, "the run finished before the signal landed"
+    assert m["counts"]["prompts"] == n == len(m["prompts_done"])
+    for name in TABLES:  # every listed shard readable, and nothing unlisted lying around
+        read_table(trace, name)
+        assert len(list((trace / name).glob("part-*.parquet"))) == n
+    assert not list(trace.rglob(".*.tmp"))
+    return n
+
+
+def tables_equal(a: Path, b: Path) -> None:
+    def load(trace: Path, name: str) -> pd.DataFrame:
+        df = read_table(trace, name) if name in TABLES else read_trace(trace).rows_index()
+        return df.drop(columns=[c for c in WALL if c in df])
+
+    for name in [*TABLES, "rows_index"]:
+        x, y = load(a, name), load(b, name)
+        assert len(x) > 0, name
+        pd.testing.assert_frame_equal(x.reset_index(drop=True), y.reset_index(drop=True), check_exact=True,
+                                      obj=name)
+
+
+def test_interrupt_resume_equals_uninterrupted(setup, capsys):
+    out, args = setup["out"], setup["args"]
+    rc, err = interrupt_after(args, out, 1, signal.SIGINT)
+    n1 = assert_partial(out, err, rc, 1)
+
+    # `drifttool info` on the partial trace
+    assert main(["info", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "partial" in text and "all listed shards readable" in text
+    assert main(["info", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "partial"
+
+    # a partial trace is plain Parquet too: keep a copy for the pandas check below
+    shutil.copytree(out, setup["root"] / "partial.drift")
+
+    # resume, and stop that run too, with SIGTERM this time
+    rc, err = interrupt_after([*args, "--resume"], out, n1 + 1, signal.SIGTERM)
+    n2 = assert_partial(out, err, rc, n1 + 1)
+    assert read_manifest(out)["prompts_done"] == [f"p{i}" for i in range(n2)]
+
+    # finish it (in-process: the subprocess path was exercised above, interpreter start-up is costly here)
+    assert main([*args, "--resume"]) == 0
+    assert "trace written" in capsys.readouterr().out
+    m = read_manifest(out)
+    assert m["status"] == "complete"
+    assert m["prompts_done"] == [f"p{i}" for i in range(N_PROMPTS)]
+    ref = read_manifest(setup["ref"])
+    for key in ("counts", "capture", "drafters", "settings_hash", "prompts_done", "shards", "schema_version"):
+        assert m[key] == ref[key], key
+    tables_equal(out, setup["ref"])
+    # sampled attention rows (safetensors) identical too
+    t, tr = read_trace(out), read_trace(setup["ref"])
+    idx = t.rows_index()
+    assert len(idx) > 0
+    for row in idx.itertuples():
+        a, sa = t.attention_row(row.drafter, row.prompt_id, row.round)
+        b, sb = tr.attention_row(row.drafter, row.prompt_id, row.round)
+        np.testing.assert_array_equal(a, b)
+        assert sa == sb
+    assert main(["info", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "complete"
+
+
+PANDAS_ONLY = r"""
+import json, sys
+from pathlib import Path
+import pandas as pd
+out = {}
+for trace in sys.argv[1:]:
+    p = Path(trace)
+    m = json.loads((p / "manifest.json").read_text())
+    out[p.name] = {"status": m["status"], "tables": {}}
+    for name in ["prompts", "rounds", "depths", "heads", "aux", "rows_index"]:
+        df = pd.read_parquet(p / name)
+        out[p.name]["tables"][name] = [len(df), sorted(df.columns)]
+assert not any(k == "drifttool" or k.startswith("drifttool.") for k in sys.modules), "drifttool was imported"
+print(json.dumps(out))
+"""
+
+
+def test_pandas_reads_trace_folders_without_drifttool(setup):
+    """Runs after the resume test (same module): the finished trace, the reference and the partial copy."""
+    traces = [setup["ref"]] + [p for p in (setup["root"] / "partial.drift", setup["out"]) if p.is_dir()]
+    r = subprocess.run([sys.executable, "-c", PANDAS_ONLY, *map(str, traces)], capture_output=True, text=True,
+                       timeout=120, env=child_env(), cwd=setup["root"])
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    for trace in traces:
+        g = got[trace.name]
+        for name, (n, cols) in g["tables"].items():
+            want = read_table(trace, name) if name in TABLES else read_trace(trace).rows_index().drop(columns="shard")
+            assert n == len(want), (trace.name, name)
+            assert cols == sorted(want.columns), (trace.name, name)
+            if name in TABLES:
+                assert set(TABLES[name]) <= set(cols)
+    if "partial.drift" in got:
+        assert got["partial.drift"]["status"] == "partial"
+
+
+def test_interrupt_mid_shard_leaves_no_unlisted_files(tmp_path, monkeypatch):
+    """Ctrl-C while a shard's tables are being written: earlier files of that shard are removed."""
+    w = TraceWriter(tmp_path / "x.drift", {"capture": {}, "drafters": []})
+    df = pd.DataFrame({c: [1] for c in TABLES["prompts"]})
+    w.add("a", {"prompts": df})
+    calls = {"n": 0}
+    orig = pd.DataFrame.to_parquet
+
+    def flaky(self, *a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return orig(self, *a, **kw)
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        w.add("b", {"prompts": df, "rounds": pd.DataFrame({c: [1] for c in TABLES["rounds"]})})
+    monkeypatch.undo()
+    files = sorted(p.relative_to(w.path).as_posix() for p in w.path.rglob("*") if p.is_file())
+    assert files == ["manifest.json", "prompts/part-00000.parquet"]
+    assert read_manifest(w.path)["prompts_done"] == ["a"]
