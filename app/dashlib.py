@@ -127,7 +127,7 @@ def _slug(text: str) -> str:
 def chart(fig, name: str) -> None:
     """A plotly chart (modebar PNG export) plus a self-contained HTML download."""
     slug = _slug(name)
-    st.plotly_chart(fig, key=f"chart_{slug}", config={
+    st.plotly_chart(fig, key=f"chart_{slug}", theme=None, config={
         "displaylogo": False, "toImageButtonOptions": {"format": "png", "filename": slug, "scale": 2}})
     st.download_button("Download chart (HTML)", lambda: fig.to_html(include_plotlyjs=True, full_html=True),
                        file_name=f"{slug}.html", mime="text/html", key=f"html_{slug}", on_click="ignore")

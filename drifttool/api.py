@@ -74,6 +74,12 @@ class Trace:
         return self.comparison(*rest).summary()
 
     def attention_row(self, drafter: str, prompt_id: str, round: int):
+        """Sampled [K, L] head-mean attention rows of one round and the token id held by each slot."""
+        if drafter not in self.drafters:
+            raise ValueError(f"drafter {drafter!r} not in this trace; valid: {self.drafters}")
+        ids = sorted(self.prompts[self.prompts.drafter == drafter].prompt_id.unique())
+        if prompt_id not in ids:
+            raise ValueError(f"prompt {prompt_id!r} not in this trace; valid prompt ids: {ids}")
         return self.data.attention_row(drafter, prompt_id, round)
 
     def _repr_html_(self) -> str:
@@ -91,49 +97,58 @@ class Trace:
 
 
 class _Plots:
-    """`trace.plot.depth()` etc.: the same plotly builders the dashboard uses."""
+    """`trace.plot.depth()` etc.: the dashboard's own builders over the dashboard's data layer (views.View)."""
 
     def __init__(self, trace: Trace):
         self._t = trace
 
-    def _cmp(self, others) -> Comparison:
-        return self._t.comparison(*others)
+    def _view(self, others):
+        from .views import build_view
 
-    def depth(self, *others: Trace, metric: str = "self_mass"):
+        return build_view([self._t.data, *(o.data for o in others)])
+
+    def depth(self, *others: Trace, metrics=("sink_mass", "self_mass", "prompt_mass")):
         from . import plots
 
-        return plots.depth_curves(self._cmp(others).per_depth(), metric)
+        return plots.depth_curves(self._view(others).per_depth, metrics)
 
     def rms(self, *others: Trace):
         from . import plots
 
-        return plots.rms_curves(self._cmp(others).per_depth())
+        return plots.feature_rms(self._view(others).per_depth)
 
     def acceptance(self, *others: Trace):
         from . import plots
 
-        return plots.acceptance_curves(self._cmp(others).per_depth())
+        return plots.acceptance_per_depth(self._view(others).per_depth)
 
-    def heads(self, metric: str = "self_mass"):
+    def heads(self, *others: Trace, metric: str = "self_mass"):
         from . import plots
 
-        h = self._t.heads.copy()
-        h["series"] = h["drafter"]
-        return plots.head_heatmaps(h, metric)
+        return plots.head_heatmaps(self._view(others).head_means, metric)
 
     def context(self, *others: Trace, metric: str = "self_mass"):
         from . import plots
 
-        return plots.context_curves(self._cmp(others).by_context(), metric)
+        return plots.context_curves(self._view(others).by_context, metric)
+
+    def predictors(self, *others: Trace, metric: str = "self_mass"):
+        from . import plots
+
+        return plots.predictor_curves(self._view(others).predictors(), metric)
 
     def attention_row(self, prompt_id: str, round: int, drafter: str | None = None):
+        """Heatmap of a sampled round's attention rows (depth x slot), sinks and draft slots marked."""
         from . import plots
+        from .views import token_decoder
 
         drafter = drafter or self._t.drafters[0]
         rows, tokens = self._t.attention_row(drafter, prompt_id, round)
-        ctx = int(self._t.rounds.query("drafter == @drafter and prompt_id == @prompt_id and round == @round")
-                  .context_len.iloc[0])
-        return plots.attention_row_heatmap(rows, tokens, ctx, self._t.manifest["capture"]["sink"])
+        r = self._t.rounds
+        ctx = int(r[(r.drafter == drafter) & (r.prompt_id == prompt_id) & (r["round"] == round)].context_len.iloc[0])
+        sink = self._t.manifest["capture"].get("sink")
+        return plots.attention_row_heatmap(rows, tokens, ctx, sinks=plots.sink_slots(sink, ctx, tokens),
+                                           decode=token_decoder(self._t.data))
 
 
 def load(path) -> Trace:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import signal
 import time
 import zlib
@@ -19,7 +20,7 @@ from .checkpoint import load_drafter
 from .drafter import Eagle3Drafter
 from .errors import DriftError
 from .hooks import Capture
-from .loop import MODES, speculate, teacher_forcing_data
+from .loop import MODES, _check_prompt, speculate, teacher_forcing_data
 from .probes import Probe, load_suite
 from .records import prompt_tables, row_samples
 from .sinks import SinkSpec
@@ -67,7 +68,9 @@ def _hash(obj: Any) -> str:
 def target_identity(target: Target, path: str | None) -> dict[str, Any]:
     cfg = target.config.to_dict() if hasattr(target.config, "to_dict") else {}
     ident = {
-        "path": str(path) if path else target.name, "architecture": type(target.model).__name__,
+        "path": str(path) if path else target.name,
+        "architecture": type(target.model).__name__ if target.model is not None  # None: vLLM holds the weights
+        else (getattr(target.config, "architectures", None) or ["?"])[0],
         "num_layers": target.num_layers, "hidden_size": target.hidden_size, "vocab_size": target.vocab_size,
         "max_position_embeddings": target.max_positions, "aux_layer_ids": target.aux_layer_ids,
         "config_hash": _hash({k: v for k, v in cfg.items() if not k.startswith("_")}),
@@ -212,6 +215,14 @@ def run_capture(
     aux = {tuple(m.config.aux_layer_ids) for m in models.values()}
     if len(aux) > 1:
         raise DriftError(f"--drafter: drafters disagree on eagle_aux_hidden_state_layer_ids {sorted(aux)}; capture them separately")
+    token_ids = {}  # every probe checked before anything is written; the error names the file and the probe
+    for probe in suite:
+        try:
+            ids = probe.tokens(tgt)
+            _check_prompt(ids, tgt, len(ids) + (probe.max_new_tokens or max_new_tokens) + depth + 1)
+        except DriftError as e:
+            raise DriftError(f"{probes}: probe {probe.id!r}: {e}") from None
+        token_ids[probe.id] = ids
     capture_settings = {
         "depth": depth, "mode": mode, "max_new_tokens": max_new_tokens, "sink": sink.to_dict(), "seed": seed,
         "temperature": temperature, "keep_rows": keep_rows, "dtype": str(dtype), "device": device,
@@ -221,12 +232,15 @@ def run_capture(
     }
     manifest = build_manifest(tgt, tgt_path, models, capture_settings, extra_manifest)
     writer = TraceWriter(out, manifest, resume=resume, overwrite=overwrite)
+    tok = Path(tgt_path) / "tokenizer.json" if tgt_path else None
+    if tok is not None and tok.is_file():  # lets the dashboard show token text without reading other folders
+        shutil.copyfile(tok, writer.path / "tokenizer.json")
     todo = [p for p in suite if p.id not in writer.done]
     from .progress import progress_bar
 
     with _sigterm_as_interrupt(), progress_bar(len(todo), len(models), enabled=progress) as bar:
         for probe in todo:
-            ids = probe.tokens(tgt)
+            ids = token_ids[probe.id]
             mnt = probe.max_new_tokens or max_new_tokens
             tables, rows = capture_prompt(tgt, models, probe, ids, depth, mode, mnt, sink, seed, keep_rows, temperature)
             writer.add(probe.id, tables, rows)

@@ -19,6 +19,18 @@ def _console():
     return Console()
 
 
+def _no_hf_progress_bars() -> None:
+    """stderr stays ours (the progress display, or one line per error): no transformers loading bars."""
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    else:  # read when transformers is first imported; importing it here would slow every error path
+        import os
+
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
 @app.command()
 def capture(
     target: str = typer.Option(..., "--target", help="HF target model folder"),
@@ -39,20 +51,29 @@ def capture(
     resume: bool = typer.Option(False, "--resume"),
     overwrite: bool = typer.Option(False, "--overwrite"),
     quiet: bool = typer.Option(False, "--quiet"),
+    engine: str = typer.Option("hf", "--engine", help="hf (drifttool's own loop) | vllm (a real vLLM EAGLE-3 run)"),
+    vllm_arg: list[str] = typer.Option([], "--vllm-arg", help="key=value passed to vllm.LLM (--engine vllm)"),
 ):
     """Run target + drafters over a probe suite with capture hooks and write a trace."""
-    from transformers.utils import logging as hf_logging
-
     from .capture import DrafterSpec, parse_overrides, run_capture
     from .sinks import SinkSpec
 
-    hf_logging.disable_progress_bar()  # stderr stays ours: the progress display, or one line per error
+    _no_hf_progress_bars()
 
     common = parse_overrides(override)
     specs = [DrafterSpec.parse(d, common) for d in drafter]
-    path = run_capture(target, specs, probes, out, depth=depth, mode=mode, max_new_tokens=max_new_tokens,
-                       device=device, dtype=dtype, sink=SinkSpec.parse(sink), seed=seed, keep_rows=keep_rows,
-                       temperature=temperature, resume=resume, overwrite=overwrite, limit=limit, progress=not quiet)
+    if engine not in ("hf", "vllm"):
+        raise DriftError(f"--engine {engine!r}: expected hf or vllm")
+    if vllm_arg and engine != "vllm":
+        raise DriftError("--vllm-arg: only with --engine vllm")
+    run, extra = run_capture, {}
+    if engine == "vllm":  # vLLM is imported only on this path
+        from .engines.vllm import parse_vllm_args, run_capture_vllm
+
+        run, extra = run_capture_vllm, {"vllm_kwargs": parse_vllm_args(vllm_arg)}
+    path = run(target, specs, probes, out, depth=depth, mode=mode, max_new_tokens=max_new_tokens,
+               device=device, dtype=dtype, sink=SinkSpec.parse(sink), seed=seed, keep_rows=keep_rows,
+               temperature=temperature, resume=resume, overwrite=overwrite, limit=limit, progress=not quiet, **extra)
     typer.echo(f"trace written: {path}")
 
 
@@ -83,7 +104,9 @@ def info(trace: str = typer.Argument(..., help="NAME.drift folder"), as_json: bo
         c.print(f"drafter {d['name']}: layout={d.get('layout')} variant={d.get('variant')} flags={d.get('flags')}{ov}")
         for k, v in (d.get("assumptions") or {}).items():
             c.print(f"    assumed {k}: {v}")
-    for tab in ("rounds", "depths", "heads"):
+    from .trace.schema import TABLES
+
+    for tab in TABLES:
         t.table(tab)  # validates every listed shard is readable
     c.print("tables: all listed shards readable")
 
@@ -168,7 +191,7 @@ def dashboard_command(traces: list[str], port: int) -> list[str]:
     if not 1 <= port <= 65535:
         raise DriftError(f"--port {port}: expected 1..65535")
     return [sys.executable, "-m", "streamlit", "run", str(script), "--server.address", "127.0.0.1",
-            "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
+            "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal",
             "--", *[str(Path(t).absolute()) for t in traces]]
 
 
@@ -220,14 +243,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return _interrupted()
     except Exception as e:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(e, click.exceptions.Exit):
+        # By class name: typer >= 0.26 raises its vendored click's classes (typer._click, typer.Exit/Abort),
+        # which are not subclasses of the `click` package's; older typer raises click's own.
+        kinds = {c.__name__ for c in type(e).__mro__}
+        if "Exit" in kinds:
             return e.exit_code
-        if isinstance(e, click.ClickException):
-            print(f"drifttool: error: {e.format_message()}", file=sys.stderr)
+        if "ClickException" in kinds:
+            if e.format_message():  # empty for a bare `drifttool`, which has printed the help
+                print(f"drifttool: error: {e.format_message()}", file=sys.stderr)
             return 2
-        if isinstance(e, click.exceptions.Abort):  # click turns Ctrl-C (and our SIGTERM) into Abort
+        if "Abort" in kinds:  # click turns Ctrl-C (and our SIGTERM) into Abort
             return _interrupted()
         raise
     if rc == 130:  # typer turns Ctrl-C (and capture's SIGTERM) into a *returned* exit code 130

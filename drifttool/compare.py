@@ -90,9 +90,10 @@ class Comparison:
         df = self.depths if df is None else df
         keys = ["series", *by, "depth"]
         parts = [cluster_mean(df, m, keys) for m in DEPTH_METRICS]
-        d = df.assign(acc=df["accepted"].astype(float), cond=np.where(df["reached"], df["match"], np.nan))
+        d = df.assign(acc=df["accepted"].astype(float))
         parts.append(cluster_mean(d, "acc", keys).rename(columns=lambda c: c.replace("acc", "acceptance_rate")))
-        dr = d[d["reached"]].assign(cond=lambda x: x["match"].astype(float))
+        # accepted, not match: under sampled verification a draft != the target's argmax can be accepted
+        dr = d[d["reached"]].assign(cond=lambda x: x["accepted"].astype(float))
         parts.append(cluster_mean(dr, "cond", keys).rename(columns=lambda c: c.replace("cond", "n_alpha")))
         out = parts[0]
         for p in parts[1:]:
@@ -138,7 +139,7 @@ class Comparison:
         rows = []
         d = self.depths[self.depths["reached"]]
         for (label, depth), sub in d.groupby(["series", "depth"], observed=True):
-            y = sub["match"].astype(float).to_numpy()
+            y = sub["accepted"].astype(float).to_numpy()  # == match when greedy; sampled accepts non-argmax
             for m in PREDICTORS:
                 x = sub[m].to_numpy()
                 rho = spearman(x, y)

@@ -218,7 +218,7 @@ class Eagle3Drafter(nn.Module):
         p = logits.float().softmax(-1)
         out = p.new_zeros(*p.shape[:-1], self.config.vocab_size)
         idx = self.draft_to_target(torch.arange(p.shape[-1], device=p.device)).expand_as(p)
-        return out.scatter_(-1, idx, p)
+        return out.scatter_add_(-1, idx, p)  # add: two draft ids may map to one target id
 
     def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
         p = self.fc.weight

@@ -85,6 +85,7 @@ class Capture:
         self._qk: dict[int, tuple[torch.Tensor, torch.Tensor, int, list[int]]] = {}
         self._final_keys: torch.Tensor | None = None
         self._ids, self._ids_of = torch.zeros(0, dtype=torch.long), None  # see _context_ids
+        self._masks: dict = {}  # see _chain_masks
         self._reset_round()
 
     # -- hooks -------------------------------------------------------------------------------
@@ -98,12 +99,15 @@ class Capture:
         mods = dict(self.drafter.named_modules())
         ad = self.adapter
 
+        # Per step only a reference is kept (a single-slot step's output is tiny); a multi-slot refresh
+        # keeps a copy of its last row so the full [T, ...] output can be freed. Rows are joined and
+        # reduced once, in end_round.
         def last_row_q(_m, _i, out):
-            self._q.append(out[0, :, -1].detach())
+            self._q.append(out if out.shape[-2] == 1 else out[..., -1:, :].clone())
 
         def last_row(key):
             def f(_m, _i, out):
-                self._h[key].append(out[0, -1].detach())
+                self._h[key].append(out if out.shape[-2] == 1 else out[..., -1:, :].clone())
 
             return f
 
@@ -156,19 +160,20 @@ class Capture:
 
     def end_round(self, drafter, cache, record) -> None:
         keys = cache.keys()[0]  # [nkv, L, hd], L = n - 1 + K
-        rc = self._compute(keys, record)
+        q = torch.cat(self._q, -2)[0].transpose(0, 1).detach().contiguous()  # [K, nh, hd]
+        rc = self._compute(q, keys, record)
         self.rounds.append(rc)
         if self.keep_qk:
             n = self._ctx
-            self._qk[record.round] = (torch.stack(self._q), keys[:, n:].clone(), n, list(record.input_ids))
+            self._qk[record.round] = (q, keys[:, n:].clone(), n, list(record.input_ids))
             self._final_keys = keys.clone()  # slots < n never change after commit
 
     # -- the per-round computation ---------------------------------------------------------------
     # Cost: this runs once per round over K x heads x L scores, so every full-length pass counts (at 16k
-    # context one pass is ~1 ms on a CPU core, a draft step a few ms). Hence: scores in the [nkv, K, rep, L]
-    # layout one matmul writes; the chain mask only on the K-1 draft slots at the tail (the context is
-    # visible to every depth); fused log_softmax + exp instead of softmax + entr; sink mass gathered from
-    # the few sink columns; the context ids converted to a tensor incrementally, not every round.
+    # context one pass over them costs about as much as a fifth of a draft step on a CPU core). Hence:
+    # scores in the [nkv, K, rep, L] layout one matmul writes; the chain mask only on the K-1 draft slots
+    # at the tail (the context is visible to every depth); one exp shared by masses and entropy (no entr);
+    # sink mass gathered from the few sink columns; context ids converted incrementally, not every round.
     def _logits(self, q: torch.Tensor, keys: torch.Tensor, n: int) -> torch.Tensor:
         """Masked scaled scores [nkv, K, rep, L] (fp32) of the K draft-step queries q [K, nh, hd] (head
         h = g * rep + r uses kv head g) over keys [nkv, L, hd]. Depth j (0-based) sits at slot n-1+j and
@@ -179,9 +184,19 @@ class Capture:
         qg = q.float().view(k_, nkv, rep, hd).transpose(0, 1).reshape(nkv, k_ * rep, hd)
         s = torch.matmul(qg, keys.float().transpose(1, 2)).view(nkv, k_, rep, length)
         s.mul_(1.0 / math.sqrt(hd))
-        hidden = torch.ones(k_, length - n, dtype=torch.bool, device=q.device).triu()  # tail col c: depths <= c
-        s[..., n:].masked_fill_(hidden[None, :, None, :], float("-inf"))
+        s[..., n:].masked_fill_(self._chain_masks(k_, q.device)[0], float("-inf"))
         return s
+
+    def _chain_masks(self, k_: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Over the K-1 draft slots at the tail (col c = slot n+c = the input of depth c+2), per depth j
+        (0-based): hidden [1, K, 1, K-1] (c >= j), earlier draft steps [K, 1, K-1] (c < j-1) and own slot
+        (c == j-1). Built once per (K, device)."""
+        key = (k_, str(device))
+        if key not in self._masks:
+            ones = torch.ones(k_, k_ - 1, device=device)
+            seen, draft = ones.tril(-1), ones.tril(-2)
+            self._masks[key] = ((seen == 0)[None, :, None, :], draft[:, None], (seen - draft)[:, None])
+        return self._masks[key]
 
     def scores(self, q: torch.Tensor, keys: torch.Tensor, n: int) -> torch.Tensor:
         """Attention probabilities [K, nh, L] of K draft-step queries [K, nh, hd] over keys [nkv, L, hd] (fp32).
@@ -199,25 +214,30 @@ class Capture:
             self._ids = torch.cat([self._ids, torch.tensor(self._seq[self._ids.shape[0] : n], dtype=torch.long)])
         return self._ids[:n]
 
-    def _compute(self, keys: torch.Tensor, record) -> RoundCapture:
+    def _compute(self, q: torch.Tensor, keys: torch.Tensor, record) -> RoundCapture:
         n = self._ctx
-        q = torch.stack(self._q)
         k_, nh, _ = q.shape
         dev = keys.device
-        logp = self._logits(q, keys, n).log_softmax(-1)  # [nkv, K, rep, L]
-        probs = logp.exp()
-        plogp = probs * logp
-        plogp[..., n:].nan_to_num_(0.0)  # hidden draft slots: 0 * -inf
-        ent = -plogp.sum(-1)
+        # softmax by hand, so the pieces serve every statistic: d = s - rowmax, e = exp(d), z = sum e,
+        # p = e / z, entropy = log z - sum(e * d) / z. Full-length passes: matmul, scale, max, sub, exp,
+        # sum, mul, sum; everything else touches the few sink columns or the K-1 draft columns.
+        d = self._logits(q, keys, n)  # [nkv, K, rep, L]
+        d.sub_(d.amax(-1, keepdim=True))
+        e = d.exp()
+        z = e.sum(-1)
         sink_idx = self.sink.mask(self._context_ids(n)).nonzero()[:, 0].to(dev)  # context positions only
-        sink_mass = probs.index_select(-1, sink_idx).sum(-1)
-        tail = probs[..., n:]  # draft slots n .. n+K-2 (inputs of depths 2..K); depth j sees tail cols < j
-        seen = torch.ones(k_, k_ - 1, device=dev).tril(-1)
-        draft_w = seen.tril(-2)  # depth j's earlier draft steps: tail cols < j-1
-        draft = (tail * draft_w[:, None]).sum(-1)
-        own = (tail * (seen - draft_w)[:, None]).sum(-1)  # tail col j-1: the query's own slot
+        sink_mass = e.index_select(-1, sink_idx).sum(-1) / z
+        tail = e[..., n:] / z[..., None]  # draft slots n .. n+K-2 (inputs of depths 2..K)
+        _, draft_w, own_w = self._chain_masks(k_, dev)
+        draft, own = (tail * draft_w).sum(-1), (tail * own_w).sum(-1)
+        keep = self._sample_row()
+        row = (e / z[..., None]).mean((0, 2)) if keep else None  # [K, L] head mean, before e is reused
+        ed = e.mul_(d)
+        ed[..., n:].nan_to_num_(0.0)  # hidden draft slots: 0 * -inf
+        ent = z.log() - ed.sum(-1) / z
         heads = torch.stack([sink_mass, draft, own, ent], -1).transpose(0, 1).reshape(k_, nh, 4)
-        x = torch.stack([torch.stack(self._h[key]) for key in ("in", "pre", "post")]).float()  # [3, K, H]
+        h = self._h
+        x = torch.cat(h["in"] + h["pre"] + h["post"], -2)[0].detach().float().view(3, k_, -1)  # [3, K, H]
         rms, l2 = x.pow(2).mean(-1).sqrt(), x.norm(dim=-1)
         hidden = torch.stack([rms[0], l2[0], rms[1], l2[1], rms[2], l2[2], massive(x[:2]).any(0).float()], -1)
         aux = torch.zeros(len(self._aux_pre), 3, device=dev)
@@ -226,10 +246,9 @@ class Capture:
             a = torch.stack([self._aux_pre[i] for i in got]).float()
             b = torch.stack([self._aux_post[i] for i in got]).float()
             aux[got] = torch.stack([a.pow(2).mean(-1).sqrt(), b.pow(2).mean(-1).sqrt(), massive(a).float()], -1)
-        keep = self._sample_row()
         packed = torch.cat([heads.flatten(), hidden.flatten(), aux.flatten()])
         if keep:
-            packed = torch.cat([packed, probs.mean((0, 2)).flatten()])
+            packed = torch.cat([packed, row.flatten()])
         host = packed.cpu().numpy()  # the one host transfer of the round
         o1 = heads.numel()
         o2 = o1 + hidden.numel()

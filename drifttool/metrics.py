@@ -11,6 +11,8 @@ Acceptance definitions (K = speculation depth, R = drafted chains, a_r = accepte
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import pandas as pd
 
@@ -69,6 +71,14 @@ def acceptance(accepted: np.ndarray, k: int) -> dict[str, float | list[float]]:
     }
 
 
+@lru_cache(maxsize=256)
+def _resample_weights(n: int, n_boot: int, seed: int) -> np.ndarray:
+    """Multinomial resampling counts [n_boot, n]; depend only on (n, n_boot, seed), so computed once."""
+    w = np.random.default_rng(seed).multinomial(n, np.full(n, 1 / n), size=n_boot).astype(float)
+    w.flags.writeable = False
+    return w
+
+
 def bootstrap_ratio(sums: np.ndarray, counts: np.ndarray, n_boot: int = 1000, seed: int = 0) -> tuple[float, float, float]:
     """Point estimate and 95% CI of sum(x)/sum(n) with prompts (clusters) resampled with replacement."""
     sums, counts = np.asarray(sums, float), np.asarray(counts, float)
@@ -77,8 +87,7 @@ def bootstrap_ratio(sums: np.ndarray, counts: np.ndarray, n_boot: int = 1000, se
     est = sums.sum() / counts.sum()
     if len(sums) < 2:
         return (est, np.nan, np.nan)
-    rng = np.random.default_rng(seed)
-    w = rng.multinomial(len(sums), np.full(len(sums), 1 / len(sums)), size=n_boot)
+    w = _resample_weights(len(sums), n_boot, seed)
     den = w @ counts
     stats = np.divide(w @ sums, den, out=np.full(n_boot, np.nan), where=den > 0)
     lo, hi = np.nanpercentile(stats, [2.5, 97.5])

@@ -59,7 +59,7 @@ def _line_with_band(fig: go.Figure, df: pd.DataFrame, x: str, y: str, name: str,
         fig.add_trace(go.Scatter(
             x=np.concatenate([df[x].to_numpy(), df[x].to_numpy()[::-1]]),
             y=np.concatenate([df[hi].to_numpy(), df[lo].to_numpy()[::-1]]),
-            fill="toself", fillcolor=_rgba(color, 0.18), line={"width": 0}, hoverinfo="skip",
+            mode="lines", fill="toself", fillcolor=_rgba(color, 0.18), line={"width": 0}, hoverinfo="skip",
             legendgroup=name, showlegend=False, name=f"{name} 95% CI"), row=row, col=col)
     fig.add_trace(go.Scatter(
         x=df[x], y=df[y], mode="lines+markers", name=name, legendgroup=name, showlegend=showlegend,
@@ -73,13 +73,14 @@ def metric_by_depth(per_depth: pd.DataFrame, metrics: Sequence[str], title: str,
     if per_depth.empty:
         return _empty(title)
     colors = series_colors(per_depth["series"])
-    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[label(m) for m in metrics], shared_xaxes=True)
+    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[label(m) for m in metrics], shared_xaxes=True,
+                        horizontal_spacing=0.1)
     for j, m in enumerate(metrics, start=1):
         for s, sub in per_depth.groupby("series", sort=False):
             _line_with_band(fig, sub, "depth", m, s, colors[s], 1, j, showlegend=(j == 1))
         fig.update_xaxes(title_text="depth", dtick=1, row=1, col=j)
         if log_y:
-            fig.update_yaxes(type="log", row=1, col=j)
+            fig.update_yaxes(type="log", tickformat=".3~g", row=1, col=j)
         elif y_range:
             fig.update_yaxes(range=list(y_range), row=1, col=j)
     fig.update_layout(title=title, template=TEMPLATE, height=380, legend_title_text="series")
@@ -251,7 +252,7 @@ def attention_row_heatmap(row: np.ndarray, slot_tokens: Sequence[int], context_l
                              marker={"symbol": "x-thin-open", "size": 9, "color": "#17becf", "line": {"width": 2}},
                              hovertemplate="query of depth %{y} at slot %{x}<extra></extra>"))
     fig.update_layout(title=title, template=TEMPLATE, height=120 + 40 * k, xaxis_title="key slot",
-                      yaxis={"title": "depth", "dtick": 1, "autorange": "reversed"},
+                      yaxis={"title": "depth", "tickvals": list(range(1, k + 1)), "autorange": "reversed"},
                       legend={"orientation": "h", "y": -0.25})
     return fig
 

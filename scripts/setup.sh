@@ -9,3 +9,9 @@ PY=${PYTHON:-python3}
 python -m pip install -q --upgrade pip >/dev/null
 python -m pip install -q "torch==2.13.0" 2>/dev/null || python -m pip install -q "torch>=2.4,<=2.14.1"
 python -m pip install -q -e ".[dev,app]"
+# Headless browser for tests/test_dashboard_browser.py: Debian's chromium (playwright itself is in the dev extra).
+if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo -n"
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium; } >/dev/null 2>&1 \
+    || echo "setup: could not install chromium; the dashboard browser test needs /usr/bin/chromium" >&2
+fi

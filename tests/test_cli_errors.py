@@ -32,11 +32,14 @@ def env(tmp_path_factory):
     with open(root / "badline.jsonl", "a") as f:
         f.write('{"id": "b", "token_ids": [1, 2\n')
     write_probes(root / "noid.jsonl", [{"token_ids": [1, 2]}])
+    write_probes(root / "oov.jsonl", [{"id": "ok", "token_ids": [1, 2]}, {"id": "oov", "token_ids": [1, 640]}])
+    write_probes(root / "toolong.jsonl", [{"id": "big", "token_ids": [1, 2], "max_new_tokens": 600}])
     for name, edit in {
         "notjson": lambda t: (t / "manifest.json").write_text("{not json"),
         "future": lambda t: (t / "manifest.json").write_text(
             json.dumps(dict(json.loads((t / "manifest.json").read_text()), schema_version=99))),
         "noshard": lambda t: (t / "depths" / "part-00000.parquet").unlink(),
+        "noaux": lambda t: (t / "aux" / "part-00000.parquet").unlink(),
         "truncshard": lambda t: (t / "rounds" / "part-00000.parquet").write_bytes(b"PAR1\x00\x01"),
     }.items():
         shutil.copytree(root / "d3.drift", root / f"{name}.drift")
@@ -72,6 +75,10 @@ CASES = {
     "malformed probe line": (lambda e: cap_args(e, **{"--probes": str(e["root"] / "badline.jsonl")}),
                              "badline.jsonl:2"),
     "probe without id": (lambda e: cap_args(e, **{"--probes": str(e["root"] / "noid.jsonl")}), "'id'"),
+    "probe token beyond vocab": (lambda e: cap_args(e, **{"--probes": str(e["root"] / "oov.jsonl")}),
+                                 "probe 'oov': prompt: token id 640"),
+    "probe beyond max positions": (lambda e: cap_args(e, **{"--probes": str(e["root"] / "toolong.jsonl")}),
+                                   "max_position_embeddings"),
     "out exists": (lambda e: cap_args(e, **{"--out": str(e["root"] / "d2.drift")}), "--resume or --overwrite"),
     "resume with other settings": (lambda e: cap_args(e, **{"--out": str(e["root"] / "d3.drift"),
                                                             "--resume": None}), "different settings"),
@@ -85,9 +92,14 @@ CASES = {
     "info missing shard": (lambda e: ["info", str(e["root"] / "noshard.drift")], "part-00000.parquet"),
     "compare missing shard": (lambda e: ["compare", str(e["root"] / "d3.drift"), str(e["root"] / "noshard.drift"),
                                          "--json"], "part-00000.parquet"),
+    "info missing aux shard": (lambda e: ["info", str(e["root"] / "noaux.drift")], "aux"),
     "info truncated shard": (lambda e: ["info", str(e["root"] / "truncshard.drift")], "part-00000.parquet"),
     "info not a trace": (lambda e: ["info", e["target"]], "manifest.json"),
     "info missing trace": (lambda e: ["info", str(e["root"] / "ghost.drift")], "ghost.drift"),
+    "unknown command": (lambda e: ["capturre"], "capturre"),
+    "unknown option": (lambda e: [*cap_args(e), "--colour"], "--colour"),
+    "missing required option": (lambda e: ["capture", "--target", e["target"]], "Missing option"),
+    "compare without traces": (lambda e: ["compare"], "Missing argument"),
     "compare incompatible depth": (lambda e: ["compare", str(e["root"] / "d2.drift"), str(e["root"] / "d3.drift")],
                                    "depth"),
 }
@@ -119,8 +131,9 @@ def test_nothing_written_for_rejected_captures(env):
 
 @pytest.mark.parametrize("argv,fragment", [
     (lambda e: ["info", str(e["root"] / "notjson.drift")], "not valid JSON"),
-    (lambda e: cap_args(e, **{"--target": str(e["root"] / "nope")}), "target folder does not exist"),
-], ids=["info-corrupt", "capture-missing-target"])
+    # after the target is loaded: nothing else (e.g. transformers' loading bars) may reach stderr
+    (lambda e: [*cap_args(e), "--override", "bogus=true"], "--override bogus: unknown key"),
+], ids=["info-corrupt", "capture-unknown-override"])
 def test_real_subprocess(env, argv, fragment):
     r = cli(*argv(env), timeout=300)
     assert r.returncode == 2, r.stderr

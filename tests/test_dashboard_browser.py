@@ -1,6 +1,7 @@
 """The dashboard in a real headless browser: `drifttool dashboard` on a free local port, every page opened
 in Debian's chromium through playwright, plotly charts rendered, no console errors, a screenshot of the
-Depth page (written to docs/ only with DRIFTTOOL_UPDATE_SCREENSHOT=1)."""
+Depth page (written to docs/ only with DRIFTTOOL_UPDATE_SCREENSHOT=1). Malformed traces are covered by the
+AppTest suite (test_dashboard_apptest.py)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ PAGES = [("", "Overview", 1), ("depth", "Depth", 3), ("heads", "Heads", 2), ("co
 READY = """([title, n]) => {
   const app = document.querySelector('[data-testid="stApp"]');
   const titles = [...document.querySelectorAll('h1')].map(e => e.innerText.trim());
+  const plots = [...document.querySelectorAll('.js-plotly-plot')].filter(e => e.querySelector('.main-svg'));
   return app && app.getAttribute('data-test-script-state') === 'notRunning' && titles.includes(title)
-    && document.querySelectorAll('.js-plotly-plot .main-svg').length >= n;
+    && plots.length >= n && document.querySelectorAll('[data-testid="stSkeleton"]').length === 0;
 }"""
 
 
@@ -73,7 +75,7 @@ def server(dash_traces, tmp_path_factory):
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "drifttool.cli", "dashboard", str(dash_traces["a"]), str(dash_traces["b"]),
-             str(dash_traces["bad"]), "--port", str(port)],
+             "--port", str(port)],
             stdout=out, stderr=subprocess.STDOUT, env=child_env(), cwd=REPO, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -95,7 +97,7 @@ def test_every_page_renders_in_chromium(server, tmp_path):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page = browser.new_page(viewport={"width": 1400, "height": 1700})
             page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
             for path, title, n_charts in PAGES:
@@ -108,8 +110,7 @@ def test_every_page_renders_in_chromium(server, tmp_path):
                 page.wait_for_function(READY, arg=[title, n_charts], timeout=120_000)
                 timings[path or "overview"] = time.perf_counter() - t0
                 assert page.locator("[data-testid='stException']").count() == 0, f"exception on page /{path}"
-                alerts = page.locator("[data-testid='stAlertContentError']").all_inner_texts()
-                assert len(alerts) == 1 and "bad.drift" in alerts[0], alerts  # only the malformed trace
+                assert page.locator("[data-testid='stAlertContentError']").count() == 0, f"error on page /{path}"
                 if path == "depth":
                     shot = tmp_path / "screenshot_depth.png"
                     page.screenshot(path=str(shot), full_page=True)

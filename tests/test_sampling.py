@@ -55,7 +55,7 @@ def _first_two(sampler, p, q, n: int, seed: int) -> np.ndarray:
 @pytest.mark.parametrize("seed", [0, 1])
 def test_rejection_sample_preserves_target_distribution(seed):
     p, q = _dists(seed)
-    n = 6000
+    n = 3000
     pp = p.double().numpy()
     expected = np.outer(pp, pp).ravel() / np.outer(pp, pp).sum() * n
     good = _first_two(rejection_sample, p, q, n, seed)

@@ -1,6 +1,7 @@
-"""A capture interrupted mid-run (SIGINT, then SIGTERM on the resumed run) leaves a readable trace marked
-partial; `--resume` finishes it and the result equals an uninterrupted capture, table for table (wall-clock
-columns aside). Every table is plain Parquet that pandas reads as a folder without drifttool."""
+"""A capture killed mid-run (a real `python -m drifttool.cli capture` subprocess, SIGINT or SIGTERM after its
+first shard) exits 130 with one line and leaves a readable trace marked partial; `--resume` finishes it and
+the result equals an uninterrupted capture, table for table (wall-clock columns aside). Every table is plain
+Parquet that pandas reads as a folder without drifttool."""
 
 from __future__ import annotations
 
@@ -24,27 +25,48 @@ from drifttool.trace.schema import TABLES
 from drifttool.trace.writer import TraceWriter
 
 DEPTH = 3
-N_PROMPTS = 5
+N_PROMPTS = 4
 WALL = ("wall_s", "draft_s", "verify_s")  # wall-clock columns: differ run to run
+
+
+SIGNALS = {"int": signal.SIGINT, "term": signal.SIGTERM}
+
+
+def start_capture(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "drifttool.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=child_env())
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
+    """Starts the two captures to interrupt (SIGINT / SIGTERM) at once, then builds the uninterrupted
+    reference in-process while they start up (interpreter start-up dominates on this shared machine)."""
     root = tmp_path_factory.mktemp("crash")
     paths = build_models(root)
     # a quick first prompt (the first shard lands fast), then long ones (the signal lands mid-prompt)
     probes = [{"id": "p0", "token_ids": prompt(0, 10), "max_new_tokens": 2, "tags": ["quick"]},
               {"id": "p1", "token_ids": prompt(1, 12), "max_new_tokens": 1}]  # no drafting round at all
-    probes += [{"id": f"p{i}", "token_ids": prompt(i, 14), "max_new_tokens": 40} for i in range(2, N_PROMPTS)]
+    probes += [{"id": f"p{i}", "token_ids": prompt(i, 14), "max_new_tokens": 32} for i in range(2, N_PROMPTS)]
     suite = write_probes(root / "probes.jsonl", probes)
     drafters = [f"e3={paths['eagle3']}", f"e31={paths['eagle31']}?norm_output=false"]
-    ref = run_capture(str(paths["target"]), [DrafterSpec.parse(d) for d in drafters], str(suite),
-                      str(root / "ref.drift"), depth=DEPTH, progress=False)
-    args = ["capture", "--target", paths["target"], "--probes", suite, "--out", root / "run.drift",
-            "--depth", DEPTH, "--quiet"]
-    for d in drafters:
-        args += ["--drafter", d]
-    return {"root": root, "ref": ref, "args": [str(a) for a in args], "out": root / "run.drift"}
+    args = {}
+    for name in SIGNALS:
+        a = ["capture", "--target", paths["target"], "--probes", suite, "--out", root / f"{name}.drift",
+             "--depth", DEPTH, "--quiet"]
+        for d in drafters:
+            a += ["--drafter", d]
+        args[name] = [str(x) for x in a]
+    procs = {name: start_capture(a) for name, a in args.items()}
+    try:
+        ref = run_capture(str(paths["target"]), [DrafterSpec.parse(d) for d in drafters], str(suite),
+                          str(root / "ref.drift"), depth=DEPTH, progress=False)
+        yield {"root": root, "ref": ref, "args": args, "procs": procs,
+               "out": {name: root / f"{name}.drift" for name in SIGNALS}}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def shards(trace: Path) -> int:
@@ -54,25 +76,25 @@ def shards(trace: Path) -> int:
         return 0
 
 
-def interrupt_after(args: list[str], trace: Path, n_shards: int, sig: int) -> tuple[int, str]:
-    """Start `drifttool ARGS`, wait until the manifest lists n_shards, send `sig`; return (rc, stderr)."""
-    proc = subprocess.Popen([sys.executable, "-m", "drifttool.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=child_env())
-    deadline = time.monotonic() + 240
-    try:
-        while shards(trace) < n_shards:
-            if proc.poll() is not None:
-                pytest.fail(f"capture ended (rc {proc.returncode}) before shard {n_shards}: {proc.stderr.read()}")
-            if time.monotonic() > deadline:
-                pytest.fail("no shard appeared in time")
-            time.sleep(0.01)
-        proc.send_signal(sig)
+def interrupt_when_first_shard(setup) -> dict[str, tuple[int, str]]:
+    """Send each capture its signal as soon as its manifest lists one shard; return {name: (rc, stderr)}."""
+    pending = dict(setup["procs"])
+    deadline = time.monotonic() + 300
+    while pending:
+        for name, proc in list(pending.items()):
+            if shards(setup["out"][name]) >= 1:
+                proc.send_signal(SIGNALS[name])
+                del pending[name]
+            elif proc.poll() is not None:
+                pytest.fail(f"capture {name} ended (rc {proc.returncode}) before its first shard: {proc.stderr.read()}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"no shard appeared in time for {sorted(pending)}")
+        time.sleep(0.01)
+    out = {}
+    for name, proc in setup["procs"].items():
         _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return proc.returncode, err
+        out[name] = (proc.returncode, err)
+    return out
 
 
 def assert_partial(trace: Path, err: str, rc: int, min_shards: int) -> int:
@@ -103,46 +125,40 @@ def tables_equal(a: Path, b: Path) -> None:
 
 
 def test_interrupt_resume_equals_uninterrupted(setup, capsys):
-    out, args = setup["out"], setup["args"]
-    rc, err = interrupt_after(args, out, 1, signal.SIGINT)
-    n1 = assert_partial(out, err, rc, 1)
+    results = interrupt_when_first_shard(setup)
+    for name, (rc, err) in results.items():
+        out = setup["out"][name]
+        assert_partial(out, err, rc, 1)
 
-    # `drifttool info` on the partial trace
-    assert main(["info", str(out)]) == 0
-    text = capsys.readouterr().out
-    assert "partial" in text and "all listed shards readable" in text
-    assert main(["info", str(out), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["status"] == "partial"
+        # `drifttool info` on the partial trace
+        assert main(["info", str(out)]) == 0
+        text = capsys.readouterr().out
+        assert "partial" in text and "all listed shards readable" in text
+        assert main(["info", str(out), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["status"] == "partial"
 
-    # a partial trace is plain Parquet too: keep a copy for the pandas check below
-    shutil.copytree(out, setup["root"] / "partial.drift")
+        # a partial trace is plain Parquet too: keep a copy for the pandas check below
+        shutil.copytree(out, setup["root"] / f"partial-{name}.drift")
 
-    # resume, and stop that run too, with SIGTERM this time
-    rc, err = interrupt_after([*args, "--resume"], out, n1 + 1, signal.SIGTERM)
-    n2 = assert_partial(out, err, rc, n1 + 1)
-    assert read_manifest(out)["prompts_done"] == [f"p{i}" for i in range(n2)]
-
-    # finish it (in-process: the subprocess path was exercised above, interpreter start-up is costly here)
-    assert main([*args, "--resume"]) == 0
-    assert "trace written" in capsys.readouterr().out
-    m = read_manifest(out)
-    assert m["status"] == "complete"
-    assert m["prompts_done"] == [f"p{i}" for i in range(N_PROMPTS)]
-    ref = read_manifest(setup["ref"])
-    for key in ("counts", "capture", "drafters", "settings_hash", "prompts_done", "shards", "schema_version"):
-        assert m[key] == ref[key], key
-    tables_equal(out, setup["ref"])
-    # sampled attention rows (safetensors) identical too
-    t, tr = read_trace(out), read_trace(setup["ref"])
-    idx = t.rows_index()
-    assert len(idx) > 0
-    for row in idx.itertuples():
-        a, sa = t.attention_row(row.drafter, row.prompt_id, row.round)
-        b, sb = tr.attention_row(row.drafter, row.prompt_id, row.round)
-        np.testing.assert_array_equal(a, b)
-        assert sa == sb
-    assert main(["info", str(out), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["status"] == "complete"
+        # resume finishes it (in-process: `main` is what `python -m drifttool.cli` runs)
+        assert main([*setup["args"][name], "--resume"]) == 0
+        assert "trace written" in capsys.readouterr().out
+        m = read_manifest(out)
+        assert m["status"] == "complete"
+        assert m["prompts_done"] == [f"p{i}" for i in range(N_PROMPTS)]
+        ref = read_manifest(setup["ref"])
+        for key in ("counts", "capture", "drafters", "settings_hash", "prompts_done", "shards", "schema_version"):
+            assert m[key] == ref[key], key
+        tables_equal(out, setup["ref"])
+        # sampled attention rows (safetensors) identical too
+        t, tr = read_trace(out), read_trace(setup["ref"])
+        idx = t.rows_index()
+        assert len(idx) > 0
+        for row in idx.itertuples():
+            a, sa = t.attention_row(row.drafter, row.prompt_id, row.round)
+            b, sb = tr.attention_row(row.drafter, row.prompt_id, row.round)
+            np.testing.assert_array_equal(a, b)
+            assert sa == sb
 
 
 PANDAS_ONLY = r"""
@@ -164,7 +180,8 @@ print(json.dumps(out))
 
 def test_pandas_reads_trace_folders_without_drifttool(setup):
     """Runs after the resume test (same module): the finished trace, the reference and the partial copy."""
-    traces = [setup["ref"]] + [p for p in (setup["root"] / "partial.drift", setup["out"]) if p.is_dir()]
+    traces = [setup["ref"], *sorted(setup["root"].glob("partial-*.drift"))]
+    traces += [p for p in setup["out"].values() if (p / "manifest.json").is_file()]
     r = subprocess.run([sys.executable, "-c", PANDAS_ONLY, *map(str, traces)], capture_output=True, text=True,
                        timeout=120, env=child_env(), cwd=setup["root"])
     assert r.returncode == 0, r.stderr
@@ -177,8 +194,9 @@ def test_pandas_reads_trace_folders_without_drifttool(setup):
             assert cols == sorted(want.columns), (trace.name, name)
             if name in TABLES:
                 assert set(TABLES[name]) <= set(cols)
-    if "partial.drift" in got:
-        assert got["partial.drift"]["status"] == "partial"
+    for name in SIGNALS:
+        if f"partial-{name}.drift" in got:
+            assert got[f"partial-{name}.drift"]["status"] == "partial"
 
 
 def test_interrupt_mid_shard_leaves_no_unlisted_files(tmp_path, monkeypatch):

@@ -1,0 +1,71 @@
+"""Run every benchmark once and print their tables and summary lines.
+
+    .venv/bin/python bench/run_all.py            # full settings (minutes on 2 CPU cores)
+    .venv/bin/python bench/run_all.py --smoke    # everything at toy sizes (seconds): checks that it runs
+
+Order: the timing-sensitive overhead benchmark first, then end-to-end capture, trace I/O, and the memory
+benchmark last (it starts one process per point). Each script also runs on its own; see its --help.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_e2e  # noqa: E402
+import bench_memory  # noqa: E402
+import bench_overhead  # noqa: E402
+import bench_trace_io  # noqa: E402
+
+SCRIPTS = (("overhead", bench_overhead), ("e2e", bench_e2e), ("trace_io", bench_trace_io), ("memory", bench_memory))
+
+
+class Tee(io.TextIOBase):
+    """Print through, keeping a copy (to repeat the summary lines at the end)."""
+
+    def __init__(self, out):
+        self.out, self.buf = out, io.StringIO()
+
+    def write(self, s):
+        self.buf.write(s)
+        return self.out.write(s)
+
+    def flush(self):
+        self.out.flush()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="toy sizes, seconds")
+    ap.add_argument("--only", help="comma list of: " + ", ".join(n for n, _ in SCRIPTS))
+    a = ap.parse_args(argv)
+    chosen = [(n, m) for n, m in SCRIPTS if not a.only or n in a.only.split(",")]
+    import torch
+
+    tee = Tee(sys.stdout)
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(tee):
+        print(f"# drifttool benchmarks{' (smoke)' if a.smoke else ''}: torch {torch.__version__}, "
+              f"Python {platform.python_version()}, {platform.machine()}, {__import__('os').cpu_count()} CPUs")
+        for name, mod in chosen:
+            print(f"\n## {name}", flush=True)
+            s = time.perf_counter()
+            mod.main(["--smoke"] if a.smoke else [])
+            print(f"({name}: {time.perf_counter() - s:.0f} s)", flush=True)
+    summaries = [line for line in tee.buf.getvalue().splitlines() if line.startswith("SUMMARY ")]
+    print("\n## summary")
+    for line in summaries:
+        print(line)
+    print(f"SUMMARY all: {len(summaries)} benchmarks in {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Notebook API: Trace views equal the Parquet tables, live-capture rows equal eager attention, clear errors."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+
+import drifttool as dt
+from drifttool.tiny import tiny_drafter, tiny_target
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    t = tiny_target(vocab=64, hidden=64, kv_heads=2)
+    d = tiny_drafter(t)
+    with dt.capture(d, t, depth=4, max_new_tokens=10) as cap:
+        cap.run(list(range(1, 30)), prompt_id="a")
+        cap.run([(7 * i) % 60 + 1 for i in range(40)], prompt_id="b")
+    path = cap.to_trace(tmp_path_factory.mktemp("api") / "live.drift")
+    return t, d, cap, path
+
+
+def test_trace_views_match_parquet(live):
+    *_, path = live
+    tr = dt.load(path)
+    for name in ("rounds", "depths", "heads", "prompts", "aux"):
+        raw = pd.read_parquet(path / name)
+        view = getattr(tr, name)
+        pd.testing.assert_frame_equal(view.reset_index(drop=True), raw.reset_index(drop=True), check_dtype=False)
+    assert tr.manifest["status"] == "complete"
+    assert "<table>" in tr._repr_html_()
+    s = tr.summary()
+    assert set(s.depth) == {1, 2, 3, 4}
+
+
+def test_live_tables_match_trace(live):
+    _, _, cap, path = live
+    tr = dt.load(path)
+    pd.testing.assert_frame_equal(cap.depths.reset_index(drop=True), tr.depths.reset_index(drop=True), check_dtype=False)
+
+
+def _eager_rows(t, d, prompt, depth, max_new):
+    """Eager attention probabilities of every draft query: last row of each drafter forward."""
+    rows = []
+    h = d.layers[0].self_attn.hook_probs.register_forward_hook(lambda m, i, o: rows.append(o[0, :, -1].clone()))
+    d.set_attn_impl("eager")
+    try:
+        dt.speculate(t, d, prompt, depth=depth, max_new_tokens=max_new)
+    finally:
+        d.set_attn_impl("sdpa")
+        h.remove()
+    return rows
+
+
+def test_live_attention_equals_eager(live):
+    t, d, cap, _ = live
+    prompt = [(7 * i) % 60 + 1 for i in range(40)]  # the last prompt run, whose q/k the capture kept
+    eager = _eager_rows(t, d, prompt, 4, 10)
+    n_rounds = len(cap.results[-1].rounds)
+    assert len(eager) == 4 * n_rounds
+    for r in range(n_rounds):
+        for k in range(1, 5):
+            want = eager[4 * r + k - 1]  # [nh, L]
+            got = cap.attention(round=r, depth=k)
+            ref = want.mean(0)[: len(got)].numpy()
+            assert torch.allclose(torch.from_numpy(got), torch.from_numpy(ref), atol=1e-5)
+            for h in range(want.shape[0]):
+                got_h = cap.attention(round=r, depth=k, head=h)
+                assert abs(got_h - want[h, : len(got_h)].numpy()).max() < 1e-5
+                assert abs(want[h, len(got_h):]).sum() == 0  # nothing beyond the causal chain limit
+
+
+def test_errors_name_the_valid_range(live):
+    _, _, cap, path = live
+    with pytest.raises(ValueError, match=r"valid rounds: 0\.\."):
+        cap.attention(round=10_000, depth=1)
+    with pytest.raises(ValueError, match=r"valid depths: 1\.\.4"):
+        cap.attention(round=0, depth=9)
+    tr = dt.load(path)
+    with pytest.raises(ValueError, match="valid prompt ids"):
+        tr.attention_row(tr.drafters[0], "nope", 0)
+    with pytest.raises(ValueError, match="valid"):
+        tr.attention_row("no-such-drafter", "a", 0)
+    with pytest.raises(ValueError):
+        dt.compare_many([])
+
+
+def test_compare_many_and_plots(live, tmp_path):
+    t, d, _, path = live
+    d31 = tiny_drafter(t, fc_norm=True, norm_output=True)
+    with dt.capture(d31, t, depth=4, max_new_tokens=10, name="e31") as cap:
+        cap.run(list(range(1, 30)), prompt_id="a")
+    p2 = cap.to_trace(tmp_path / "b.drift")
+    summ = dt.compare_many([path, p2])
+    assert len(summ) == 2
+    tr = dt.load(path)
+    for fig in (tr.plot.depth(dt.load(p2)), tr.plot.rms(), tr.plot.acceptance(), tr.plot.heads(), tr.plot.context()):
+        assert fig.data, "figure has no traces"

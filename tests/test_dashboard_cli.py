@@ -1,0 +1,31 @@
+"""`drifttool dashboard`: the streamlit command line it runs, and its one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import drifttool.cli as cli
+from drifttool.errors import DriftError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_command_is_local_headless_and_passes_only_the_traces(tmp_path):
+    cmd = cli.dashboard_command([str(tmp_path / "a.drift"), "b.drift"], 8600)
+    assert cmd[1:4] == ["-m", "streamlit", "run"] and cmd[4] == str(REPO / "app" / "dashboard.py")
+    opts = dict(zip(cmd[5:cmd.index("--"):2], cmd[6:cmd.index("--"):2]))
+    assert opts["--server.address"] == "127.0.0.1" and opts["--server.port"] == "8600"
+    assert opts["--server.headless"] == "true" and opts["--browser.gatherUsageStats"] == "false"
+    assert cmd[cmd.index("--") + 1:] == [str(tmp_path / "a.drift"), str(Path("b.drift").absolute())]
+
+
+def test_missing_app_and_bad_port_are_one_line_errors(monkeypatch, tmp_path, capsys):
+    assert cli.main(["dashboard", "--port", "70000"]) == 2
+    assert "--port 70000" in capsys.readouterr().err
+    monkeypatch.setattr(cli, "__file__", str(tmp_path / "drifttool" / "cli.py"))
+    try:
+        cli.dashboard_command([], 8501)
+    except DriftError as e:
+        assert "dashboard app not found" in str(e) and str(tmp_path / "app" / "dashboard.py") in str(e)
+    else:
+        raise AssertionError("expected DriftError")
