@@ -78,7 +78,7 @@ def target_identity(target: Target, path: str | None) -> dict[str, Any]:
     if path and (Path(path) / "report.json").is_file():
         try:
             ident["report"] = json.loads((Path(path) / "report.json").read_text())
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError, OSError):
             ident["report"] = "unreadable report.json"
     return ident
 
@@ -163,7 +163,9 @@ def build_manifest(target: Target, target_path: str | None, models: dict[str, Ea
     m = {"drifttool_version": __version__, "target": target_identity(target, target_path),
          "drafters": [drafter_identity(n, d) for n, d in models.items()], "capture": capture_settings, **(extra or {})}
     m["settings_hash"] = _hash({
-        "capture": {k: v for k, v in capture_settings.items() if k != "device"},
+        # the probe file counts by content (sha256), not by the path it was given as
+        "capture": {k: ({kk: vv for kk, vv in v.items() if kk != "path"} if k == "probes" else v)
+                    for k, v in capture_settings.items() if k != "device"},
         "drafters": [(d["name"], d["config_hash"], d["overrides"]) for d in m["drafters"]],
         "target": m["target"]["config_hash"],
     })

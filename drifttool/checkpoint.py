@@ -28,7 +28,7 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise DriftError(f"{path}: missing (a drafter checkpoint folder needs config.json)")
     try:
         data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, int digit limit, nesting
         raise DriftError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(data, dict):
         raise DriftError(f"{path}: expected a JSON object, got {type(data).__name__}")

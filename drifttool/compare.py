@@ -79,7 +79,11 @@ class Comparison:
     def of(cls, traces: list[TraceData]) -> Comparison:
         notes = check_compatible(traces)
         ser = series_of(traces)
-        return cls(ser, _frame(ser, "depths"), _frame(ser, "rounds"), notes)
+        rounds = _frame(ser, "rounds")
+        notes += [f"{s.label}: no drafted rounds in {s.trace.path.name} (empty trace, or every prompt ended before "
+                  "a round, e.g. max_new_tokens 1); its tables are empty" for s in ser
+                  if not (rounds["series"] == s.label).any()]
+        return cls(ser, _frame(ser, "depths"), rounds, notes)
 
     @property
     def depth(self) -> int:
@@ -93,7 +97,7 @@ class Comparison:
         d = df.assign(acc=df["accepted"].astype(float))
         parts.append(cluster_mean(d, "acc", keys).rename(columns=lambda c: c.replace("acc", "acceptance_rate")))
         # accepted, not match: under sampled verification a draft != the target's argmax can be accepted
-        dr = d[d["reached"]].assign(cond=lambda x: x["accepted"].astype(float))
+        dr = d[d["reached"].astype(bool)].assign(cond=lambda x: x["accepted"].astype(float))
         parts.append(cluster_mean(dr, "cond", keys).rename(columns=lambda c: c.replace("cond", "n_alpha")))
         out = parts[0]
         for p in parts[1:]:
@@ -119,8 +123,8 @@ class Comparison:
             rows.append({
                 "series": s.label, "prompts": r["prompt_id"].nunique(), "drafts": acc.get("drafts", 0),
                 "mean_acceptance_length": 1 + al, "al_lo": 1 + al_lo, "al_hi": 1 + al_hi,
-                "draft_acceptance_rate": acc.get("draft_acceptance_rate"),
-                "iid_acceptance_length": acc.get("iid_acceptance_length"), "iid_p": acc.get("iid_p"),
+                "draft_acceptance_rate": acc.get("draft_acceptance_rate", np.nan),  # nan: no drafted rounds
+                "iid_acceptance_length": acc.get("iid_acceptance_length", np.nan), "iid_p": acc.get("iid_p", np.nan),
                 "drift_score": drift, "drift_lo": dlo, "drift_hi": dhi,
                 "feature_growth": float(by_depth["rms_in"].iloc[-1] / by_depth["rms_in"].iloc[0]) if len(by_depth) else np.nan,
                 "sink_retention": float(by_depth["sink_mass"].iloc[-1] / by_depth["sink_mass"].iloc[0])
@@ -137,7 +141,7 @@ class Comparison:
         """Per series x depth x metric: acceptance (given the chain reached that depth) by quantile bin of
         the metric, and the metric's rank correlation with acceptance."""
         rows = []
-        d = self.depths[self.depths["reached"]]
+        d = self.depths[self.depths["reached"].astype(bool)]
         for (label, depth), sub in d.groupby(["series", "depth"], observed=True):
             y = sub["accepted"].astype(float).to_numpy()  # == match when greedy; sampled accepts non-argmax
             for m in PREDICTORS:

@@ -169,8 +169,8 @@ class Capture:
             self._final_keys = keys.clone()  # slots < n never change after commit
 
     # -- the per-round computation ---------------------------------------------------------------
-    # Cost: this runs once per round over K x heads x L scores, so every full-length pass counts (at 16k
-    # context one pass over them costs about as much as a fifth of a draft step on a CPU core). Hence:
+    # Cost: this runs once per round over K x heads x L scores, so every full-length pass counts (with
+    # K=8, 8 heads and 16k context one pass reads and writes 4 MiB; see bench/bench_overhead.py). Hence:
     # scores in the [nkv, K, rep, L] layout one matmul writes; the chain mask only on the K-1 draft slots
     # at the tail (the context is visible to every depth); one exp shared by masses and entropy (no entr);
     # sink mass gathered from the few sink columns; context ids converted incrementally, not every round.

@@ -103,7 +103,7 @@ def cluster_mean(df: pd.DataFrame, col: str, by: list[str], seed: int = 0) -> pd
         row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
         row.update({col: est, f"{col}_lo": lo, f"{col}_hi": hi})
         out.append(row)
-    return pd.DataFrame(out)
+    return pd.DataFrame(out, columns=[*by, col, f"{col}_lo", f"{col}_hi"])  # columns kept when there are no rows
 
 
 def context_bucket(ctx: pd.Series) -> pd.Series:

@@ -117,8 +117,8 @@ def load_suite(path) -> list[Probe]:
             continue
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DriftError(f"{p}:{i}: not valid JSON ({e.msg})") from None
+        except (ValueError, RecursionError) as e:  # JSONDecodeError, int digit limit, nesting
+            raise DriftError(f"{p}:{i}: not valid JSON ({getattr(e, 'msg', e)})") from None
         probes.extend(parse_line(obj, f"{p}:{i}"))
     if not probes:
         raise DriftError(f"{p}: probe suite is empty (expected at least one JSONL line with an id)")

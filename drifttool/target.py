@@ -168,7 +168,7 @@ def load_target(
         raise DriftError(f"{cfg}: missing (expected an HF model config)")
     try:
         json.loads(cfg.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, digit limit, nesting
         raise DriftError(f"{cfg}: not valid JSON ({e})") from None
     if not list(p.glob("*.safetensors")):
         if list(p.glob("*.bin")) or list(p.glob("*.pt")):

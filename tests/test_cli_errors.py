@@ -1,6 +1,6 @@
 """Every user error on the command line -> one clear line on stderr naming the file/field, exit code 2, no
 traceback. Most cases call `drifttool.cli.main(argv)` in-process (the same code `python -m drifttool.cli`
-runs; interpreter start-up costs seconds on this shared machine); two go through a real subprocess."""
+runs; interpreter start-up costs seconds on this shared machine); one goes through a real subprocess."""
 
 from __future__ import annotations
 
@@ -129,15 +129,13 @@ def test_nothing_written_for_rejected_captures(env):
     assert m["status"] == "complete" and len(m["shards"]) == 1
 
 
-@pytest.mark.parametrize("argv,fragment", [
-    (lambda e: ["info", str(e["root"] / "notjson.drift")], "not valid JSON"),
-    # after the target is loaded: nothing else (e.g. transformers' loading bars) may reach stderr
-    (lambda e: [*cap_args(e), "--override", "bogus=true"], "--override bogus: unknown key"),
-], ids=["info-corrupt", "capture-unknown-override"])
-def test_real_subprocess(env, argv, fragment):
-    r = cli(*argv(env), timeout=300)
+def test_real_subprocess(env):
+    """The process-level contract. (`capture` in a real subprocess, stderr included, is exercised by
+    test_trace_crash_resume; each torch-importing interpreter costs 5-15 s on this shared machine.)"""
+    r = cli("info", str(env["root"] / "notjson.drift"), timeout=300)
     assert r.returncode == 2, r.stderr
-    assert fragment in one_error_line(r.stderr)
+    assert "not valid JSON" in one_error_line(r.stderr)
+    assert r.stdout == ""
 
 
 def test_module_entry_point():

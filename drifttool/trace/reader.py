@@ -24,8 +24,10 @@ def read_manifest(path) -> dict[str, Any]:
         raise DriftError(f"{mf}: missing (not a drifttool trace, or the capture never started)")
     try:
         m = json.loads(mf.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, int digit limit, nesting
         raise DriftError(f"{mf}: not valid JSON ({e})") from None
+    except OSError as e:
+        raise DriftError(f"{mf}: cannot read ({e.strerror})") from None
     if not isinstance(m, dict):
         raise DriftError(f"{mf}: expected a JSON object")
     v = m.get("schema_version")
