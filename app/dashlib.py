@@ -33,9 +33,23 @@ def _key(p: Path) -> tuple[str, float]:
         return (str(p.resolve()), -1.0)
 
 
+def confine(path: str | Path, given: list[Path] | None = None) -> Path:
+    """`path` if it is one of the trace folders the dashboard was given and nothing in it links outside it;
+    else DriftError. The loader reads nothing else (SPEC: "reading only the folders it was given")."""
+    p = Path(path).resolve()
+    if p not in {q.resolve() for q in (trace_paths() if given is None else given)}:
+        raise DriftError(f"{path}: not one of the trace folders this dashboard was given; refused")
+    if p.is_dir():
+        for f in p.rglob("*"):
+            if f.is_symlink() and not f.resolve().is_relative_to(p):
+                raise DriftError(f"{f}: a link to {f.resolve()}, outside the trace folder {p}; refused")
+    return p
+
+
 @st.cache_data(show_spinner=False, max_entries=32)
 def _load(path: str, mtime: float) -> LoadedTrace:
     """Read + validate one trace; keyed by path and manifest mtime, so a rewritten trace is reloaded."""
+    confine(path)
     return load_trace(path)
 
 

@@ -9,17 +9,13 @@ inputs."""
 from __future__ import annotations
 
 import statistics
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts import each other by file name
-
-from drifttool.config import DrafterConfig  # noqa: E402
-from drifttool.drafter import DraftStep, Eagle3Drafter, KVCache  # noqa: E402
-from drifttool.loop import RoundRecord, _draft_token  # noqa: E402
+from drifttool.config import DrafterConfig
+from drifttool.drafter import DraftStep, Eagle3Drafter, KVCache
+from drifttool.loop import RoundRecord, _draft_token
 
 GREEDY = torch.Generator().manual_seed(0)  # unused by greedy drafting; the loop's helper takes one
 

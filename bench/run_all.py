@@ -3,8 +3,9 @@
     .venv/bin/python bench/run_all.py            # full settings (minutes on 2 CPU cores)
     .venv/bin/python bench/run_all.py --smoke    # everything at toy sizes (seconds): checks that it runs
 
-Order: the timing-sensitive overhead benchmark first, then end-to-end capture, trace I/O, and the memory
-benchmark last (it starts one process per point). Each script also runs on its own; see its --help.
+Order: the timing-sensitive overhead benchmark first (the issue's small drafter at 512..16k, then a larger
+drafter at 2k and 16k; the smoke run skips the larger one), then end-to-end capture, trace I/O, and the
+memory benchmark last (it starts one process per point). Each script also runs on its own; see --help.
 """
 
 from __future__ import annotations
@@ -24,7 +25,11 @@ import bench_memory  # noqa: E402
 import bench_overhead  # noqa: E402
 import bench_trace_io  # noqa: E402
 
-SCRIPTS = (("overhead", bench_overhead), ("e2e", bench_e2e), ("trace_io", bench_trace_io), ("memory", bench_memory))
+# (name, module, full-run arguments); --smoke replaces the arguments
+LARGE = ["--label", "overhead-large", "--hidden", "1024", "--heads", "16", "--kv-heads", "4", "--vocab", "32000",
+         "--contexts", "2k,16k", "--reps", "7", "--rounds", "6"]
+SCRIPTS = (("overhead", bench_overhead, []), ("overhead-large", bench_overhead, LARGE), ("e2e", bench_e2e, []),
+           ("trace_io", bench_trace_io, []), ("memory", bench_memory, []))
 
 
 class Tee(io.TextIOBase):
@@ -44,9 +49,10 @@ class Tee(io.TextIOBase):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="toy sizes, seconds")
-    ap.add_argument("--only", help="comma list of: " + ", ".join(n for n, _ in SCRIPTS))
+    ap.add_argument("--only", help="comma list of: " + ", ".join(n for n, _, _ in SCRIPTS))
     a = ap.parse_args(argv)
-    chosen = [(n, m) for n, m in SCRIPTS if not a.only or n in a.only.split(",")]
+    chosen = [(n, m, args) for n, m, args in SCRIPTS
+              if (not a.only or n in a.only.split(",")) and not (a.smoke and args)]
     import torch
 
     tee = Tee(sys.stdout)
@@ -54,10 +60,10 @@ def main(argv=None) -> int:
     with contextlib.redirect_stdout(tee):
         print(f"# drifttool benchmarks{' (smoke)' if a.smoke else ''}: torch {torch.__version__}, "
               f"Python {platform.python_version()}, {platform.machine()}, {__import__('os').cpu_count()} CPUs")
-        for name, mod in chosen:
+        for name, mod, args in chosen:
             print(f"\n## {name}", flush=True)
             s = time.perf_counter()
-            mod.main(["--smoke"] if a.smoke else [])
+            mod.main(["--smoke"] if a.smoke else args)
             print(f"({name}: {time.perf_counter() - s:.0f} s)", flush=True)
     summaries = [line for line in tee.buf.getvalue().splitlines() if line.startswith("SUMMARY ")]
     print("\n## summary")

@@ -41,6 +41,11 @@ def series_of(traces: list[TraceData]) -> list[Series]:
 def check_compatible(traces: list[TraceData]) -> list[str]:
     """Raise on settings that make traces incomparable; return notes on softer differences."""
     notes = []
+    for t in traces:  # a readable trace may still lack what the statistics need (e.g. a hand-written manifest)
+        if not t.manifest["drafters"]:
+            raise DriftError(f"{t.path / 'manifest.json'}: field 'drafters' is empty; nothing to compare")
+        if t.manifest["capture"].get("depth") is None:
+            raise DriftError(f"{t.path / 'manifest.json'}: field 'capture.depth' missing (expected the speculation depth)")
     base = traces[0].manifest["capture"]
     for t in traces[1:]:
         c = t.manifest["capture"]

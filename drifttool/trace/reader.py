@@ -45,7 +45,51 @@ def read_manifest(path) -> dict[str, Any]:
     for s in m["shards"]:
         if not isinstance(s, dict) or not isinstance(s.get("index"), int):
             raise DriftError(f"{mf}: field 'shards' has an entry without an integer 'index'")
+    _check_fields(mf, m)
     return m
+
+
+def _is(value: Any, typ: type) -> bool:
+    return isinstance(value, typ) and not (typ is int and isinstance(value, bool))
+
+
+# Optional manifest fields the readers (info, compare, check, dashboard, resume) use, and their JSON types.
+_OPTIONAL = {"target": dict, "counts": dict, "prompts_done": list}
+_CAPTURE = {"depth": int, "mode": str, "probes": dict, "sink": dict}
+_DRAFTER = {"flags": dict, "overrides": dict, "assumptions": dict, "rope_scaling": dict, "max_position_embeddings": int}
+
+
+def _check_fields(mf: Path, m: dict[str, Any]) -> None:
+    """Types of the optional fields, so no reader meets e.g. a string or null where it expects an object."""
+    def need(d: dict, key: str, typ: type, where: str, nullable: bool = False) -> None:
+        if key in d and not _is(d[key], typ) and not (nullable and d[key] is None):
+            raise DriftError(f"{mf}: field {where + key!r} is {type(d[key]).__name__}; expected {typ.__name__}")
+
+    if m["status"] not in ("partial", "complete"):
+        raise DriftError(f"{mf}: field 'status' is {m['status']!r}; expected 'partial' or 'complete'")
+    for key, typ in _OPTIONAL.items():
+        need(m, key, typ, "")
+    cap = m["capture"]
+    for key, typ in _CAPTURE.items():
+        need(cap, key, typ, "capture.")
+    if cap.get("depth") is not None and cap["depth"] < 1:
+        raise DriftError(f"{mf}: field 'capture.depth' is {cap['depth']}; expected a speculation depth >= 1")
+    sink = cap.get("sink", {})
+    need(sink, "first_n", int, "capture.sink.")
+    for key in ("positions", "token_ids"):
+        if key in sink and not (_is(sink[key], list) and all(_is(i, int) for i in sink[key])):
+            raise DriftError(f"{mf}: field 'capture.sink.{key}' must be a list of integers")
+    names = []
+    for i, d in enumerate(m["drafters"]):
+        if not isinstance(d, dict) or not isinstance(d.get("name"), str) or not d["name"]:
+            raise DriftError(f"{mf}: field 'drafters' entry {i} has no 'name' (expected an object with a string name)")
+        for key, typ in _DRAFTER.items():
+            need(d, key, typ, f"drafters[{i}].", nullable=True)
+        need(d.get("rope_scaling") or {}, "original_max_position_embeddings", int, f"drafters[{i}].rope_scaling.",
+             nullable=True)
+        names.append(d["name"])
+    if len(set(names)) != len(names):
+        raise DriftError(f"{mf}: field 'drafters' has duplicate names {names}")
 
 
 def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns: list[str] | None = None) -> pd.DataFrame:
@@ -114,13 +158,17 @@ class TraceData:
 
     def rows_index(self) -> pd.DataFrame:
         """Sampled attention rows: index of (drafter, prompt, round) -> tensor name in rows/part-*.safetensors."""
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         parts = []
         for s in self.manifest["shards"]:
             f = self.path / "rows_index" / f"part-{s['index']:05d}.parquet"
             if s.get("rows") and f.is_file():
-                t = pq.read_table(f).to_pandas()
+                try:
+                    t = pq.read_table(f).to_pandas()
+                except (pa.ArrowException, OSError) as e:
+                    raise DriftError(f"{f}: corrupt or truncated Parquet ({str(e).splitlines()[0]})") from None
                 t["shard"] = s["index"]
                 parts.append(t)
         return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(

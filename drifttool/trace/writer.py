@@ -46,6 +46,11 @@ class TraceWriter:
                     f"--resume {self.path}: the trace was captured with different settings "
                     "(drafters, probes, depth, mode, sink or seed); rerun without --resume into a new folder"
                 )
+            counts = old.get("counts")
+            if not isinstance(old.get("prompts_done"), list) or not isinstance(counts, dict) or not all(
+                    isinstance(counts.get(k), int) for k in ("prompts", "rounds")):
+                raise DriftError(f"--resume {self.path}: manifest.json lacks its 'prompts_done' list or 'counts' "
+                                 "(prompts, rounds); cannot resume it; capture into a new folder")
             self.manifest = old
             self.manifest["status"] = "partial"
             self._drop_orphans()
