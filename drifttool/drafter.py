@@ -87,20 +87,25 @@ class Eagle3Attention(nn.Module):
         v = self.v_proj(z).view(b, t, self.nkv, self.hd).transpose(1, 2)
         return rope.apply(q, cos, sin), rope.apply(k, cos, sin), v
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """q [B,nh,T,hd], k/v [B,nkv,L,hd], mask bool [T,L] (True = may attend) or None (attend all)."""
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+               causal: bool = False) -> torch.Tensor:
+        """q [B,nh,T,hd], k/v [B,nkv,L,hd], mask bool [T,L] (True = may attend) or None (attend all);
+        `causal` (T == L, an empty cache) lets SDPA mask implicitly instead of materialising T x L."""
         q = self.hook_q(q)
         k = self.hook_k(k)
         if self.attn_impl == "eager":
             rep = self.nh // self.nkv
             kk, vv = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
             scores = (q.float() @ kk.float().transpose(-1, -2)) * self.hd**-0.5
+            if causal:
+                mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))
             probs = self.hook_probs(scores.softmax(-1))
             out = (probs @ vv.float()).to(q.dtype)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.nkv != self.nh)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                                 enable_gqa=self.nkv != self.nh)
         b, _, t, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.nh * self.hd))
 
@@ -246,10 +251,10 @@ class Eagle3Drafter(nn.Module):
         kk, vv = cache.append(k, v)
         t = q.shape[2]
         mask = None
-        if t > 1:
+        if t > 1 and start > 0:
             qi = torch.arange(t, device=q.device)[:, None] + start
             mask = torch.arange(kk.shape[2], device=q.device)[None, :] <= qi
-        out = attn.attend(q, kk, vv, mask)
+        out = attn.attend(q, kk, vv, mask, causal=t > 1 and start == 0)
         return self.head(self.layer.finish(r0, out))
 
     # -- training-time test (SPEC §5) ---------------------------------------------------------

@@ -31,7 +31,7 @@ from drifttool.trace.writer import TraceWriter
 from drifttool.views import build_view, load_trace
 
 FUZZ = settings(deadline=None, max_examples=int(os.environ.get("DRIFT_FUZZ_EXAMPLES", 40)),
-                derandomize="DRIFT_FUZZ_EXAMPLES" not in os.environ,  # fixed examples in CI; set it to explore database=None,
+                derandomize="DRIFT_FUZZ_EXAMPLES" not in os.environ, database=None,  # set the variable to explore
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 K, HEADS, AUX = 2, 2, [1, 2, 3]
 
