@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DT=${DT:-.venv/bin/drifttool}
 DEPTH=${DEPTH:-8}
-for spec in sink plain; do
+for spec in ${SPECS:-sink plain}; do
   M=drifttool/zoo/models/$spec
   for suite in long_code agent_traces doc_qa short_chat; do
     $DT capture --target $M/target \

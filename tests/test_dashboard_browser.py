@@ -72,10 +72,13 @@ def server(dash_traces, tmp_path_factory):
     _require_browser()
     port = _free_port()
     log = tmp_path_factory.mktemp("dashlog") / "streamlit.log"
+    traces = [str(dash_traces["a"]), str(dash_traces["b"])]
+    sample = REPO / "sample_traces" / "sink-long_code.drift"
+    if os.environ.get("DRIFTTOOL_UPDATE_SCREENSHOT") == "1" and sample.is_dir():
+        traces = [str(sample)]  # the README screenshot shows the bundled models' real result
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "drifttool.cli", "dashboard", str(dash_traces["a"]), str(dash_traces["b"]),
-             "--port", str(port)],
+            [sys.executable, "-m", "drifttool.cli", "dashboard", *traces, "--port", str(port)],
             stdout=out, stderr=subprocess.STDOUT, env=child_env(), cwd=REPO, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
