@@ -125,16 +125,20 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="drifttool.zoo.build", description=__doc__.splitlines()[0])
     p.add_argument("--out-dir", default=str(MODELS_DIR))
     p.add_argument("--build-dir", default=str(DEFAULT_BUILD_DIR))
-    p.add_argument("--target-minutes-a", type=float, default=25.0)
-    p.add_argument("--target-minutes-b", type=float, default=15.0)
-    p.add_argument("--drafter-minutes", type=float, default=9.0, help="per drafter (4 drafters)")
+    # Defaults = what the shipped zoo was built with (target phases are wall-clock budgets; drafters a fixed
+    # step count, because a wall-clock plan on a shared CPU gave them too few steps).
+    p.add_argument("--target-minutes-a", type=float, default=40.0)
+    p.add_argument("--target-minutes-b", type=float, default=18.0)
+    p.add_argument("--drafter-steps", type=int, default=420, help="TTT steps per drafter (4 drafters)")
+    p.add_argument("--drafter-minutes", type=float, default=60.0, help="hard stop per drafter")
     p.add_argument("--max-bytes", type=int, default=32_000_000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     a = p.parse_args(argv)
     index = build(
         a.out_dir, a.build_dir, target_minutes=(a.target_minutes_a, a.target_minutes_b),
-        drafter_minutes=a.drafter_minutes, max_bytes=a.max_bytes, seed=a.seed, threads=a.threads,
+        drafter_minutes=a.drafter_minutes, drafter_steps=a.drafter_steps, max_bytes=a.max_bytes, seed=a.seed,
+        threads=a.threads,
         log=lambda m: print(time.strftime("%H:%M:%S"), m, flush=True),
     )
     print(json.dumps(index, indent=1))
