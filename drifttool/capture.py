@@ -244,7 +244,11 @@ def run_capture(
         for probe in todo:
             ids = token_ids[probe.id]
             mnt = probe.max_new_tokens or max_new_tokens
-            tables, rows = capture_prompt(tgt, models, probe, ids, depth, mode, mnt, sink, seed, keep_rows, temperature)
+            try:
+                tables, rows = capture_prompt(tgt, models, probe, ids, depth, mode, mnt, sink, seed, keep_rows,
+                                              temperature)
+            except DriftError as e:  # e.g. NaN/inf target features: name the target and the probe
+                raise DriftError(f"{tgt_path or tgt.name}: probe {probe.id!r}: {e}") from None
             writer.add(probe.id, tables, rows)
             bar.advance(probe.id, int(len(tables.get("rounds", []))))
     writer.finish()

@@ -186,6 +186,7 @@ def run_check(trace: TraceData, rules: list[str], baseline: TraceData | None = N
 
 
 def print_check(c, rep: dict[str, Any]) -> None:
+    from rich.markup import escape as e  # rules, names, paths and notes are data, not rich markup
     from rich.table import Table
 
     def f(v) -> str:
@@ -193,24 +194,24 @@ def print_check(c, rep: dict[str, Any]) -> None:
 
     res = lambda ok: "[green]PASS[/green]" if ok else "[bold red]FAIL[/bold red]"  # noqa: E731
     if rep["rules"]:
-        t = Table(title=f"drifttool check {rep['trace']}")
+        t = Table(title=f"drifttool check {e(rep['trace'])}")
         for col in ("rule", "drafter", "value", "result"):
             t.add_column(col)
         for r in rep["rules"]:
-            t.add_row(r["rule"], r["drafter"], f(r["value"]) if r["value"] is not None else "no data",
+            t.add_row(e(r["rule"]), e(r["drafter"]), f(r["value"]) if r["value"] is not None else "no data",
                       res(r["passed"]))
         c.print(t)
     if rep["baseline"]:
-        t = Table(title=f"against baseline {rep['baseline_trace']}")
+        t = Table(title=f"against baseline {e(rep['baseline_trace'])}")
         for col in ("metric", "drafter", "baseline", "value", "worse by", "allowed", "result"):
             t.add_column(col)
         for r in rep["baseline"]:
             d = r["relative_drop"]
-            t.add_row(r["metric"], r["drafter"], f(r["baseline"]), f(r["value"]),
+            t.add_row(e(r["metric"]), e(r["drafter"]), f(r["baseline"]), f(r["value"]),
                       "-" if d is None else f"{100 * d:+.2f}%", f"{100 * r['max_drop']:.2f}%", res(r["passed"]))
         c.print(t)
     for n in rep["notes"]:
-        c.print(f"[yellow]note:[/yellow] {n}")
+        c.print(f"[yellow]note:[/yellow] {e(n)}")
     if rep["passed"]:
         c.print(f"[green]all {rep['checks']} checks passed[/green]")
     else:

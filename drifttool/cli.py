@@ -88,22 +88,27 @@ def info(trace: str = typer.Argument(..., help="NAME.drift folder"), as_json: bo
         typer.echo(json.dumps(m, indent=2, default=str))
         return
     c = _console()
-    c.print(f"[bold]{t.path}[/bold]  schema {m['schema_version']}  status [bold]{m['status']}[/bold]  "
-            f"prompts {m.get('counts', {}).get('prompts', 0)}  rounds {m.get('counts', {}).get('rounds', 0)}")
+    from rich.markup import escape
+
+    # manifest values are data: printed without markup, so a name like "[/x]" is text, not a rich tag
+    c.print(f"[bold]{escape(str(t.path))}[/bold]  schema {m['schema_version']}  status [bold]{escape(m['status'])}[/bold]  "
+            f"prompts {escape(str(m.get('counts', {}).get('prompts', 0)))}  "
+            f"rounds {escape(str(m.get('counts', {}).get('rounds', 0)))}")
     tg = m.get("target", {})
     c.print(f"target: {tg.get('path')}  layers={tg.get('num_layers')} hidden={tg.get('hidden_size')} "
-            f"aux={tg.get('aux_layer_ids')}")
+            f"aux={tg.get('aux_layer_ids')}", markup=False)
     rep = tg.get("report")
     if isinstance(rep, dict) and rep.get("sink"):
-        c.print(f"  sink provenance: {rep.get('sink')}")
+        c.print(f"  sink provenance: {rep.get('sink')}", markup=False)
     cap = m["capture"]
     c.print(f"capture: depth={cap.get('depth')} mode={cap.get('mode')} sink={cap.get('sink')} seed={cap.get('seed')} "
-            f"dtype={cap.get('dtype')} probes={cap.get('probes', {}).get('path')}")
+            f"dtype={cap.get('dtype')} probes={cap.get('probes', {}).get('path')}", markup=False)
     for d in m["drafters"]:
         ov = f" overrides={d['overrides']}" if d.get("overrides") else ""
-        c.print(f"drafter {d['name']}: layout={d.get('layout')} variant={d.get('variant')} flags={d.get('flags')}{ov}")
+        c.print(f"drafter {d['name']}: layout={d.get('layout')} variant={d.get('variant')} flags={d.get('flags')}{ov}",
+                markup=False)
         for k, v in (d.get("assumptions") or {}).items():
-            c.print(f"    assumed {k}: {v}")
+            c.print(f"    assumed {k}: {v}", markup=False)
     from .trace.schema import TABLES
 
     for tab in TABLES:

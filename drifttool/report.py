@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape as _e  # names, paths and notes are data, not rich markup
 from rich.table import Table
 
 from .compare import Comparison
@@ -30,7 +31,7 @@ def print_acceptance(c: Console, s) -> None:
     t = Table(title="Acceptance, every definition (docs/acceptance.md)")
     t.add_column("definition")
     for label in s.series:
-        t.add_column(label)
+        t.add_column(_e(label))
     rows = [
         (D["mean_acceptance_length"]["name"], lambda r: _f(r.mean_acceptance_length, r.al_lo, r.al_hi, 2)),
         (D["iid_acceptance_length"]["name"] + " (p)",
@@ -53,7 +54,7 @@ def print_decay(c: Console, cmp: Comparison, breakeven: float | None = None) -> 
     for col in ("series", "context", "rounds", "acc. length", "draft acc. rate", "drift score", "sink", "rms_in"):
         t.add_column(col)
     for _, r in cc.iterrows():
-        t.add_row(r.series, r.context_bucket, str(r.rounds), _f(r.acceptance_length, d=2),
+        t.add_row(_e(r.series), r.context_bucket, str(r.rounds), _f(r.acceptance_length, d=2),
                   _f(r.draft_acceptance_rate), _f(r.drift_score), _f(r.sink_mass), _f(r.rms_in, d=2))
     c.print(t)
     dt = decay_table(cmp, breakeven)
@@ -64,11 +65,11 @@ def print_decay(c: Console, cmp: Comparison, breakeven: float | None = None) -> 
     for _, r in dt.iterrows():
         se = f" ± {r.al_per_doubling_se:.3f}" if r.al_per_doubling_se == r.al_per_doubling_se else ""
         at = r.breakeven_context
-        t.add_row(r.series, f"{r.context_min}-{r.context_max}", _f(r.al_per_doubling) + se, _f(r.drift_per_doubling),
+        t.add_row(_e(r.series), f"{r.context_min}-{r.context_max}", _f(r.al_per_doubling) + se, _f(r.drift_per_doubling),
                   _f(r.cost_ratio), _f(r.breakeven_al, d=2), "-" if at is None or at != at else f"{at:,.0f}")
     c.print(t)
     for _, r in dt.iterrows():
-        c.print(f"  {r.series}: {r.breakeven_status}; break-even from {r.breakeven_source}")
+        c.print(f"  {_e(r.series)}: {r.breakeven_status}; break-even from {r.breakeven_source}")
     c.print("Break-even AL = 1 + K*c, c = drafter step cost / target verify cost (docs/acceptance.md).")
 
 
@@ -83,7 +84,7 @@ def print_window(c: Console, cmp: Comparison) -> None:
                 "feature growth"):
         t.add_column(col)
     for _, r in ws.iterrows():
-        t.add_row(r.series, r.side, str(r.window), str(r.drafts), _f(r.mean_acceptance_length, d=2),
+        t.add_row(_e(r.series), r.side, str(r.window), str(r.drafts), _f(r.mean_acceptance_length, d=2),
                   _f(r.draft_acceptance_rate), _f(r.drift_score), _f(r.feature_growth, d=2))
     c.print(t)
 
@@ -91,14 +92,14 @@ def print_window(c: Console, cmp: Comparison) -> None:
 def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool = True,
                      breakeven: float | None = None) -> None:
     for n in cmp.notes:
-        c.print(f"[yellow]note:[/yellow] {n}")
+        c.print(f"[yellow]note:[/yellow] {_e(n)}")
     s = cmp.summary()
     t = Table(title="Summary (95% CI over prompts)")
     for col in ("series", "prompts", "drafts", "mean acceptance length (vLLM)", "i.i.d. estimate", "draft acc. rate",
                 "drift score", "feature growth", "sink retention"):
         t.add_column(col)
     for _, r in s.iterrows():
-        t.add_row(r.series, str(r.prompts), str(r.drafts), _f(r.mean_acceptance_length, r.al_lo, r.al_hi, 2),
+        t.add_row(_e(r.series), str(r.prompts), str(r.drafts), _f(r.mean_acceptance_length, r.al_lo, r.al_hi, 2),
                   _f(r.iid_acceptance_length, d=2), _f(r.draft_acceptance_rate), _f(r.drift_score, r.drift_lo, r.drift_hi),
                   _f(r.feature_growth, d=2), _f(r.sink_retention, d=2))
     c.print(t)
@@ -108,7 +109,7 @@ def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool =
     for col in ("series", "depth", "sink", "self", "prompt", "rms_in", "per-position rate (vLLM)", "n-alpha (EAGLE)"):
         t.add_column(col)
     for _, r in pd_.iterrows():
-        t.add_row(r.series, str(int(r.depth)), _f(r.sink_mass, r.sink_mass_lo, r.sink_mass_hi),
+        t.add_row(_e(r.series), str(int(r.depth)), _f(r.sink_mass, r.sink_mass_lo, r.sink_mass_hi),
                   _f(r.self_mass, r.self_mass_lo, r.self_mass_hi), _f(r.prompt_mass), _f(r.rms_in, d=2),
                   _f(r.acceptance_rate, r.acceptance_rate_lo, r.acceptance_rate_hi), _f(r.n_alpha))
     c.print(t)
@@ -121,7 +122,7 @@ def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool =
         for col in ("series", "context", "sink", "self", "rms_in", "mean acc. rate"):
             t.add_column(col)
         for _, r in agg.iterrows():
-            t.add_row(r.series, str(r.context_bucket), _f(r.sink_mass), _f(r.self_mass), _f(r.rms_in, d=2),
+            t.add_row(_e(r.series), str(r.context_bucket), _f(r.sink_mass), _f(r.self_mass), _f(r.rms_in, d=2),
                       _f(r.acceptance_rate))
         c.print(t)
         print_decay(c, cmp, breakeven)
@@ -135,6 +136,6 @@ def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool =
         for m in rho.columns:
             t.add_column(m)
         for (label, depth), r in rho.iterrows():
-            t.add_row(label, str(depth), *[_f(r[m], d=2) for m in rho.columns])
+            t.add_row(_e(label), str(depth), *[_f(r[m], d=2) for m in rho.columns])
         c.print(t)
         c.print("Negative correlation: higher values go with more rejections. Binned rates: compare --json.")

@@ -30,9 +30,15 @@ from drifttool.trace.schema import TABLES
 from drifttool.trace.writer import TraceWriter
 from drifttool.views import build_view, load_trace
 
-FUZZ = settings(deadline=None, max_examples=int(os.environ.get("DRIFT_FUZZ_EXAMPLES", 40)),
-                derandomize="DRIFT_FUZZ_EXAMPLES" not in os.environ, database=None,  # set the variable to explore
+BASE = settings(deadline=None, derandomize="DRIFT_FUZZ_EXAMPLES" not in os.environ, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+def fuzz(n: int) -> settings:
+    """n examples (fixed, derandomized: ~15 s for the module); DRIFT_FUZZ_EXAMPLES=500 explores at random."""
+    return settings(BASE, max_examples=int(os.environ.get("DRIFT_FUZZ_EXAMPLES", n)))
+
+
 K, HEADS, AUX = 2, 2, [1, 2, 3]
 
 
@@ -75,7 +81,7 @@ def base(tmp_path_factory) -> Path:
 
 def consume(path: Path, deep: bool = False) -> None:
     """Everything a user does with a trace: read it, every table, the sampled rows, `info`, the dashboard
-    loader (and, with `deep`, the comparison statistics). Must raise nothing but DriftError."""
+    loader (and, with `deep`, the comparison statistics, `compare` and `check`). Must raise nothing but DriftError."""
     t = read_trace(path)
     for name in TABLES:
         t.table(name)
@@ -90,6 +96,8 @@ def consume(path: Path, deep: bool = False) -> None:
     if deep:
         v = build_view([lt])
         v.summary, v.per_depth, v.head_means, v.aux_summary  # noqa: B018
+        for argv in (["compare", str(path)], ["check", str(path), "--rule", "al>=1", "--rule", "self_mass@depth2<=1"]):
+            assert main(argv) in (0, 1, 2), argv
 
 
 def resume(path: Path) -> None:
@@ -127,7 +135,7 @@ def test_base_trace_is_valid(base, capsys):
 
 # --- manifest.json -------------------------------------------------------------------------------------------
 
-@FUZZ
+@fuzz(30)
 @given(blob=st.binary(max_size=300))
 @example(blob=b"[" * 50_000)  # nesting beyond the JSON parser's recursion limit
 @example(blob=b'{"schema_version": 1' + b"1" * 5000 + b"}")  # int beyond Python's digit limit
@@ -139,7 +147,8 @@ def test_random_bytes_as_manifest(work, blob, capsys):
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-3, 10**6) | st.floats(allow_nan=True) | st.text(max_size=8),
+    st.none() | st.booleans() | st.integers(-3, 10**6) | st.floats(allow_nan=True) | st.text(max_size=8)
+    | st.sampled_from(["[/x]", "[bold", "\n", "../x"]),  # rich markup, newlines, paths
     lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=6), kids, max_size=3),
     max_leaves=6)
 
@@ -175,7 +184,7 @@ def mutated_manifest(draw, manifest: dict):
     return m
 
 
-@FUZZ
+@fuzz(16)
 @given(data=st.data())
 def test_mutated_manifest(base, work, data, capsys):
     valid = json.loads((base / "manifest.json").read_text())
@@ -188,7 +197,7 @@ def test_mutated_manifest(base, work, data, capsys):
 
 # --- Parquet shards ------------------------------------------------------------------------------------------
 
-@FUZZ
+@fuzz(20)
 @given(table=st.sampled_from([*TABLES, "rows_index"]), blob=st.binary(max_size=300), keep=st.integers(0, 4000),
        mode=st.sampled_from(["random", "truncate", "flip"]))
 def test_random_bytes_as_parquet_shard(work, table, blob, keep, mode, capsys):
@@ -206,7 +215,7 @@ def test_random_bytes_as_parquet_shard(work, table, blob, keep, mode, capsys):
     attempt(consume, d)
 
 
-@FUZZ
+@fuzz(8)
 @given(table=st.sampled_from(list(TABLES)), col=st.integers(0, 30),
        value=st.sampled_from(["text", None, 1.5, True, -7]))
 def test_valid_parquet_with_wrong_columns(work, table, col, value, capsys):
@@ -231,7 +240,7 @@ def _load(tmp_path: Path, data: bytes) -> None:
     attempt(load_suite, p)
 
 
-@FUZZ
+@fuzz(60)
 @given(blob=st.binary(max_size=400))
 @example(blob=b'{"id": "a", "token_ids": [' * 30_000)
 @example(blob=b'{"id": "a", "max_new_tokens": ' + b"9" * 5000 + b', "text": "x"}')
@@ -242,7 +251,7 @@ def test_random_bytes_as_probe_suite(tmp_path, blob):
     _load(tmp_path, blob)
 
 
-@FUZZ
+@fuzz(40)
 @given(lines=st.lists(st.text(max_size=60), max_size=6))
 def test_random_lines_as_probe_suite(tmp_path, lines):
     _load(tmp_path, "\n".join(lines).encode("utf-8", "surrogatepass"))
@@ -254,7 +263,7 @@ VALID = [{"id": "a", "text": "hello", "tags": ["x"], "max_new_tokens": 4},
          {"id": "d", "source": {"stdlib_module": "difflib"}, "cut": 5}]
 
 
-@FUZZ
+@fuzz(40)
 @given(data=st.data())
 def test_mutated_probe_lines(tmp_path, data):
     lines = []

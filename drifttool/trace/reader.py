@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import DriftError
-from .schema import SCHEMA_VERSION, TABLES
+from .schema import KEY, ROWS_INDEX, SCHEMA_VERSION, TABLES
 
 
 def read_manifest(path) -> dict[str, Any]:
@@ -92,10 +92,29 @@ def _check_fields(mf: Path, m: dict[str, Any]) -> None:
         raise DriftError(f"{mf}: field 'drafters' has duplicate names {names}")
 
 
+def _read_shard(f: Path, name: str, required: list[str], columns: list[str] | None = None):
+    """One shard as an Arrow table, checked on its own: concatenating shards would silently fill a column that one
+    shard lacks (or holds only as nulls) with nulls."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        part = pq.read_table(f, columns=columns)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise DriftError(f"{f}: corrupt or truncated Parquet ({str(e).splitlines()[0]})") from None
+    need = [c for c in required if c not in part.column_names]
+    if need:
+        raise DriftError(f"{f}: missing columns {need} (table {name!r})")
+    nulls = [c for c in required if part.num_rows and (pa.types.is_null(part.schema.field(c).type)
+                                                       or c in KEY and part.column(c).null_count)]
+    if nulls:
+        raise DriftError(f"{f}: columns {nulls} hold nulls (table {name!r})")
+    return part
+
+
 def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns: list[str] | None = None) -> pd.DataFrame:
     """Concatenate the shards the manifest lists for one table."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     p = Path(path)
     m = manifest or read_manifest(p)
@@ -106,16 +125,13 @@ def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns:
         f = p / name / f"part-{s['index']:05d}.parquet"
         if not f.is_file():
             raise DriftError(f"{f}: missing (table {name!r} of shard {s['index']}); the trace is damaged")
-        try:
-            parts.append(pq.read_table(f, columns=columns))
-        except (pa.ArrowException, OSError) as e:
-            raise DriftError(f"{f}: corrupt or truncated Parquet ({str(e).splitlines()[0]})") from None
+        parts.append(_read_shard(f, name, columns or TABLES[name], columns))
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in (columns or TABLES[name])})
     try:
         df = pa.concat_tables(parts, promote_options="default").to_pandas()
-    except pa.ArrowException as e:
-        raise DriftError(f"{p / name}: shards have incompatible columns ({e})") from None
+    except (pa.ArrowException, ValueError) as e:
+        raise DriftError(f"{p / name}: shards are corrupt or have incompatible columns ({str(e).splitlines()[0]})") from None
     need = [c for c in (columns or TABLES[name]) if c not in df.columns]
     if need:
         raise DriftError(f"{p / name}: missing columns {need}")
@@ -159,16 +175,15 @@ class TraceData:
     def rows_index(self) -> pd.DataFrame:
         """Sampled attention rows: index of (drafter, prompt, round) -> tensor name in rows/part-*.safetensors."""
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         parts = []
         for s in self.manifest["shards"]:
             f = self.path / "rows_index" / f"part-{s['index']:05d}.parquet"
             if s.get("rows") and f.is_file():
                 try:
-                    t = pq.read_table(f).to_pandas()
-                except (pa.ArrowException, OSError) as e:
-                    raise DriftError(f"{f}: corrupt or truncated Parquet ({str(e).splitlines()[0]})") from None
+                    t = _read_shard(f, "rows_index", ROWS_INDEX).to_pandas()
+                except (pa.ArrowException, ValueError) as e:  # ValueError: e.g. undecodable strings
+                    raise DriftError(f"{f}: corrupt Parquet ({str(e).splitlines()[0]})") from None
                 t["shard"] = s["index"]
                 parts.append(t)
         return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
