@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,7 @@ def _read_shard(f: Path, name: str, required: list[str], columns: list[str] | No
     import pyarrow.parquet as pq
 
     try:
-        part = pq.read_table(f, columns=columns)
+        part = pq.ParquetFile(f).read(columns=columns)  # half the per-file overhead of pq.read_table
     except (pa.ArrowException, OSError, ValueError) as e:
         raise DriftError(f"{f}: corrupt or truncated Parquet ({str(e).splitlines()[0]})") from None
     need = [c for c in required if c not in part.column_names]
@@ -120,12 +121,15 @@ def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns:
     m = manifest or read_manifest(p)
     if name not in TABLES:
         raise DriftError(f"table {name!r}: unknown; expected one of {', '.join(TABLES)}")
-    parts = []
+    files = []
     for s in m["shards"]:
         f = p / name / f"part-{s['index']:05d}.parquet"
         if not f.is_file():
             raise DriftError(f"{f}: missing (table {name!r} of shard {s['index']}); the trace is damaged")
-        parts.append(_read_shard(f, name, columns or TABLES[name], columns))
+        files.append(f)
+    # many small shards: per-file overhead dominates, and Arrow releases the GIL while decoding
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        parts = list(pool.map(lambda f: _read_shard(f, name, columns or TABLES[name], columns), files))
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in (columns or TABLES[name])})
     try:
