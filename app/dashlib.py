@@ -46,9 +46,11 @@ def confine(path: str | Path, given: list[Path] | None = None) -> Path:
     return p
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
+@st.cache_resource(show_spinner=False, max_entries=32)
 def _load(path: str, mtime: float) -> LoadedTrace:
-    """Read + validate one trace; keyed by path and manifest mtime, so a rewritten trace is reloaded."""
+    """Read + validate one trace; keyed by path and manifest mtime, so a rewritten trace is reloaded.
+    A resource (shared, not copied): the tables are read-only, and cache_data would unpickle every trace on
+    every call."""
     confine(path)
     return load_trace(path)
 
