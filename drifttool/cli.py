@@ -152,6 +152,7 @@ def demo(
     from .report import print_comparison
     from .trace.reader import read_trace
 
+    _no_hf_progress_bars()
     path = run_demo(out, specimen, suite, depth, max_new_tokens, progress=not quiet)
     print_comparison(_console(), Comparison.of([read_trace(path)]), context=True)
     typer.echo(f"trace: {path}\nopen the dashboard: drifttool dashboard {path}")
