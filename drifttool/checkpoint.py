@@ -18,21 +18,14 @@ from .config import FLAG_NAMES, DrafterConfig
 from .drafter import Eagle3Drafter
 from .dtypes import parse_dtype
 from .errors import DriftError
+from .jsonfile import read_json_object
 from .target import Target, default_aux_layer_ids, load_target
 
 LAYOUTS = ("speculators", "safeailab", "specforge", "nvidia")
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise DriftError(f"{path}: missing (a drafter checkpoint folder needs config.json)")
-    try:
-        data = json.loads(path.read_text())
-    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, int digit limit, nesting
-        raise DriftError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise DriftError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
+    return read_json_object(path, "a drafter checkpoint folder needs config.json")
 
 
 def detect_layout(cfg: dict[str, Any], keys: set[str] | None = None) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import torch
 from torch import nn
 
 from .errors import DriftError
+from .jsonfile import read_json_object
 
 
 def default_aux_layer_ids(num_layers: int) -> list[int]:
@@ -163,13 +163,7 @@ def load_target(
     p = Path(path)
     if not p.is_dir():
         raise DriftError(f"{p}: target folder does not exist (expected an HF model folder with config.json)")
-    cfg = p / "config.json"
-    if not cfg.is_file():
-        raise DriftError(f"{cfg}: missing (expected an HF model config)")
-    try:
-        json.loads(cfg.read_text())
-    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, digit limit, nesting
-        raise DriftError(f"{cfg}: not valid JSON ({e})") from None
+    read_json_object(p / "config.json", "expected an HF model config")
     if not list(p.glob("*.safetensors")):
         if list(p.glob("*.bin")) or list(p.glob("*.pt")):
             raise DriftError(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import DriftError
+from ..jsonfile import read_json_object
 from .schema import KEY, ROWS_INDEX, SCHEMA_VERSION, TABLES
 
 
@@ -21,16 +21,7 @@ def read_manifest(path) -> dict[str, Any]:
     if not p.is_dir():
         raise DriftError(f"{p}: not a trace folder (expected NAME.drift/ with manifest.json)")
     mf = p / "manifest.json"
-    if not mf.is_file():
-        raise DriftError(f"{mf}: missing (not a drifttool trace, or the capture never started)")
-    try:
-        m = json.loads(mf.read_text())
-    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, int digit limit, nesting
-        raise DriftError(f"{mf}: not valid JSON ({e})") from None
-    except OSError as e:
-        raise DriftError(f"{mf}: cannot read ({e.strerror})") from None
-    if not isinstance(m, dict):
-        raise DriftError(f"{mf}: expected a JSON object")
+    m = read_json_object(mf, "not a drifttool trace, or the capture never started")
     v = m.get("schema_version")
     if not isinstance(v, int) or isinstance(v, bool):
         raise DriftError(f"{mf}: field 'schema_version' missing or not an integer")
