@@ -172,6 +172,36 @@ def build_manifest(target: Target, target_path: str | None, models: dict[str, Ea
     return m
 
 
+def check_run_args(depth: int, drafters: list[DrafterSpec], device: str) -> None:
+    """Argument checks shared by every engine, done before anything is loaded or written."""
+    if depth < 1:
+        raise DriftError(f"--depth: {depth} is invalid; expected a speculation depth >= 1")
+    if not drafters:
+        raise DriftError("--drafter: give at least one drafter checkpoint folder")
+    names = [d.name for d in drafters]
+    if len(set(names)) != len(names):
+        raise DriftError(f"--drafter: duplicate drafter names {names}; name them NAME=DIR")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise DriftError(f"--device {device}: CUDA is not available on this machine")
+
+
+def check_same_aux(models: dict[str, Eagle3Drafter]) -> None:
+    aux = {tuple(m.config.aux_layer_ids) for m in models.values()}
+    if len(aux) > 1:
+        raise DriftError(f"--drafter: drafters disagree on eagle_aux_hidden_state_layer_ids {sorted(aux)}; capture them separately")
+
+
+def base_settings(depth: int, mode: str, max_new_tokens: int, sink: SinkSpec, seed: int, temperature: float,
+                  keep_rows: int, dtype, device: str, probes: str, n_prompts: int, limit: int | None) -> dict[str, Any]:
+    """The capture settings every engine records in the manifest (and --resume compares)."""
+    return {
+        "depth": depth, "mode": mode, "max_new_tokens": max_new_tokens, "sink": sink.to_dict(), "seed": seed,
+        "temperature": temperature, "keep_rows": keep_rows, "dtype": str(dtype), "device": device,
+        "probes": {"path": str(probes), "sha256": hashlib.sha256(Path(probes).read_bytes()).hexdigest()[:16],
+                   "n_prompts": n_prompts, "limit": limit},
+    }
+
+
 def run_capture(
     target: str | Target,
     drafters: list[DrafterSpec],
@@ -193,19 +223,11 @@ def run_capture(
     extra_manifest: dict[str, Any] | None = None,
 ) -> Path:
     """Capture every probe with every drafter into the trace `out`; returns its path."""
-    if depth < 1:
-        raise DriftError(f"--depth: {depth} is invalid; expected a speculation depth >= 1")
+    check_run_args(depth, drafters, device)
     if mode not in MODES:  # checked before anything is loaded or written (speculate checks too late for that)
         raise DriftError(f"--mode: {mode!r}; expected one of {', '.join(MODES)}")
     if mode == "teacher-forced" and temperature > 0:
         raise DriftError("--mode teacher-forced: needs greedy decoding (temperature 0)")
-    if not drafters:
-        raise DriftError("--drafter: give at least one drafter checkpoint folder")
-    names = [d.name for d in drafters]
-    if len(set(names)) != len(names):
-        raise DriftError(f"--drafter: duplicate drafter names {names}; name them NAME=DIR")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise DriftError(f"--device {device}: CUDA is not available on this machine")
     sink = sink or SinkSpec()
     suite = load_suite(probes)
     if limit is not None:
@@ -214,9 +236,7 @@ def run_capture(
     tgt = load_target(target, device=device, dtype=dtype)
     models = {d.name: load_drafter(d.path, target=tgt, overrides=d.overrides, device=device, dtype=dtype)
               for d in drafters}
-    aux = {tuple(m.config.aux_layer_ids) for m in models.values()}
-    if len(aux) > 1:
-        raise DriftError(f"--drafter: drafters disagree on eagle_aux_hidden_state_layer_ids {sorted(aux)}; capture them separately")
+    check_same_aux(models)
     token_ids = {}  # every probe checked before anything is written; the error names the file and the probe
     for probe in suite:
         try:
@@ -226,10 +246,8 @@ def run_capture(
             raise DriftError(f"{probes}: probe {probe.id!r}: {e}") from None
         token_ids[probe.id] = ids
     capture_settings = {
-        "depth": depth, "mode": mode, "max_new_tokens": max_new_tokens, "sink": sink.to_dict(), "seed": seed,
-        "temperature": temperature, "keep_rows": keep_rows, "dtype": str(dtype), "device": device,
-        "probes": {"path": str(probes), "sha256": hashlib.sha256(Path(probes).read_bytes()).hexdigest()[:16],
-                   "n_prompts": len(suite), "limit": limit},
+        **base_settings(depth, mode, max_new_tokens, sink, seed, temperature, keep_rows, dtype, device, probes,
+                        len(suite), limit),
         "attention": "softmax rows of the K draft queries against the round's final key cache (no L x L maps)",
     }
     manifest = build_manifest(tgt, tgt_path, models, capture_settings, extra_manifest)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import hashlib
 import inspect
 import json
 import os
@@ -37,7 +36,15 @@ from typing import Any
 import pandas as pd
 import torch
 
-from ..capture import DrafterSpec, _sigterm_as_interrupt, build_manifest, prompt_seed
+from ..capture import (
+    DrafterSpec,
+    _sigterm_as_interrupt,
+    base_settings,
+    build_manifest,
+    check_run_args,
+    check_same_aux,
+    prompt_seed,
+)
 from ..checkpoint import detect_layout, load_drafter, save_drafter
 from ..drafter import Eagle3Drafter
 from ..errors import DriftError
@@ -511,19 +518,12 @@ def run_capture_vllm(
 
     One vLLM engine per drafter (vLLM serves one drafter at a time); shards are keyed `DRAFTER:PROMPT`.
     `device`/`dtype` apply to vLLM (dtype) and to the replay drafter (device, dtype)."""
-    if depth < 1:
-        raise DriftError(f"--depth: {depth} is invalid; expected a speculation depth >= 1")
+    check_run_args(depth, drafters, device)
     if mode != "generate":
         raise DriftError(f"--mode {mode}: the vllm engine runs vLLM's own loop; only --mode generate")
-    if not drafters:
-        raise DriftError("--drafter: give at least one drafter checkpoint folder")
-    names = [d.name for d in drafters]
-    if len(set(names)) != len(names):
-        raise DriftError(f"--drafter: duplicate drafter names {names}; name them NAME=DIR")
     if not isinstance(target, (str, Path)):
         raise DriftError("--engine vllm: give the target as an HF model folder (vLLM loads it itself)")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise DriftError(f"--device {device}: CUDA is not available on this machine")
+    names = [d.name for d in drafters]
     vllm = import_vllm()
     from vllm import SamplingParams
 
@@ -545,15 +545,11 @@ def run_capture_vllm(
             m.config.assumptions[k] = (f"vLLM reads {k}={defaults[k]} (top-level field or vLLM's speculators "
                                        "default); the replay matches vLLM")
         models[d.name], plans[d.name] = m, (as_is, defaults)
-    aux = {tuple(m.config.aux_layer_ids) for m in models.values()}
-    if len(aux) > 1:
-        raise DriftError(f"--drafter: drafters disagree on eagle_aux_hidden_state_layer_ids {sorted(aux)}; capture them separately")
+    check_same_aux(models)
     user_kw = dict(vllm_kwargs or {})
     capture_settings = {
-        "depth": depth, "mode": mode, "max_new_tokens": max_new_tokens, "sink": sink.to_dict(), "seed": seed,
-        "temperature": temperature, "keep_rows": keep_rows, "dtype": str(dtype), "device": device,
-        "probes": {"path": str(probes), "sha256": hashlib.sha256(Path(probes).read_bytes()).hexdigest()[:16],
-                   "n_prompts": len(suite), "limit": limit},
+        **base_settings(depth, mode, max_new_tokens, sink, seed, temperature, keep_rows, dtype, device, probes,
+                        len(suite), limit),
         "engine": "vllm",
         "vllm": {"version": getattr(vllm, "__version__", "?"), "model_runner": "v1", "engine_args": user_kw,
                  "checkpoint_given_to_vllm": {n: ("as is" if plans[n][0] else "converted to speculators layout")

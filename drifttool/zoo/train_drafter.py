@@ -19,12 +19,11 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..config import DrafterConfig
 from ..drafter import Eagle3Drafter
 from . import DEFAULT_BUILD_DIR
-from .train_target import heldout_windows
+from .train_target import batch_shape, heldout_windows, sample_windows
 
 VARIANTS: dict[str, dict[str, bool]] = {
     "eagle3": {"fc_norm": False, "norm_output": False},
@@ -132,13 +131,7 @@ def load_frozen_target(path: str | Path):
 # -- data -------------------------------------------------------------------------------------------
 def get_batch(stream: np.ndarray, args: DrafterTrainArgs, step: int) -> torch.Tensor:
     """BOS + window-1 stream tokens at offsets keyed by (seed, step): the same for every variant."""
-    long = args.long_every and step % args.long_every == args.long_every - 1
-    w = args.long_window if long else args.window
-    b = max(1, args.batch_tokens // w)
-    rng = np.random.default_rng([args.seed, 7, step])
-    starts = rng.integers(0, stream.size - w, size=b)
-    ids = torch.from_numpy(np.stack([stream[s : s + w - 1] for s in starts]).astype(np.int64))
-    return F.pad(ids, (1, 0), value=0)
+    return sample_windows(stream, *batch_shape(args, step), key=[args.seed, 7, step])
 
 
 @torch.no_grad()

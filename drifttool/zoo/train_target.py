@@ -116,12 +116,16 @@ def batch_shape(args: TrainArgs, step: int) -> tuple[int, int]:
 def get_batch(stream: np.ndarray, args: TrainArgs, phase: str, step: int) -> torch.Tensor:
     """BOS + the next window-1 stream tokens at offsets drawn from a generator keyed by (seed, phase,
     step): deterministic and resumable without saving RNG state."""
-    b, w = batch_shape(args, step)
-    rng = np.random.default_rng([args.seed, PHASES.index(phase), step])
-    starts = rng.integers(0, stream.size - w, size=b)
-    rows = np.stack([stream[s : s + w - 1] for s in starts]).astype(np.int64)
-    ids = torch.from_numpy(rows)
-    return F.pad(ids, (1, 0), value=0)  # BOS = 0
+    return sample_windows(stream, *batch_shape(args, step), key=[args.seed, PHASES.index(phase), step])
+
+
+def sample_windows(stream: np.ndarray, batch: int, window: int, key: list[int]) -> torch.Tensor:
+    """`batch` rows of BOS + window-1 consecutive stream tokens at offsets drawn from a generator seeded by
+    `key` (shared by target and drafter training)."""
+    rng = np.random.default_rng(key)
+    starts = rng.integers(0, stream.size - window, size=batch)
+    rows = np.stack([stream[s : s + window - 1] for s in starts]).astype(np.int64)
+    return F.pad(torch.from_numpy(rows), (1, 0), value=0)  # BOS = 0
 
 
 def heldout_windows(data_dir: Path, window: int, limit: int) -> torch.Tensor:
