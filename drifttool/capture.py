@@ -80,6 +80,11 @@ def target_identity(target: Target, path: str | None) -> dict[str, Any]:
             ident["report"] = json.loads((Path(path) / "report.json").read_text())
         except (ValueError, RecursionError, OSError):
             ident["report"] = "unreadable report.json"
+    from .zoo.smollm2 import provenance
+
+    prov = provenance(Path(path)) if path else None
+    if prov is not None:  # e.g. the real target converted from a GGUF: which file, which precision
+        ident["provenance"] = prov
     return ident
 
 
@@ -250,6 +255,8 @@ def run_capture(
                         len(suite), limit),
         "attention": "softmax rows of the K draft queries against the round's final key cache (no L x L maps)",
     }
+    if any(p.messages is not None for p in suite):
+        capture_settings["chat_format"] = tgt.chat_format
     manifest = build_manifest(tgt, tgt_path, models, capture_settings, extra_manifest)
     writer = TraceWriter(out, manifest, resume=resume, overwrite=overwrite)
     tok = Path(tgt_path) / "tokenizer.json" if tgt_path else None

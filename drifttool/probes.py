@@ -1,6 +1,7 @@
 """Probe suites: JSONL, one prompt per line.
 
-Fields: `id` (required), exactly one of `text`, `messages` (chat: [{role, content}]), `token_ids`, or
+Fields: `id` (required), exactly one of `text`, `messages` (chat: [{role, content}], rendered through the
+target's own chat template, drifttool's plain role format only when it has none), `token_ids`, or
 `source` (text resolved at run time, e.g. {"stdlib_module": "difflib"}: the installed interpreter's
 module source, so no third-party text is shipped); optional `cut` (token lengths: one prompt per cut,
 keeping the first N tokens; with `"keep": "end"` the first token (BOS) and the last N-1 instead, so a
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .chat import check_messages
 from .errors import DriftError
 
 KINDS = ("text", "messages", "token_ids", "source")
@@ -28,9 +30,13 @@ class Probe:
     tags: list[str] = field(default_factory=list)
     cut: int | None = None
     keep_end: bool = False
+    messages: list[dict[str, Any]] | None = None
 
     def tokens(self, target) -> list[int]:
-        ids = list(self.token_ids) if self.token_ids is not None else target.encode(self.text)
+        if self.messages is not None:
+            ids = target.encode(target.render_chat(self.messages))
+        else:
+            ids = list(self.token_ids) if self.token_ids is not None else target.encode(self.text)
         if self.cut is not None and len(ids) > self.cut:
             ids = ids[:1] + ids[len(ids) - self.cut + 1 :] if self.keep_end else ids[: self.cut]
         return ids
@@ -56,12 +62,6 @@ def resolve_source(src: Any, where: str) -> str:
     raise DriftError(f"{where}: unknown source kind {sorted(src)}; expected stdlib_module or file")
 
 
-def render_messages(msgs: Any, where: str) -> str:
-    if not isinstance(msgs, list) or not all(isinstance(m, dict) and "content" in m for m in msgs):
-        raise DriftError(f"{where}: field 'messages' must be a list of {{role, content}} objects")
-    return "".join(f"<|{m.get('role', 'user')}|>\n{m['content']}\n" for m in msgs) + "<|assistant|>\n"
-
-
 def parse_line(obj: Any, where: str) -> list[Probe]:
     if not isinstance(obj, dict):
         raise DriftError(f"{where}: expected a JSON object per line")
@@ -72,13 +72,13 @@ def parse_line(obj: Any, where: str) -> list[Probe]:
     if len(kinds) != 1:
         raise DriftError(f"{where}: expected exactly one of {', '.join(KINDS)} (got {kinds or 'none'})")
     kind = kinds[0]
-    text, ids = None, None
+    text, ids, msgs = None, None, None
     if kind == "text":
         if not isinstance(obj["text"], str) or not obj["text"]:
             raise DriftError(f"{where}: field 'text' must be a non-empty string")
         text = obj["text"]
     elif kind == "messages":
-        text = render_messages(obj["messages"], where)
+        msgs = check_messages(obj["messages"], where)  # rendered per target (its own chat template)
     elif kind == "source":
         text = resolve_source(obj["source"], where)
     else:
@@ -96,11 +96,11 @@ def parse_line(obj: Any, where: str) -> list[Probe]:
         raise DriftError(f"{where}: field 'keep' must be 'start' or 'end'")
     cuts = obj.get("cut")
     if cuts is None:
-        return [Probe(str(pid), text, ids, mnt, tags)]
+        return [Probe(str(pid), text, ids, mnt, tags, messages=msgs)]
     cuts = cuts if isinstance(cuts, list) else [cuts]
     if not cuts or not all(isinstance(c, int) and c > 0 for c in cuts):
         raise DriftError(f"{where}: field 'cut' must be a positive integer or a list of them")
-    return [Probe(f"{pid}@{c}", text, ids, mnt, tags, c, keep == "end") for c in cuts]
+    return [Probe(f"{pid}@{c}", text, ids, mnt, tags, c, keep == "end", msgs) for c in cuts]
 
 
 def load_suite(path) -> list[Probe]:

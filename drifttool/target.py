@@ -46,6 +46,7 @@ class Target:
         self.model = model.eval()
         self.config = model.config
         self.tokenizer = tokenizer
+        self.chat_template = None  # chat.ChatTemplate, set by load_target from the model folder
         self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
         self.layers = _decoder_layers(model)
         n = len(self.layers)
@@ -141,6 +142,18 @@ class Target:
         ids = self.tokenizer.encode(text)
         return list(ids.ids) if hasattr(ids, "ids") else list(ids)
 
+    def render_chat(self, messages: list[dict]) -> str:
+        """Chat messages as text through the target's own chat template (fallback: a plain role format)."""
+        from .chat import fallback_render
+
+        return self.chat_template.render(messages) if self.chat_template is not None else fallback_render(messages)
+
+    @property
+    def chat_format(self) -> str:
+        from .chat import FALLBACK
+
+        return self.chat_template.label if self.chat_template is not None else FALLBACK
+
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids) if self.tokenizer is not None else " ".join(map(str, ids))
 
@@ -185,4 +198,8 @@ def load_target(
         from tokenizers import Tokenizer
 
         tok = Tokenizer.from_file(str(p / "tokenizer.json"))
-    return Target(model, aux_layer_ids, tok, name=str(p))
+    from .chat import load_template
+
+    t = Target(model, aux_layer_ids, tok, name=str(p))
+    t.chat_template = load_template(p)
+    return t

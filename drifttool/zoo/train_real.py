@@ -1,0 +1,365 @@
+"""Train EAGLE-3 and EAGLE-3.1 drafters against the real target from cached features (SPEC-style TTT).
+
+Both variants live in one process and take every optimiser step on the same batch, from the same initial
+weights (built under one seed from the EAGLE-3 config; 3.1's extra `fc_norm` weights start at 1): the only
+difference is `fc_norm` + `norm_output`. The feature cache may still be growing while this runs (the
+extractor writes shards in the background); each step samples conversations from the shards present, with
+an RNG keyed by (seed, step). Learning rate: linear warm-up, then cosine over the wall-clock budget, so a
+run stopped early has still annealed as far as its time allowed. Checkpoints every few minutes; each one
+also exports both drafters (speculators layout, bf16, no embeddings: they are the target's) with a report
+of held-out teacher-forced agreement per TTT step, so an interrupted run always leaves usable drafters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+
+from ..config import DrafterConfig
+from ..drafter import Eagle3Drafter
+from .train_drafter import VARIANTS
+
+
+@dataclass
+class RealArgs:
+    features: str = "runs/real/features"
+    work: str = "runs/real/train"
+    out: str = "runs/real/drafters"
+    target_dir: str = ""
+    minutes: float = 60.0
+    lr: float = 6e-4
+    warmup_steps: int = 30
+    min_lr_frac: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    clip: float = 0.5
+    batch_tokens: int = 4096
+    ttt_steps: int = 3
+    keep: float = 0.5  # fraction of slots scored per TTT step (lm_head + loss)
+    loss_decay: float = 0.8
+    seed: int = 0
+    ckpt_minutes: float = 6.0
+    threads: int = 1
+    hidden_size: int = 576
+    num_attention_heads: int = 9
+    num_key_value_heads: int = 3
+    head_dim: int = 64
+    intermediate_size: int = 1536
+    draft_vocab_size: int = 4096
+    aux_layer_ids: list[int] = field(default_factory=lambda: [2, 15, 27])
+
+
+# -- the feature cache --------------------------------------------------------------------------------
+class Shards:
+    """Conversations in the cache: (file, start, end) rows, re-listed on demand as shards appear."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.files: dict[Path, Any] = {}
+        self.rows: list[tuple[Path, int, int]] = []
+
+    def refresh(self) -> int:
+        for meta in sorted(self.root.glob("w*/shard-*.json")):
+            f = meta.with_suffix(".safetensors")
+            if f in self.files or not f.is_file():
+                continue
+            h = safe_open(str(f), framework="pt")
+            self.files[f] = h
+            off = h.get_tensor("offsets").tolist()
+            self.rows += [(f, off[i], off[i + 1]) for i in range(len(off) - 1)]
+        return len(self.rows)
+
+    def get(self, row: tuple[Path, int, int]) -> dict[str, torch.Tensor]:
+        f, a, b = row
+        h = self.files[f]
+        return {k: h.get_slice(k)[a:b] for k in ("ids", "aux", "post", "top1")}
+
+    def tokens(self) -> int:
+        return sum(b - a for _, a, b in self.rows)
+
+
+def draft_vocab(shards: Shards, target_dir: Path, vocab: int, n: int, conversations: int = 6000,
+                ) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """The n most frequent tokens of the training data (ties -> lower id), as EAGLE picks its draft vocab:
+    every training conversation's rendered prompt (tokenizer only, so the choice does not depend on how far
+    the feature cache has grown) plus the cached responses. Returns d2t, t2d and the share of the cached
+    target argmax choices the draft vocab covers (an upper bound on depth-1 acceptance)."""
+    from . import real_conversations
+    from .real_features import _hf_tokenizer, render
+
+    tok = _hf_tokenizer(target_dir)
+    counts = torch.zeros(vocab, dtype=torch.long)
+    for c in real_conversations.build(conversations, "train"):
+        counts += torch.bincount(torch.tensor(render(tok, c)), minlength=vocab)[:vocab]
+    top = torch.zeros(vocab, dtype=torch.long)
+    for row in shards.rows:
+        d = shards.get(row)
+        counts += torch.bincount(d["ids"].long(), minlength=vocab)[:vocab]
+        top += torch.bincount(d["top1"].long(), minlength=vocab)[:vocab]
+    order = torch.argsort(-counts * vocab - (vocab - 1 - torch.arange(vocab)), stable=True)[:n]  # ties -> low id
+    ids = order.sort().values
+    t2d = torch.zeros(vocab, dtype=torch.bool)
+    t2d[ids] = True
+    return ids - torch.arange(n), t2d, float(top[ids].sum() / top.sum().clamp(min=1))
+
+
+# -- model --------------------------------------------------------------------------------------------
+def drafter_config(a: RealArgs, tcfg: dict[str, Any], variant: str) -> DrafterConfig:
+    rope = tcfg.get("rope_parameters") or {}
+    return DrafterConfig(
+        hidden_size=a.hidden_size, num_attention_heads=a.num_attention_heads,
+        num_key_value_heads=a.num_key_value_heads, head_dim=a.head_dim, intermediate_size=a.intermediate_size,
+        vocab_size=tcfg["vocab_size"], draft_vocab_size=a.draft_vocab_size, target_hidden_size=tcfg["hidden_size"],
+        aux_layer_ids=list(a.aux_layer_ids), rms_norm_eps=tcfg["rms_norm_eps"],
+        rope_theta=float(rope.get("rope_theta", tcfg.get("rope_theta", 10000.0))),
+        max_position_embeddings=tcfg["max_position_embeddings"], layout="zoo", **VARIANTS[variant])
+
+
+def build_pair(a: RealArgs, tcfg, embed: torch.Tensor, d2t: torch.Tensor) -> dict[str, Eagle3Drafter]:
+    torch.manual_seed(a.seed)
+    base = Eagle3Drafter(drafter_config(a, tcfg, "eagle3"))
+    out = {}
+    for v in VARIANTS:
+        m = Eagle3Drafter(drafter_config(a, tcfg, v))
+        missing, unexpected = m.load_state_dict(base.state_dict(), strict=False)
+        assert not unexpected and all(k.startswith("fc_norm.") for k in missing)
+        with torch.no_grad():
+            m.embed_tokens.weight.copy_(embed)
+            m.d2t.copy_(d2t)
+        m.embed_tokens.weight.requires_grad_(False)
+        out[v] = m
+    return out
+
+
+def ttt_loss(m: Eagle3Drafter, conv: dict[str, torch.Tensor], e_draft: torch.Tensor, draft_ids: torch.Tensor,
+             steps: int, decay: float, keep: float = 1.0, gen: torch.Generator | None = None,
+             ) -> tuple[torch.Tensor, list[list[float]]]:
+    """Σ_k decay^k · soft-CE(step k, target softmax over the draft vocab) summed over scored slots; stats
+    per step: [loss sum, top-1 hits (draft argmax mapped to target id == target argmax), count, feedback
+    RMS sum]. `keep` < 1 scores a random fraction of slots per step: the decoder layer still runs on every
+    slot (they are keys and feed the next step), only the lm_head and the loss are skipped elsewhere."""
+    ids = conv["ids"].long()[None]
+    feats = conv["aux"].float()[None]
+    n = ids.shape[1] - 1
+    outs = m.ttt_forward(ids[:, 1:], feats[:, :-1], steps, logits=False)
+    post_t = conv["post"].float()
+    top1 = conv["top1"].long()
+    total = feats.new_zeros(())
+    stats = []
+    for k, o in enumerate(outs):
+        if n - k <= 0:
+            break
+        sel = torch.arange(n - k)
+        if keep < 1.0:
+            sel = sel[torch.rand(n - k, generator=gen) < keep]
+        p = (post_t[1 + k + sel] @ e_draft.T).softmax(-1)  # target distribution over the draft vocab
+        logits = m.lm_head(o.post[0, sel])
+        lk = -(p * logits.float().log_softmax(-1)).sum(-1).sum()
+        total = total + decay**k * lk
+        with torch.no_grad():
+            hits = (draft_ids[logits.argmax(-1)] == top1[1 + k + sel]).sum()
+            rms = o.feedback[0, : n - k].float().pow(2).mean(-1).sqrt().mean() * len(sel)
+        stats.append([float(lk.detach()), float(hits), float(len(sel)), float(rms)])
+    return total, stats
+
+
+def lr_at(a: RealArgs, step: int, elapsed: float) -> float:
+    if step < a.warmup_steps:
+        return a.lr * (step + 1) / a.warmup_steps
+    frac = min(1.0, elapsed / (a.minutes * 60))
+    lo = a.lr * a.min_lr_frac
+    return lo + 0.5 * (a.lr - lo) * (1 + math.cos(math.pi * frac))
+
+
+@torch.no_grad()
+def evaluate(models: dict[str, Eagle3Drafter], held: Shards, e_draft, draft_ids, steps: int) -> dict[str, Any]:
+    """Teacher-forced TTT on held-out conversations: per step, top-1 agreement with the target's argmax.
+    Step 0's agreement is the greedy depth-1 acceptance rate on these positions (drafter inputs are target
+    features there, exactly as in a real round)."""
+    out = {}
+    for v, m in models.items():
+        m.eval()
+        acc = torch.zeros(steps, 4)
+        for row in held.rows:
+            _, st = ttt_loss(m, held.get(row), e_draft, draft_ids, steps, 1.0)
+            acc[: len(st)] += torch.tensor(st)
+        m.train()
+        out[v] = {"heldout_top1_per_step": [round(float(x), 4) for x in acc[:, 1] / acc[:, 2]],
+                  "heldout_ce_per_step": [round(float(x), 4) for x in acc[:, 0] / acc[:, 2]],
+                  "heldout_feedback_rms_per_step": [round(float(x), 3) for x in acc[:, 3] / acc[:, 2]],
+                  "heldout_positions": int(acc[0, 2])}
+    return out
+
+
+# -- the run ------------------------------------------------------------------------------------------
+def _target_bits(target_dir: Path) -> tuple[dict[str, Any], torch.Tensor]:
+    tcfg = json.loads((target_dir / "config.json").read_text())
+    with safe_open(str(target_dir / "model.safetensors"), framework="pt") as h:
+        embed = h.get_tensor("model.embed_tokens.weight").float()
+    return tcfg, embed
+
+
+def _save(work: Path, models, opts, state: dict[str, Any]) -> None:
+    from safetensors.torch import save_file
+
+    tmp = work / "ckpt.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for v, m in models.items():
+        save_file({k: t.contiguous() for k, t in m.state_dict().items()}, str(tmp / f"{v}.safetensors"))
+        torch.save(opts[v].state_dict(), tmp / f"{v}.optim.pt")
+    (tmp / "state.json").write_text(json.dumps(state, indent=1) + "\n")
+    shutil.rmtree(work / "ckpt", ignore_errors=True)
+    tmp.rename(work / "ckpt")
+
+
+def export(models, out: Path, report: dict[str, Any]) -> None:
+    """Both drafters in the speculators layout, bf16, without embed_tokens (drifttool and vLLM take the
+    target's when a checkpoint has none), each with its report.json."""
+    from safetensors.torch import load_file, save_file
+
+    from ..checkpoint import save_drafter
+
+    for v, m in models.items():
+        dst = out / v
+        tmp = out / f".{v}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        save_drafter(m, tmp, layout="speculators")
+        for f in tmp.glob("*.safetensors"):
+            sd = load_file(str(f))
+            sd.pop("embed_tokens.weight", None)
+            sd = {k: (t.to(torch.bfloat16) if t.is_floating_point() else t) for k, t in sd.items()}
+            save_file(sd, str(f), metadata={"format": "pt"})
+        rep = {"variant": v, **VARIANTS[v], **report["common"], **report["eval"].get(v, {})}
+        (tmp / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
+        shutil.rmtree(dst, ignore_errors=True)
+        tmp.rename(dst)
+
+
+def train(a: RealArgs, log=print) -> None:
+    torch.set_num_threads(a.threads)
+    work, out = Path(a.work), Path(a.out)
+    work.mkdir(parents=True, exist_ok=True)
+    tcfg, embed = _target_bits(Path(a.target_dir))
+    shards, held = Shards(Path(a.features) / "train"), Shards(Path(a.features) / "heldout")
+    shards.refresh()
+    held.refresh()
+    if not shards.rows:
+        raise SystemExit(f"no feature shards under {a.features}/train yet")
+    vocab_file = work / "vocab.safetensors"
+    if vocab_file.is_file():
+        from safetensors.torch import load_file
+
+        vv = load_file(str(vocab_file))
+        d2t, t2d, coverage = vv["d2t"], vv["t2d"], float(vv["coverage"])
+    else:
+        from safetensors.torch import save_file
+
+        d2t, t2d, coverage = draft_vocab(shards, Path(a.target_dir), tcfg["vocab_size"], a.draft_vocab_size)
+        save_file({"d2t": d2t, "t2d": t2d, "coverage": torch.tensor(coverage)}, str(vocab_file))
+    log(f"draft vocab {a.draft_vocab_size}: covers {coverage:.3f} of the target's argmax tokens in the cache")
+    draft_ids = torch.arange(a.draft_vocab_size) + d2t
+    e_draft = embed[draft_ids]
+    models = build_pair(a, tcfg, embed, d2t)
+    opts = {v: torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=a.lr, betas=a.betas,
+                                 weight_decay=0.0) for v, m in models.items()}
+    state: dict[str, Any] = {"step": 0, "elapsed": 0.0, "tokens": 0}
+    if (work / "ckpt" / "state.json").is_file():
+        from safetensors.torch import load_file
+
+        for v, m in models.items():
+            m.load_state_dict(load_file(str(work / "ckpt" / f"{v}.safetensors")))
+            opts[v].load_state_dict(torch.load(work / "ckpt" / f"{v}.optim.pt", weights_only=True))
+        state = json.loads((work / "ckpt" / "state.json").read_text())
+        log(f"resumed at step {state['step']}")
+    curves = (work / "curves.jsonl").open("a")
+    t0 = since = time.perf_counter()
+    base = state["elapsed"]
+
+    def checkpoint(final: bool = False) -> None:
+        _save(work, models, opts, state)
+        ev = evaluate(models, held, e_draft, draft_ids, a.ttt_steps) if held.rows else {}
+        curves.write(json.dumps({"step": state["step"], "eval": ev}) + "\n")
+        curves.flush()
+        common = {"target": "SmolLM2-135M-Instruct (Q4_1 de-quantised)", "steps": state["step"],
+                  "train_tokens_seen": state["tokens"], "cache_tokens": shards.tokens(),
+                  "cache_conversations": len(shards.rows), "train_seconds": round(state["elapsed"]),
+                  "draft_vocab_coverage": round(coverage, 4), "final": final,
+                  "train_args": {k: v for k, v in asdict(a).items()}}
+        export(models, out, {"common": common, "eval": ev})
+        log(json.dumps({"checkpoint": state["step"], "eval": {v: e["heldout_top1_per_step"] for v, e in ev.items()}}))
+
+    while state["elapsed"] < a.minutes * 60:
+        step = state["step"]
+        if step % 20 == 0:
+            shards.refresh()
+        rng = random.Random(f"{a.seed}-{step}")
+        batch, ntok = [], 0
+        while ntok < a.batch_tokens:
+            row = rng.choice(shards.rows)
+            batch.append(row)
+            ntok += row[2] - row[1]
+        convs = [shards.get(r) for r in batch]
+        lr = lr_at(a, step, state["elapsed"])
+        rec: dict[str, Any] = {"step": step, "lr": round(lr, 7), "tokens": ntok}
+        for v, m in models.items():
+            opt = opts[v]
+            for g in opt.param_groups:
+                g["lr"] = lr
+            opt.zero_grad(set_to_none=True)
+            agg = torch.zeros(a.ttt_steps, 4)
+            gen = torch.Generator().manual_seed(a.seed * 7919 + step)  # same scored slots for both variants
+            for c in convs:
+                loss, st = ttt_loss(m, c, e_draft, draft_ids, a.ttt_steps, a.loss_decay, a.keep, gen)
+                (loss / ntok).backward()
+                agg[: len(st)] += torch.tensor(st)
+            torch.nn.utils.clip_grad_norm_(m.parameters(), a.clip)
+            opt.step()
+            rec[v] = {"loss": [round(float(x), 3) for x in agg[:, 0] / agg[:, 2]],
+                      "top1": [round(float(x), 3) for x in agg[:, 1] / agg[:, 2]],
+                      "rms": [round(float(x), 2) for x in agg[:, 3] / agg[:, 2]]}
+        state["step"] = step + 1
+        state["tokens"] += ntok
+        now = time.perf_counter()
+        state["elapsed"] = base + now - t0
+        rec["elapsed"] = round(state["elapsed"])
+        curves.write(json.dumps(rec) + "\n")
+        curves.flush()
+        if step % 10 == 0:
+            log(json.dumps({k: rec[k] for k in ("step", "lr", "elapsed")} | {v: rec[v]["top1"] for v in models}))
+        if now - since > a.ckpt_minutes * 60:
+            checkpoint()
+            since = time.perf_counter()
+    checkpoint(final=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from . import smollm2
+
+    p = argparse.ArgumentParser(prog="drifttool.zoo.train_real", description=__doc__.splitlines()[0])
+    p.add_argument("--features", default=RealArgs.features)
+    p.add_argument("--work", default=RealArgs.work)
+    p.add_argument("--out", default=RealArgs.out)
+    p.add_argument("--minutes", type=float, default=RealArgs.minutes)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--draft-vocab", type=int, default=RealArgs.draft_vocab_size)
+    p.add_argument("--batch-tokens", type=int, default=RealArgs.batch_tokens)
+    p.add_argument("--lr", type=float, default=RealArgs.lr)
+    x = p.parse_args(argv)
+    a = RealArgs(features=x.features, work=x.work, out=x.out, target_dir=str(smollm2.fetch()), minutes=x.minutes,
+                 threads=x.threads, draft_vocab_size=x.draft_vocab, batch_tokens=x.batch_tokens, lr=x.lr)
+    train(a, log=lambda m: print(time.strftime("%H:%M:%S"), m, flush=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
