@@ -88,7 +88,9 @@ def drafter_identity(name: str, d: Eagle3Drafter) -> dict[str, Any]:
     return {
         "name": name, "path": c.source, "layout": c.layout, "variant": c.variant, "flags": c.flags(),
         "overrides": c.overrides, "assumptions": c.assumptions, "config_hash": c.config_hash(),
-        "aux_layer_ids": c.aux_layer_ids, "max_position_embeddings": c.max_position_embeddings,
+        "aux_layer_ids": c.aux_layer_ids, "aux_convention": c.aux_convention,
+        "aux_layer_ids_read": c.input_aux_layer_ids, "sliding_window": c.sliding_window, "model_type": c.model_type,
+        "max_position_embeddings": c.max_position_embeddings,
         "rope_theta": c.rope_theta, "rope_scaling": c.rope_scaling, "has_embed": c.has_embed,
         "hidden_size": c.hidden_size, "num_attention_heads": c.num_attention_heads,
         "num_key_value_heads": c.num_key_value_heads, "draft_vocab_size": c.draft_vocab_size,
@@ -125,8 +127,8 @@ def capture_one(
     res = speculate(target, drafter, ids, depth=depth, max_new_tokens=max_new_tokens, mode=mode,
                     temperature=temperature, seed=prompt_seed(seed, probe.id), observers=[cap], forced=forced)
     wall = time.perf_counter() - t0
-    tabs = prompt_tables(name, probe.id, res.rounds, cap.rounds, drafter.config.aux_layer_ids,
-                         drafter.config.max_position_embeddings)
+    tabs = prompt_tables(name, probe.id, res.rounds, cap.rounds, drafter.config.input_aux_layer_ids,
+                         drafter.config.max_position_embeddings, drafter.config.sliding_window)
     tabs["prompts"] = pd.DataFrame([{
         "drafter": name, "prompt_id": probe.id, "tags": ",".join(probe.tags), "prompt_len": len(ids),
         "n_generated": len(res.output_ids), "n_rounds": len(res.rounds),
@@ -186,9 +188,14 @@ def check_run_args(depth: int, drafters: list[DrafterSpec], device: str) -> None
 
 
 def check_same_aux(models: dict[str, Eagle3Drafter]) -> None:
-    aux = {tuple(m.config.aux_layer_ids) for m in models.values()}
+    aux = {tuple(m.config.input_aux_layer_ids) for m in models.values()}
     if len(aux) > 1:
         raise DriftError(f"--drafter: drafters disagree on eagle_aux_hidden_state_layer_ids {sorted(aux)}; capture them separately")
+
+
+WINDOW_NOTE = ("a drafter with a sliding window W (drafters[].sliding_window) attends slots p with q - W < p <= q; "
+               "masses are over those slots, so sink positions outside the window get zero mass "
+               "(depths.attn_window_start = the first visible slot)")
 
 
 def base_settings(depth: int, mode: str, max_new_tokens: int, sink: SinkSpec, seed: int, temperature: float,
@@ -199,6 +206,7 @@ def base_settings(depth: int, mode: str, max_new_tokens: int, sink: SinkSpec, se
         "temperature": temperature, "keep_rows": keep_rows, "dtype": str(dtype), "device": device,
         "probes": {"path": str(probes), "sha256": hashlib.sha256(Path(probes).read_bytes()).hexdigest()[:16],
                    "n_prompts": n_prompts, "limit": limit},
+        "attention_window": WINDOW_NOTE,
     }
 
 

@@ -14,7 +14,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .config import FLAG_NAMES, DrafterConfig
+from .config import AUX_CONVENTIONS, FLAG_NAMES, DrafterConfig
 from .drafter import Eagle3Drafter
 from .dtypes import parse_dtype
 from .errors import DriftError
@@ -22,6 +22,7 @@ from .jsonfile import read_json_object
 from .target import Target, default_aux_layer_ids, load_target
 
 LAYOUTS = ("speculators", "safeailab", "specforge", "nvidia")
+MODEL_TYPES = ("llama", "qwen3")
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -69,6 +70,45 @@ def _need(d: dict[str, Any], key: str, where: str) -> Any:
     return d[key]
 
 
+def _window(layer: dict[str, Any], where: str, assumptions: dict[str, str]) -> int | None:
+    """The draft layer's attention window as vLLM resolves it: `sliding_window` applies only when
+    `layer_types[0]` is "sliding_attention" (speculators writes both; 0 or null means none)."""
+    types, size = layer.get("layer_types"), layer.get("sliding_window")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+        raise DriftError(f"{where}: sliding_window {size!r} is not a non-negative integer")
+    if isinstance(types, list) and types:
+        if types[0] != "sliding_attention":
+            assumptions["sliding_window"] = f"layer_types[0] is {types[0]!r}: full attention"
+            return None
+        if not size:
+            assumptions["sliding_window"] = "layer_types[0] is 'sliding_attention' but sliding_window is unset: none"
+            return None
+        return int(size)
+    if size:
+        assumptions["sliding_window"] = (f"sliding_window {size} without layer_types: not applied (vLLM windows a "
+                                         "draft layer only when layer_types marks it 'sliding_attention')")
+    return None
+
+
+def _flags(layout: str, top: dict, layer: dict, eagle: dict, assumptions: dict[str, str]) -> dict[str, bool]:
+    """The four EAGLE flags as vLLM reads them. speculators: top level only (vLLM ignores copies inside
+    transformer_layer_config), norm_before_residual defaulting to true; other layouts: the flat config
+    (NVIDIA's eagle_config first for norm_before_fc), every flag defaulting to false."""
+    out = {}
+    for name in FLAG_NAMES:
+        default = layout == "speculators" and name == "norm_before_residual"
+        srcs = (top,) if layout == "speculators" else ((eagle, top) if name == "norm_before_fc" else (top,))
+        val = next((bool(src[name]) for src in srcs if src.get(name) is not None), None)
+        if val is None:
+            val = default
+            assumptions[name] = f"absent: {str(default).lower()} (as vLLM reads a {layout} config)"
+        if layout == "speculators" and layer.get(name) is not None and bool(layer[name]) != val:
+            assumptions[name] = (f"{val} from the top level; transformer_layer_config's {name}={layer[name]} is "
+                                 "ignored, as vLLM ignores it")
+        out[name] = val
+    return out
+
+
 def normalise_config(raw: dict[str, Any], path: Path, target: Target | None) -> DrafterConfig:
     layout = detect_layout(raw)
     where = str(path / "config.json")
@@ -82,6 +122,12 @@ def normalise_config(raw: dict[str, Any], path: Path, target: Target | None) -> 
     else:
         layer, top, layer_where = raw, raw, where
     eagle = raw.get("eagle_config") if layout == "nvidia" else {}
+    model_type = str(layer.get("model_type") or "llama")
+    if model_type not in MODEL_TYPES:
+        raise DriftError(f"{layer_where}: model_type {model_type!r} unsupported (expected one of "
+                         f"{', '.join(MODEL_TYPES)})")
+    if layer.get("attention_bias"):
+        raise DriftError(f"{layer_where}: attention_bias true is unsupported (EAGLE-3 draft layers have no biases)")
     h = int(_need(layer, "hidden_size", layer_where))
     nh = int(_need(layer, "num_attention_heads", layer_where))
     nkv = int(layer.get("num_key_value_heads") or nh)
@@ -108,27 +154,15 @@ def normalise_config(raw: dict[str, Any], path: Path, target: Target | None) -> 
         assumptions["aux_layer_ids"] = f"absent: vLLM default {aux} for a {target.num_layers}-layer target"
     theta, scaling, rope_src = _rope(layer, path)
     assumptions["rope"] = f"from {rope_src}"
-
-    def flag(name: str, default: bool, note: str) -> bool:
-        for src in (top, layer, eagle or {}):
-            if name in src and src[name] is not None:
-                return bool(src[name])
-        assumptions[name] = note
-        return default
-
     cfg = DrafterConfig(
         hidden_size=h, num_attention_heads=nh, num_key_value_heads=nkv, head_dim=hd, intermediate_size=inter,
         vocab_size=vocab, draft_vocab_size=dvocab, target_hidden_size=ht, aux_layer_ids=[int(i) for i in aux],
         rms_norm_eps=float(layer.get("rms_norm_eps", 1e-6)), rope_theta=theta, rope_scaling=scaling,
         max_position_embeddings=int(layer.get("max_position_embeddings", 2048)),
         hidden_act=str(layer.get("hidden_act", "silu")),
-        fc_norm=flag("fc_norm", False, "absent: false"),
-        norm_before_fc=flag("norm_before_fc", False, "absent: false"),
-        norm_output=flag("norm_output", False, "absent: false (EAGLE-3 pre-norm feedback)"),
-        norm_before_residual=flag(
-            "norm_before_residual", False,
-            "absent: false (speculators/SafeAILab default; vLLM's speculators path would assume true)",
-        ),
+        sliding_window=_window(layer, layer_where, assumptions), model_type=model_type,
+        qk_norm=model_type == "qwen3",
+        **_flags(layout, top, layer, eagle or {}, assumptions),
         layout=layout, assumptions=assumptions, source=str(path),
     )
     if cfg.hidden_act not in ("silu", "swish"):
@@ -146,12 +180,36 @@ def _check_conflicts(cfg: DrafterConfig, where: str) -> None:
         raise DriftError(f"{where}: fc_norm and norm_before_fc are mutually exclusive (set at most one)")
 
 
-def _parse_override(key: str, value: Any) -> bool:
-    if key not in FLAG_NAMES:
-        raise DriftError(f"--override {key}: unknown key; expected one of {', '.join(FLAG_NAMES)}")
+# Non-flag overrides: key -> DrafterConfig attribute.
+OTHER_OVERRIDES = {"aux_ids": "aux_layer_ids", "aux_convention": "aux_convention", "sliding_window": "sliding_window"}
+
+
+def _parse_override(key: str, value: Any) -> Any:
+    """One `--override key=value`: a flag (true/false), aux_ids (comma-separated layer ids), aux_convention
+    (input|output) or sliding_window (a positive integer, or none)."""
+    if key not in FLAG_NAMES and key not in OTHER_OVERRIDES:
+        raise DriftError(f"--override {key}: unknown key; expected one of {', '.join([*FLAG_NAMES, *OTHER_OVERRIDES])}")
+    s = str(value).strip().lower()
+    if key == "aux_ids":
+        try:
+            ids = [int(x) for x in (value if isinstance(value, (list, tuple)) else s.split(","))]
+        except ValueError:
+            raise DriftError(f"--override aux_ids={value}: expected comma-separated layer ids, e.g. 1,23,44") from None
+        if not ids or min(ids) < 0:
+            raise DriftError(f"--override aux_ids={value}: expected non-negative layer ids")
+        return ids
+    if key == "aux_convention":
+        if s not in AUX_CONVENTIONS:
+            raise DriftError(f"--override aux_convention={value}: expected {' or '.join(AUX_CONVENTIONS)}")
+        return s
+    if key == "sliding_window":
+        if s in ("none", "0", "off"):
+            return None
+        if not s.isdigit():
+            raise DriftError(f"--override sliding_window={value}: expected a positive integer or none")
+        return int(s)
     if isinstance(value, bool):
         return value
-    s = str(value).strip().lower()
     if s in ("1", "true", "yes", "on"):
         return True
     if s in ("0", "false", "no", "off"):
@@ -180,6 +238,9 @@ def expected_shapes(cfg: DrafterConfig) -> dict[str, tuple[int, ...]]:
         "d2t": (cfg.draft_vocab_size,),
         "t2d": (cfg.vocab_size,),
     }
+    if cfg.qk_norm:
+        s["layers.0.self_attn.q_norm.weight"] = (cfg.head_dim,)
+        s["layers.0.self_attn.k_norm.weight"] = (cfg.head_dim,)
     if cfg.norm_before_fc:
         s["input_norm.weight"] = (a * ht,)
     if cfg.fc_norm:
@@ -275,14 +336,15 @@ def load_drafter(
     _check_conflicts(cfg, str(p / "config.json"))
     for k, v in (overrides or {}).items():
         val = _parse_override(k, v)
-        cfg.overrides[k] = {"checkpoint": getattr(cfg, k), "override": val}
-        setattr(cfg, k, val)
+        attr = OTHER_OVERRIDES.get(k, k)
+        cfg.overrides[k] = {"checkpoint": getattr(cfg, attr), "override": val}
+        setattr(cfg, attr, val)
     _check_conflicts(cfg, "--override")
     sd = read_weights(p)
     validate(cfg, sd, p)
     if target is not None:
         _check_target(cfg, target, p)
-        target.set_aux_layer_ids(cfg.aux_layer_ids)
+        target.set_aux_layer_ids(cfg.input_aux_layer_ids)
     model = Eagle3Drafter(cfg)
     if "embed_tokens.weight" not in sd:
         if target is None:

@@ -107,6 +107,10 @@ def info(trace: str = typer.Argument(..., help="NAME.drift folder"), as_json: bo
         ov = f" overrides={d['overrides']}" if d.get("overrides") else ""
         c.print(f"drafter {d['name']}: layout={d.get('layout')} variant={d.get('variant')} flags={d.get('flags')}{ov}",
                 markup=False)
+        if "aux_convention" in d or d.get("sliding_window"):
+            c.print(f"    aux layer ids {d.get('aux_layer_ids')} read as layer {d.get('aux_convention', 'input')}s "
+                    f"(target hidden_states {d.get('aux_layer_ids_read')}); "
+                    f"sliding window {d.get('sliding_window') or 'none'}", markup=False)
         for k, v in (d.get("assumptions") or {}).items():
             c.print(f"    assumed {k}: {v}", markup=False)
     from .trace.schema import TABLES

@@ -17,6 +17,15 @@ from . import rope
 from .config import DrafterConfig
 
 
+def visible(start: int, t: int, length: int, window: int | None, device) -> torch.Tensor:
+    """Bool [t, length]: query slot start+i may attend key slot j (slot = position): j <= start+i, and with a
+    sliding window W also j > start+i-W (W keys including its own, as vLLM / HF / speculators count it)."""
+    qi = torch.arange(t, device=device)[:, None] + start
+    kj = torch.arange(length, device=device)[None, :]
+    m = kj <= qi
+    return m & (kj > qi - window) if window is not None else m
+
+
 class HookPoint(nn.Identity):
     """Marks a tensor for hooks (TransformerLens style); a no-op otherwise."""
 
@@ -75,6 +84,10 @@ class Eagle3Attention(nn.Module):
         self.k_proj = nn.Linear(h2, self.nkv * self.hd, bias=False)
         self.v_proj = nn.Linear(h2, self.nkv * self.hd, bias=False)
         self.o_proj = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
+        if cfg.qk_norm:  # Qwen3: RMSNorm over each head's q and k, before RoPE
+            self.q_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
+        self.qk_norm = cfg.qk_norm
         self.hook_q = HookPoint()  # post-RoPE queries [B, nh, T, hd]
         self.hook_k = HookPoint()  # post-RoPE keys of the whole cache the queries attend [B, nkv, L, hd]
         self.hook_probs = HookPoint()  # eager path only: attention probabilities [B, nh, T, L]
@@ -82,8 +95,11 @@ class Eagle3Attention(nn.Module):
 
     def project(self, z: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         b, t, _ = z.shape
-        q = self.q_proj(z).view(b, t, self.nh, self.hd).transpose(1, 2)
-        k = self.k_proj(z).view(b, t, self.nkv, self.hd).transpose(1, 2)
+        q = self.q_proj(z).view(b, t, self.nh, self.hd)
+        k = self.k_proj(z).view(b, t, self.nkv, self.hd)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v_proj(z).view(b, t, self.nkv, self.hd).transpose(1, 2)
         return rope.apply(q, cos, sin), rope.apply(k, cos, sin), v
 
@@ -251,10 +267,10 @@ class Eagle3Drafter(nn.Module):
         kk, vv = cache.append(k, v)
         t = q.shape[2]
         mask = None
-        if t > 1 and start > 0:
-            qi = torch.arange(t, device=q.device)[:, None] + start
-            mask = torch.arange(kk.shape[2], device=q.device)[None, :] <= qi
-        out = attn.attend(q, kk, vv, mask, causal=t > 1 and start == 0)
+        window = self.config.sliding_window
+        if (t > 1 and start > 0) or (window is not None and kk.shape[2] > window):
+            mask = visible(start, t, kk.shape[2], window, q.device)
+        out = attn.attend(q, kk, vv, mask, causal=mask is None and t > 1 and start == 0)
         return self.head(self.layer.finish(r0, out))
 
     # -- training-time test (SPEC §5) ---------------------------------------------------------
@@ -268,7 +284,7 @@ class Eagle3Drafter(nn.Module):
         nh, nkv, hd = attn.nh, attn.nkv, attn.hd
         rep = nh // nkv
         pos0 = torch.arange(t, device=input_ids.device).expand(b, t)
-        causal = torch.ones(t, t, dtype=torch.bool, device=input_ids.device).tril()
+        window = self.config.sliding_window
         x = self.hook_layer_in(self.combine(features))
         outs: list[DraftStep] = []
         k0 = v0 = None
@@ -286,8 +302,14 @@ class Eagle3Drafter(nn.Module):
                 diag_v.append(v.repeat_interleave(rep, 1))
             scale = hd**-0.5
             s0 = (q.float() @ k0.float().transpose(-1, -2)) * scale
+            # the chain's rule at position t + step: step-0 keys j <= t inside the window, i.e. j > t + step - W
+            causal = visible(0, t, t, None, input_ids.device)
+            if window is not None:
+                causal &= visible(step, t, t + step, window, input_ids.device)[:, :t]
             s0 = s0.masked_fill(~causal, float("-inf"))
             sd = [((q.float() * dk.float()).sum(-1, keepdim=True)) * scale for dk in diag_k]
+            if window is not None:  # diagonal key of step i sits at position t + i: hidden when step - i >= W
+                sd = [x if step - i < window else torch.full_like(x, float("-inf")) for i, x in enumerate(sd, 1)]
             probs = torch.cat([s0, *sd], dim=-1).softmax(-1)
             o = probs[..., :t] @ v0.float()
             for i, dv in enumerate(diag_v):

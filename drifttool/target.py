@@ -39,8 +39,8 @@ class TargetOut:
 class Target:
     """Wraps an HF causal LM with one running KV cache (batch 1).
 
-    Aux features are the inputs of layers `aux_layer_ids` (HF `hidden_states[idx]`), captured by
-    forward pre-hooks so no other layer's hidden state is kept."""
+    Aux features are the inputs of layers `aux_layer_ids` (HF `hidden_states[idx]`; id L = the last layer's
+    output before the final norm, as vLLM reads it), captured by hooks so no other layer's hidden state is kept."""
 
     def __init__(self, model: nn.Module, aux_layer_ids: list[int] | None = None, tokenizer=None, name: str = ""):
         self.model = model.eval()
@@ -85,11 +85,14 @@ class Target:
         return self.model.get_input_embeddings().weight
 
     def set_aux_layer_ids(self, ids: list[int]) -> None:
+        """ids in the input convention: i < L = the input of layer i, i = L = the last layer's output (before the
+        final norm), as vLLM reads them."""
         n = self.num_layers
         for i in ids:
-            if not 0 <= i < n:
+            if not 0 <= i <= n:
                 raise DriftError(
-                    f"eagle_aux_hidden_state_layer_ids: layer id {i} is outside the target's {n} layers (0..{n - 1})"
+                    f"eagle_aux_hidden_state_layer_ids: layer id {i} (as a layer input) is outside the target's "
+                    f"{n} layers (0..{n}; {n} = the last layer's output)"
                 )
         self.aux_layer_ids = list(ids)
 
@@ -109,12 +112,19 @@ class Target:
             )
         grabbed: dict[int, torch.Tensor] = {}
         handles = []
+        n = self.num_layers
         for i in set(self.aux_layer_ids):
 
             def grab(mod, args, kwargs, i=i):
                 grabbed[i] = args[0] if args else kwargs["hidden_states"]
 
-            handles.append(self.layers[i].register_forward_pre_hook(grab, with_kwargs=True))
+            def grab_out(mod, args, out, i=i):  # id L: the last layer's output, before the final norm
+                grabbed[i] = out[0] if isinstance(out, (tuple, list)) else out
+
+            if i < n:
+                handles.append(self.layers[i].register_forward_pre_hook(grab, with_kwargs=True))
+            else:
+                handles.append(self.layers[n - 1].register_forward_hook(grab_out))
         try:
             pos = torch.arange(self.length, self.length + ids.shape[1], device=self.device)[None]
             out = self.model(input_ids=ids, use_cache=True, position_ids=pos, **{self._cache_kw: self._cache})

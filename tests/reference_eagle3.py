@@ -42,6 +42,8 @@ class RefConfig:
     norm_before_fc: bool = False
     norm_output: bool = False
     norm_before_residual: bool = False
+    sliding_window: int | None = None  # key position p visible from query position q iff q - W < p <= q
+    qk_norm: bool = False  # Qwen3: RMSNorm (weights "q_norm" / "k_norm" [head_dim]) on each head before RoPE
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -110,7 +112,8 @@ class RefOut:
 
 def layer(w: dict[str, Any], c: RefConfig, ids: list[int], xs: torch.Tensor, positions: list[int],
           allowed: torch.Tensor | None = None) -> RefOut:
-    """SPEC §3 over every slot at once. `allowed` [T, T] bool (query, key); default causal."""
+    """SPEC §3 over every slot at once. `allowed` [T, T] bool (query, key); default: by position, causal
+    and inside the sliding window if any."""
     t = len(ids)
     e = rms_norm(w["embed"][torch.tensor(ids)], w["in_ln"], c.eps)
     h = rms_norm(xs, w["hid_ln"], c.eps)
@@ -118,10 +121,15 @@ def layer(w: dict[str, Any], c: RefConfig, ids: list[int], xs: torch.Tensor, pos
     q = (z @ w["q"].T).view(t, c.heads, c.head_dim)
     k = (z @ w["k"].T).view(t, c.kv_heads, c.head_dim)
     v = (z @ w["v"].T).view(t, c.kv_heads, c.head_dim)
+    if c.qk_norm:
+        q, k = rms_norm(q, w["q_norm"], c.eps), rms_norm(k, w["k_norm"], c.eps)
     freqs = inv_freq(c.head_dim, c.theta, c.rope_scaling)
     q, k = apply_rope(q, positions, freqs), apply_rope(k, positions, freqs)
     if allowed is None:
-        allowed = torch.ones(t, t, dtype=torch.bool).tril()
+        pq, pk = torch.tensor(positions)[:, None], torch.tensor(positions)[None, :]
+        allowed = pk <= pq
+        if c.sliding_window is not None:
+            allowed &= pk > pq - c.sliding_window
     group = c.heads // c.kv_heads
     heads_out, all_probs = [], []
     for hh in range(c.heads):
@@ -191,6 +199,8 @@ def random_weights(c: RefConfig, vocab: int, draft_vocab: int, inter: int, seed:
     }
     if c.norm_before_fc:
         w["input_norm"] = nw(a * ht)
+    if c.qk_norm:
+        w["q_norm"], w["k_norm"] = nw(c.head_dim), nw(c.head_dim)
     if c.fc_norm:
         w["fc_norm"] = [nw(ht) for _ in range(a)]
     if draft_vocab < vocab:

@@ -621,8 +621,8 @@ def _run_drafter(vllm, SamplingParams, writer, bar, info, target, spec, drafter,
                 with Capture(drafter, sink=sink, keep_rows=keep_rows, seed=psd) as cap:
                     records, stats = replay_prompt(drafter, cap, rec.events, ids, out_ids, depth)
                 check_acceptance(records, delta, getattr(res, "spec_decode_metrics", None), f"prompt {probe.id}")
-                tabs = prompt_tables(name, probe.id, records, cap.rounds, drafter.config.aux_layer_ids,
-                                     drafter.config.max_position_embeddings)
+                tabs = prompt_tables(name, probe.id, records, cap.rounds, drafter.config.input_aux_layer_ids,
+                                     drafter.config.max_position_embeddings, drafter.config.sliding_window)
                 acc = sum(r.accepted for r in records)
                 tabs["prompts"] = pd.DataFrame([{
                     "drafter": name, "prompt_id": probe.id, "tags": ",".join(probe.tags), "prompt_len": len(ids),
