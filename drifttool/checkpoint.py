@@ -394,6 +394,11 @@ def save_drafter(model: Eagle3Drafter, out_dir, layout: str = "speculators") -> 
         "max_position_embeddings": cfg.max_position_embeddings, "hidden_act": cfg.hidden_act,
         "num_hidden_layers": 1, "tie_word_embeddings": False,
     }
+    if cfg.model_type == "qwen3":
+        llama.update(architectures=["Qwen3ForCausalLM"], model_type="qwen3")
+    if cfg.sliding_window is not None:  # as speculators writes it, and vLLM reads it
+        llama.update(sliding_window=cfg.sliding_window, use_sliding_window=True, layer_types=["sliding_attention"])
+    aux_ids = cfg.input_aux_layer_ids  # written in the input convention: what vLLM (and a reload) reads
     if layout == "speculators":
         if cfg.draft_vocab_size == cfg.vocab_size and not sd["d2t"].any():
             # Full-vocab drafter with the identity mapping: speculators omits d2t/t2d, and vLLM (0.32) refuses
@@ -404,7 +409,7 @@ def save_drafter(model: Eagle3Drafter, out_dir, layout: str = "speculators") -> 
             "architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3",
             "transformer_layer_config": llama, "draft_vocab_size": cfg.draft_vocab_size,
             "target_hidden_size": cfg.target_hidden_size,
-            "eagle_aux_hidden_state_layer_ids": cfg.aux_layer_ids,
+            "eagle_aux_hidden_state_layer_ids": aux_ids,
             "norm_before_residual": cfg.norm_before_residual, "norm_before_fc": cfg.norm_before_fc,
             "fc_norm": cfg.fc_norm, "norm_output": cfg.norm_output,
             "speculators_config": {
@@ -425,7 +430,7 @@ def save_drafter(model: Eagle3Drafter, out_dir, layout: str = "speculators") -> 
             conf["target_hidden_size"] = cfg.target_hidden_size
         # Written although these layouts usually leave them implicit: without them a reload would silently
         # fall back to the default aux layers [2, L//2, L-3] and norm_before_residual/norm_before_fc false.
-        conf.update(eagle_aux_hidden_state_layer_ids=cfg.aux_layer_ids,
+        conf.update(eagle_aux_hidden_state_layer_ids=aux_ids,
                     norm_before_residual=cfg.norm_before_residual, norm_before_fc=cfg.norm_before_fc)
         if layout == "specforge":
             conf.update(fc_norm=cfg.fc_norm, norm_output=cfg.norm_output)

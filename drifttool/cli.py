@@ -91,9 +91,15 @@ def info(trace: str = typer.Argument(..., help="NAME.drift folder"), as_json: bo
     from rich.markup import escape
 
     # manifest values are data: printed without markup, so a name like "[/x]" is text, not a rich tag
-    c.print(f"[bold]{escape(str(t.path))}[/bold]  schema {m['schema_version']}  status [bold]{escape(m['status'])}[/bold]  "
+    flagged = f" [bold red]FLAGGED ({len(m['flags'])} prompts)[/bold red]" if m.get("flags") else ""
+    c.print(f"[bold]{escape(str(t.path))}[/bold]  schema {m['schema_version']}  status [bold]{escape(m['status'])}[/bold]"
+            f"{flagged}  "
             f"prompts {escape(str(m.get('counts', {}).get('prompts', 0)))}  "
             f"rounds {escape(str(m.get('counts', {}).get('rounds', 0)))}")
+    from .compare import flag_notes
+
+    for line in flag_notes(m, t.path.name):  # a prompt whose numbers do not describe the engine's run
+        c.print(f"[bold red]{escape(line)}[/bold red]", emoji=False)
     tg = m.get("target", {})
     c.print(f"target: {tg.get('path')}  layers={tg.get('num_layers')} hidden={tg.get('hidden_size')} "
             f"aux={tg.get('aux_layer_ids')}", markup=False)
