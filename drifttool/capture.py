@@ -20,7 +20,7 @@ from .checkpoint import load_drafter
 from .drafter import Eagle3Drafter
 from .errors import DriftError
 from .hooks import Capture
-from .loop import MODES, _check_prompt, speculate, teacher_forcing_data
+from .loop import DRAFT_SAMPLING, MODES, _check_prompt, speculate, teacher_forcing_data
 from .probes import Probe, load_suite
 from .records import prompt_tables, row_samples
 from .sinks import SinkSpec
@@ -120,12 +120,13 @@ def prompt_seed(seed: int, prompt_id: str) -> int:
 
 def capture_one(
     target: Target, name: str, drafter: Eagle3Drafter, cap: Capture, probe: Probe, ids: list[int], depth: int,
-    mode: str, max_new_tokens: int, seed: int, temperature: float, forced=None,
+    mode: str, max_new_tokens: int, seed: int, temperature: float, forced=None, draft_sampling: str = "greedy",
 ):
     """One drafter on one prompt through an attached Capture; returns (tables, sampled rows, SpecResult)."""
     t0 = time.perf_counter()
     res = speculate(target, drafter, ids, depth=depth, max_new_tokens=max_new_tokens, mode=mode,
-                    temperature=temperature, seed=prompt_seed(seed, probe.id), observers=[cap], forced=forced)
+                    temperature=temperature, seed=prompt_seed(seed, probe.id), observers=[cap], forced=forced,
+                    draft_sampling=draft_sampling)
     wall = time.perf_counter() - t0
     tabs = prompt_tables(name, probe.id, res.rounds, cap.rounds, drafter.config.input_aux_layer_ids,
                          drafter.config.max_position_embeddings, drafter.config.sliding_window)
@@ -144,6 +145,7 @@ def capture_one(
 def capture_prompt(
     target: Target, drafters: dict[str, Eagle3Drafter], probe: Probe, ids: list[int], depth: int, mode: str,
     max_new_tokens: int, sink: SinkSpec, seed: int, keep_rows: int, temperature: float,
+    draft_sampling: str = "greedy",
 ) -> tuple[dict[str, pd.DataFrame], dict]:
     """All drafters on one prompt (the target's teacher-forced pass shared); the shard's tables and rows."""
     parts: dict[str, list[pd.DataFrame]] = {}
@@ -152,7 +154,7 @@ def capture_prompt(
     for name, d in drafters.items():
         with Capture(d, sink=sink, keep_rows=keep_rows, seed=prompt_seed(seed, probe.id)) as cap:
             tabs, arr, _ = capture_one(target, name, d, cap, probe, ids, depth, mode, max_new_tokens, seed,
-                                       temperature, forced)
+                                       temperature, forced, draft_sampling)
         for k, v in tabs.items():
             parts.setdefault(k, []).append(v)
         rows.update(arr)
@@ -229,13 +231,17 @@ def run_capture(
     limit: int | None = None,
     progress: bool = True,
     extra_manifest: dict[str, Any] | None = None,
+    draft_sampling: str = "greedy",
 ) -> Path:
-    """Capture every probe with every drafter into the trace `out`; returns its path."""
+    """Capture every probe with every drafter into the trace `out`; returns its path. `draft_sampling`
+    (temperature > 0 only): "greedy" as vLLM drafts by default, or "probabilistic" (see loop.DRAFT_SAMPLING)."""
     check_run_args(depth, drafters, device)
     if mode not in MODES:  # checked before anything is loaded or written (speculate checks too late for that)
         raise DriftError(f"--mode: {mode!r}; expected one of {', '.join(MODES)}")
     if mode == "teacher-forced" and temperature > 0:
         raise DriftError("--mode teacher-forced: needs greedy decoding (temperature 0)")
+    if draft_sampling not in DRAFT_SAMPLING:
+        raise DriftError(f"--draft-sampling: {draft_sampling!r}; expected one of {', '.join(DRAFT_SAMPLING)}")
     sink = sink or SinkSpec()
     suite = load_suite(probes)
     if limit is not None:
@@ -257,6 +263,7 @@ def run_capture(
         **base_settings(depth, mode, max_new_tokens, sink, seed, temperature, keep_rows, dtype, device, probes,
                         len(suite), limit),
         "attention": "softmax rows of the K draft queries against the round's final key cache (no L x L maps)",
+        "draft_sampling": draft_sampling if temperature > 0 else "greedy (temperature 0)",
     }
     manifest = build_manifest(tgt, tgt_path, models, capture_settings, extra_manifest)
     writer = TraceWriter(out, manifest, resume=resume, overwrite=overwrite)
@@ -272,7 +279,7 @@ def run_capture(
             mnt = probe.max_new_tokens or max_new_tokens
             try:
                 tables, rows = capture_prompt(tgt, models, probe, ids, depth, mode, mnt, sink, seed, keep_rows,
-                                              temperature)
+                                              temperature, draft_sampling)
             except DriftError as e:  # e.g. NaN/inf target features: name the target and the probe
                 raise DriftError(f"{tgt_path or tgt.name}: probe {probe.id!r}: {e}") from None
             writer.add(probe.id, tables, rows)

@@ -47,6 +47,8 @@ def capture(
     seed: int = typer.Option(0, "--seed"),
     keep_rows: int = typer.Option(2, "--keep-rows", help="full attention rows sampled per prompt and drafter"),
     temperature: float = typer.Option(0.0, "--temperature"),
+    draft_sampling: str = typer.Option("greedy", "--draft-sampling",
+                                       help="temperature > 0: greedy (vLLM's default) | probabilistic"),
     limit: int | None = typer.Option(None, "--limit", help="only the first N prompts"),
     resume: bool = typer.Option(False, "--resume"),
     overwrite: bool = typer.Option(False, "--overwrite"),
@@ -73,7 +75,8 @@ def capture(
         run, extra = run_capture_vllm, {"vllm_kwargs": parse_vllm_args(vllm_arg)}
     path = run(target, specs, probes, out, depth=depth, mode=mode, max_new_tokens=max_new_tokens,
                device=device, dtype=dtype, sink=SinkSpec.parse(sink), seed=seed, keep_rows=keep_rows,
-               temperature=temperature, resume=resume, overwrite=overwrite, limit=limit, progress=not quiet, **extra)
+               temperature=temperature, resume=resume, overwrite=overwrite, limit=limit, progress=not quiet,
+               draft_sampling=draft_sampling, **extra)
     typer.echo(f"trace written: {path}")
 
 

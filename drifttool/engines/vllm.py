@@ -507,12 +507,16 @@ def run_capture_vllm(
     progress: bool = True,
     extra_manifest: dict[str, Any] | None = None,
     vllm_kwargs: dict[str, Any] | None = None,
+    draft_sampling: str = "greedy",
 ) -> Path:
     """Like `run_capture`, but vLLM runs the speculative decoding; returns the trace path.
 
     One vLLM engine per drafter (vLLM serves one drafter at a time); shards are keyed `DRAFTER:PROMPT`.
     `device`/`dtype` apply to vLLM (dtype) and to the replay drafter (device, dtype)."""
     check_run_args(depth, drafters, device)
+    if draft_sampling != "greedy":
+        raise DriftError(f"--draft-sampling {draft_sampling}: the vllm engine records vLLM's own drafts, drawn with "
+                         "its default draft_sample_method greedy")
     if mode != "generate":
         raise DriftError(f"--mode {mode}: the vllm engine runs vLLM's own loop; only --mode generate")
     if not isinstance(target, (str, Path)):
@@ -544,7 +548,8 @@ def run_capture_vllm(
     capture_settings = {
         **base_settings(depth, mode, max_new_tokens, sink, seed, temperature, keep_rows, dtype, device, probes,
                         len(suite), limit),
-        "engine": "vllm",
+        "engine": "vllm", "draft_sampling": "greedy (vLLM's draft_sample_method)" if temperature > 0 else
+        "greedy (temperature 0)",
         "vllm": {"version": getattr(vllm, "__version__", "?"), "model_runner": "v1", "engine_args": user_kw,
                  "checkpoint_given_to_vllm": {n: ("as is" if plans[n][0] else "converted to speculators layout")
                                               for n in names},
