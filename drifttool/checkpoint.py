@@ -1,7 +1,8 @@
 """Detect a drafter checkpoint's layout, normalise its config, validate every tensor, build the module.
 
-Layouts (SPEC §6): SafeAILab EAGLE-3, speculators/vLLM, SpecForge, NVIDIA `eagle_config`. All weights are
-read with safetensors; pickle files are refused.
+Layouts: SafeAILab EAGLE-3, speculators/vLLM, SpecForge, NVIDIA `eagle_config`; Llama or Qwen3 draft layers.
+Weights: safetensors, or a `pytorch_model.bin` read weights-only (tensors only, as transformers reads it);
+other pickle files are refused. Where a config is silent, vLLM's reading is taken and recorded.
 """
 
 from __future__ import annotations
@@ -99,6 +100,9 @@ def _flags(layout: str, top: dict, layer: dict, eagle: dict, assumptions: dict[s
         default = layout == "speculators" and name == "norm_before_residual"
         srcs = (top,) if layout == "speculators" else ((eagle, top) if name == "norm_before_fc" else (top,))
         val = next((bool(src[name]) for src in srcs if src.get(name) is not None), None)
+        if name == "fc_norm" and not val and top.get("use_aux_norm"):  # SGLang's legacy name for fc_norm
+            val = True
+            assumptions["fc_norm"] = "from use_aux_norm (the legacy name SGLang reads as fc_norm)"
         if val is None:
             val = default
             assumptions[name] = f"absent: {str(default).lower()} (as vLLM reads a {layout} config)"
@@ -249,7 +253,7 @@ def expected_shapes(cfg: DrafterConfig) -> dict[str, tuple[int, ...]]:
     return s
 
 
-OPTIONAL = {"embed_tokens.weight", "d2t", "t2d"}
+OPTIONAL = {"embed_tokens.weight", "d2t", "t2d", "lm_head.weight", "norm.weight"}
 
 
 def _canonical(key: str) -> str:
@@ -258,27 +262,49 @@ def _canonical(key: str) -> str:
             key = key[len(p):]
     if key.startswith("midlayer."):
         key = "layers.0." + key[len("midlayer."):]
+    for legacy in ("aux_norm.", "aux_norms."):  # SGLang's legacy name for the per-chunk fc_norm
+        if key.startswith(legacy):
+            key = "fc_norm." + key[len(legacy):]
     return key
 
 
+def _load_bin(f: Path) -> dict[str, torch.Tensor]:
+    """A PyTorch `.bin` state dict read the way transformers reads one: torch.load(weights_only=True), which
+    rebuilds tensors and plain containers only and refuses any other object (no arbitrary code runs)."""
+    try:
+        part = torch.load(str(f), map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - UnpicklingError, RuntimeError (not a zip / truncated), EOFError...
+        raise DriftError(f"{f}: cannot read as a weights-only PyTorch state dict ({type(e).__name__}: "
+                         f"{(str(e).splitlines() or [''])[0][:160]}); drifttool never unpickles arbitrary "
+                         "objects. Convert it to safetensors") from None
+    if not isinstance(part, dict) or not all(isinstance(v, torch.Tensor) for v in part.values()):
+        raise DriftError(f"{f}: not a state dict of tensors (expected {{name: tensor}})")
+    return part
+
+
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """*.safetensors, else *.bin (weights-only torch.load, as transformers does); other pickles refused."""
     files = sorted(path.glob("*.safetensors"))
-    if not files:
-        pickles = sorted([*path.glob("*.bin"), *path.glob("*.pt"), *path.glob("*.pth")])
+    bins = [] if files else sorted(path.glob("*.bin"))
+    if not files and not bins:
+        pickles = sorted([*path.glob("*.pt"), *path.glob("*.pth")])
         if pickles:
             raise DriftError(
                 f"{pickles[0]}: pickle checkpoint refused; unpickling can execute arbitrary code. Convert it to "
                 "safetensors (e.g. safetensors.torch.save_file on a state dict you trust) and retry"
             )
-        raise DriftError(f"{path}: no *.safetensors weights found")
+        raise DriftError(f"{path}: no *.safetensors (or pytorch_model.bin) weights found")
     out: dict[str, torch.Tensor] = {}
-    for f in files:
+    for f in files or bins:
         if f.stat().st_size == 0:
-            raise DriftError(f"{f}: empty file (expected safetensors weights)")
-        try:
-            part = load_file(str(f))
-        except (SafetensorError, OSError, ValueError, RuntimeError) as e:
-            raise DriftError(f"{f}: corrupt safetensors file ({str(e).splitlines()[0]})") from None
+            raise DriftError(f"{f}: empty file (expected {'safetensors' if files else 'PyTorch'} weights)")
+        if f.suffix == ".bin":
+            part = _load_bin(f)
+        else:
+            try:
+                part = load_file(str(f))
+            except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+                raise DriftError(f"{f}: corrupt safetensors file ({str(e).splitlines()[0]})") from None
         for k, v in part.items():
             out[_canonical(k)] = v
     return out
@@ -357,6 +383,7 @@ def load_drafter(
             )
         sd["embed_tokens.weight"] = emb.detach().to("cpu", torch.float32)
         cfg.has_embed = False
+    _fill_head(cfg, sd, target, p)
     if "d2t" in sd:
         sd["d2t"] = sd["d2t"].long()
     sd.pop("t2d", None)
@@ -365,6 +392,22 @@ def load_drafter(
     if missing or unexpected:
         raise DriftError(f"{p}: cannot map weights onto the drafter (missing {missing[:3]}, unexpected {unexpected[:3]})")
     return model.to(device=device, dtype=dtype).eval()
+
+
+def _fill_head(cfg: DrafterConfig, sd: dict[str, torch.Tensor], target: Target | None, p: Path) -> None:
+    """A head without lm_head takes the target's (vLLM shares it, whatever tie_word_embeddings says); one
+    without a final-norm weight keeps the RMSNorm with unit weights (vLLM's initial value)."""
+    if "lm_head.weight" not in sd:
+        head = target.output_embeddings() if target is not None else None
+        want = (cfg.draft_vocab_size, cfg.hidden_size)
+        if head is None or tuple(head.shape) != want:
+            got = "no target given" if head is None else f"the target's lm_head has shape {list(head.shape)}"
+            raise DriftError(f"{p}: checkpoint has no lm_head.weight and {got}; expected {list(want)}")
+        sd["lm_head.weight"] = head.detach().to("cpu", torch.float32)
+        cfg.assumptions["lm_head"] = "absent: the target's lm_head (as vLLM shares it)"
+    if "norm.weight" not in sd:
+        sd["norm.weight"] = torch.ones(cfg.hidden_size)
+        cfg.assumptions["norm"] = "absent: final RMSNorm with unit weights"
 
 
 def _check_target(cfg: DrafterConfig, target: Target, p: Path) -> None:

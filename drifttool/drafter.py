@@ -193,6 +193,7 @@ class Eagle3Drafter(nn.Module):
         self.register_buffer(
             "inv_freq", rope.inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling), persistent=False
         )
+        self.rope_scale = rope.mscale(cfg.rope_scaling)  # YaRN's magnitude factor on cos/sin (1 otherwise)
 
     def _apply(self, fn, recurse=True):
         # RoPE frequencies stay fp32 whatever dtype the weights are cast to (as vLLM/HF compute them);
@@ -260,7 +261,7 @@ class Eagle3Drafter(nn.Module):
         x = self.hook_layer_in(x)
         emb = self.embed_tokens(input_ids)
         z, r0 = self.layer.inputs(emb, x)
-        cos, sin = rope.cos_sin(positions, self.inv_freq, z.dtype)
+        cos, sin = rope.cos_sin(positions, self.inv_freq, z.dtype, self.rope_scale)
         attn = self.layer.self_attn
         q, k, v = attn.project(z, cos, sin)
         start = cache.length
@@ -293,7 +294,7 @@ class Eagle3Drafter(nn.Module):
         for step in range(steps):
             ids = input_ids if step == 0 else F.pad(input_ids[:, step:], (0, step))
             z, r0 = self.layer.inputs(self.embed_tokens(ids), x)
-            cos, sin = rope.cos_sin(pos0 + step, self.inv_freq, z.dtype)
+            cos, sin = rope.cos_sin(pos0 + step, self.inv_freq, z.dtype, self.rope_scale)
             q, k, v = attn.project(z, cos, sin)
             if step == 0:
                 k0, v0 = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)

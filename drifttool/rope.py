@@ -9,7 +9,45 @@ import torch
 
 from .errors import DriftError
 
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "dynamic")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "dynamic", "yarn")
+
+
+def _yarn_mscale(scale: float, m: float = 1.0) -> float:
+    return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+
+def mscale(scaling: dict[str, Any] | None) -> float:
+    """Magnitude factor on cos/sin: YaRN's attention factor (vLLM's reading: `attention_factor`, else
+    mscale / mscale_all_dim, else 0.1 ln(factor) + 1); 1 for every other rope type."""
+    if not scaling or scaling.get("rope_type", scaling.get("type")) != "yarn":
+        return 1.0
+    f = float(scaling["factor"])
+    if scaling.get("attention_factor") is not None:
+        return float(scaling["attention_factor"])
+    if scaling.get("mscale") and scaling.get("mscale_all_dim"):
+        return _yarn_mscale(f, float(scaling["mscale"])) / _yarn_mscale(f, float(scaling["mscale_all_dim"]))
+    return _yarn_mscale(f)
+
+
+def _yarn(base: torch.Tensor, head_dim: int, theta: float, scaling: dict[str, Any], where: str) -> torch.Tensor:
+    """YaRN (Peng et al.): interpolate low frequencies by `factor`, keep high ones, ramp between the dims
+    that rotate beta_fast / beta_slow times over original_max_position_embeddings (as vLLM computes it)."""
+    if "original_max_position_embeddings" not in scaling or "factor" not in scaling:
+        raise DriftError(f"{where}: yarn needs factor and original_max_position_embeddings")
+    factor, old = float(scaling["factor"]), float(scaling["original_max_position_embeddings"])
+
+    def dim_of(rotations: float) -> float:
+        return head_dim * math.log(old / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    lo, hi = dim_of(float(scaling.get("beta_fast") or 32)), dim_of(float(scaling.get("beta_slow") or 1))
+    if scaling.get("truncate", True):
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, head_dim - 1)
+    if lo == hi:
+        hi += 0.001
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float64) - lo) / (hi - lo)).clamp(0, 1)
+    keep = 1 - ramp  # 1: extrapolate (original frequency), 0: interpolate (frequency / factor)
+    return base / factor * (1 - keep) + base * keep
 
 
 def inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None, where: str = "rope_scaling") -> torch.Tensor:
@@ -22,6 +60,8 @@ def inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None, where:
         return base.float()
     if kind == "linear":
         return (base / float(scaling["factor"])).float()
+    if kind == "yarn":
+        return _yarn(base, head_dim, theta, scaling, where).float()
     if kind == "dynamic":
         # Dynamic NTK only changes frequencies beyond the trained window; within it, it equals default.
         return base.float()
@@ -40,10 +80,13 @@ def inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None, where:
     raise DriftError(f"{where}: unsupported rope type {kind!r}; expected one of {', '.join(SUPPORTED_ROPE_TYPES)}")
 
 
-def cos_sin(positions: torch.Tensor, freqs: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """positions [..., T] -> cos, sin [..., T, head_dim], computed in fp32 then cast."""
+def cos_sin(positions: torch.Tensor, freqs: torch.Tensor, dtype: torch.dtype,
+            scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """positions [..., T] -> cos, sin [..., T, head_dim], computed in fp32 (times `scale`: YaRN's mscale), cast."""
     ang = positions.to(torch.float32)[..., None] * freqs.to(positions.device)
     emb = torch.cat((ang, ang), dim=-1)
+    if scale != 1.0:
+        return (emb.cos() * scale).to(dtype), (emb.sin() * scale).to(dtype)
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 

@@ -84,6 +84,10 @@ class Target:
     def input_embeddings(self) -> torch.Tensor:
         return self.model.get_input_embeddings().weight
 
+    def output_embeddings(self) -> torch.Tensor:
+        """The target's lm_head weight [V, H] (its embeddings when tied)."""
+        return self.model.get_output_embeddings().weight
+
     def set_aux_layer_ids(self, ids: list[int]) -> None:
         """ids in the input convention: i < L = the input of layer i, i = L = the last layer's output (before the
         final norm), as vLLM reads them."""

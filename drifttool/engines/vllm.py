@@ -128,19 +128,26 @@ class TargetInfo(Target):
     def dtype(self) -> torch.dtype:
         return torch.float32
 
+    def _tensor(self, suffix: str) -> torch.Tensor | None:
+        from safetensors import safe_open
+
+        for f in sorted(self.path.glob("*.safetensors")):
+            with safe_open(str(f), framework="pt") as st:
+                key = next((k for k in st.keys() if k.endswith(suffix)), None)
+                if key is not None:
+                    return st.get_tensor(key)
+        return None
+
     def input_embeddings(self) -> torch.Tensor:
         if self._embed is None:
-            from safetensors import safe_open
-
-            for f in sorted(self.path.glob("*.safetensors")):
-                with safe_open(str(f), framework="pt") as st:
-                    key = next((k for k in st.keys() if k.endswith("embed_tokens.weight")), None)
-                    if key is not None:
-                        self._embed = st.get_tensor(key)
-                        break
+            self._embed = self._tensor("embed_tokens.weight")
             if self._embed is None:
                 raise DriftError(f"{self.path}: no '*embed_tokens.weight' tensor in the target's safetensors")
         return self._embed
+
+    def output_embeddings(self) -> torch.Tensor:
+        head = self._tensor("lm_head.weight")
+        return head if head is not None else self.input_embeddings()  # tied
 
     def forward(self, ids):  # pragma: no cover - the vllm engine never runs the HF target
         raise DriftError("TargetInfo: the vllm engine runs the target inside vLLM")
