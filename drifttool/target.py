@@ -136,18 +136,31 @@ class Target:
             for h in handles:
                 h.remove()
         self._cache = out.get("cache", None) or out.get("past_key_values", None)
+        if hasattr(self._cache, "activate_past_recording"):
+            # Sliding-window layers (gpt-oss, Mistral...) otherwise drop states beyond the window at once and
+            # cannot roll back rejected drafts; recording keeps them until crop() trims them.
+            self._cache.activate_past_recording()
         self.length += ids.shape[1]
         feats = torch.cat([grabbed[i][0] for i in self.aux_layer_ids], dim=-1)
         return TargetOut(out.logits[0].float(), feats)
 
     def crop(self, length: int) -> None:
-        """Drop cached positions >= length (rejected draft tokens)."""
-        if length < self.length:
-            if "tokens_to_remove" in inspect.signature(self._cache.crop).parameters:
-                self._cache.crop(length - self.length)  # transformers >= 5.x: negative = tokens to drop
+        """Drop cached positions >= length (rejected draft tokens); sliding-window layers trim to their window."""
+        if self._cache is None or length > self.length:
+            return
+        new_api = "tokens_to_remove" in inspect.signature(self._cache.crop).parameters
+        if length == self.length and not new_api:
+            return
+        try:
+            if new_api:
+                self._cache.crop(length - self.length)  # transformers >= 5.x: negative = tokens to drop (0: trim)
             else:
                 self._cache.crop(length)  # older: absolute length to keep
-            self.length = length
+        except (RuntimeError, ValueError) as e:
+            raise DriftError(f"target {self.name}: its KV cache ({type(self._cache).__name__}) cannot drop rejected "
+                             f"draft tokens ({str(e).splitlines()[0][:120]}); use --mode teacher-forced or a "
+                             "transformers version whose cache can be cropped") from None
+        self.length = length
 
     def encode(self, text: str) -> list[int]:
         if self.tokenizer is None:
