@@ -24,6 +24,8 @@ from .target import Target, default_aux_layer_ids, load_target
 
 LAYOUTS = ("speculators", "safeailab", "specforge", "nvidia")
 MODEL_TYPES = ("llama", "qwen3")
+MLA_TYPES = ("deepseek_v3", "deepseek_v2", "kimi_k2")  # draft layers with multi-head latent attention
+MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -127,15 +129,21 @@ def normalise_config(raw: dict[str, Any], path: Path, target: Target | None) -> 
         layer, top, layer_where = raw, raw, where
     eagle = raw.get("eagle_config") if layout == "nvidia" else {}
     model_type = str(layer.get("model_type") or "llama")
-    if model_type not in MODEL_TYPES:
+    if model_type not in MODEL_TYPES + MLA_TYPES:
         raise DriftError(f"{layer_where}: model_type {model_type!r} unsupported (expected one of "
-                         f"{', '.join(MODEL_TYPES)})")
+                         f"{', '.join(MODEL_TYPES + MLA_TYPES)})")
     if layer.get("attention_bias"):
         raise DriftError(f"{layer_where}: attention_bias true is unsupported (EAGLE-3 draft layers have no biases)")
     h = int(_need(layer, "hidden_size", layer_where))
     nh = int(_need(layer, "num_attention_heads", layer_where))
     nkv = int(layer.get("num_key_value_heads") or nh)
     hd = int(layer.get("head_dim") or h // nh)
+    mla = None
+    if model_type in MLA_TYPES:  # heads are decompressed per query head: nkv = nh, head dim = nope + rope
+        mla = {k: layer.get(k) for k in MLA_FIELDS}
+        for k in MLA_FIELDS[1:]:
+            _need(layer, k, layer_where)
+        nkv, hd = nh, int(mla["qk_nope_head_dim"]) + int(mla["qk_rope_head_dim"])
     inter = int(_need(layer, "intermediate_size", layer_where))
     vocab = int(_need(layer, "vocab_size", layer_where))
     dvocab = int(top.get("draft_vocab_size") or layer.get("draft_vocab_size") or vocab)
@@ -165,7 +173,7 @@ def normalise_config(raw: dict[str, Any], path: Path, target: Target | None) -> 
         max_position_embeddings=int(layer.get("max_position_embeddings", 2048)),
         hidden_act=str(layer.get("hidden_act", "silu")),
         sliding_window=_window(layer, layer_where, assumptions), model_type=model_type,
-        qk_norm=model_type == "qwen3",
+        qk_norm=model_type == "qwen3", mla=mla,
         **_flags(layout, top, layer, eagle or {}, assumptions),
         layout=layout, assumptions=assumptions, source=str(path),
     )
@@ -242,6 +250,12 @@ def expected_shapes(cfg: DrafterConfig) -> dict[str, tuple[int, ...]]:
         "d2t": (cfg.draft_vocab_size,),
         "t2d": (cfg.vocab_size,),
     }
+    if cfg.mla:
+        from .mla import mla_shapes
+
+        for k in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            del s[f"layers.0.self_attn.{k}.weight"]
+        s.update(mla_shapes(cfg))
     if cfg.qk_norm:
         s["layers.0.self_attn.q_norm.weight"] = (cfg.head_dim,)
         s["layers.0.self_attn.k_norm.weight"] = (cfg.head_dim,)
@@ -422,6 +436,9 @@ def _check_target(cfg: DrafterConfig, target: Target, p: Path) -> None:
 def save_drafter(model: Eagle3Drafter, out_dir, layout: str = "speculators") -> Path:
     """Write a checkpoint in a real public layout (speculators/vLLM by default; also safeailab, specforge)."""
     cfg = model.config
+    if cfg.mla:
+        raise DriftError("save_drafter: an MLA draft layer cannot be written in these layouts (speculators and "
+                         "SpecForge configs describe Llama/Qwen3 layers); use its original folder")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sd = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items() if k != "d2t"}

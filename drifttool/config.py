@@ -36,6 +36,9 @@ class DrafterConfig:
     qk_norm: bool = False  # Qwen3 draft layer: per-head RMSNorm on q and k before RoPE
     model_type: str = "llama"  # the draft layer's family: llama | qwen3
     aux_convention: str = "input"  # see AUX_CONVENTIONS; aux_layer_ids are as the checkpoint writes them
+    # DeepSeek-style multi-head latent attention (Kimi K2.x EAGLE-3.1): q_lora_rank (None: plain q_proj),
+    # kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim. None: ordinary attention.
+    mla: dict[str, Any] | None = None
     fc_norm: bool = False
     norm_before_fc: bool = False
     norm_output: bool = False
@@ -50,6 +53,11 @@ class DrafterConfig:
     @property
     def num_aux(self) -> int:
         return len(self.aux_layer_ids)
+
+    @property
+    def rope_dim(self) -> int:
+        """Dimensions RoPE rotates per head: all of head_dim, or MLA's qk_rope_head_dim."""
+        return int(self.mla["qk_rope_head_dim"]) if self.mla else self.head_dim
 
     @property
     def input_aux_layer_ids(self) -> list[int]:

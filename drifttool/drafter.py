@@ -47,9 +47,10 @@ class RMSNorm(nn.Module):
 class KVCache:
     """Contiguous per-slot key/value cache; slots are sequence positions of the drafter's own inputs."""
 
-    def __init__(self, batch: int, nkv: int, head_dim: int, device, dtype, capacity: int = 256):
+    def __init__(self, batch: int, nkv: int, head_dim: int, device, dtype, capacity: int = 256,
+                 v_dim: int | None = None):
         self.k = torch.zeros(batch, nkv, capacity, head_dim, device=device, dtype=dtype)
-        self.v = torch.zeros_like(self.k)
+        self.v = torch.zeros(batch, nkv, capacity, v_dim or head_dim, device=device, dtype=dtype)
         self.length = 0
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -58,9 +59,8 @@ class KVCache:
         if need > self.k.shape[2]:
             cap = max(need, 2 * self.k.shape[2])
             grow = cap - self.k.shape[2]
-            pad = self.k.new_zeros(*self.k.shape[:2], grow, self.k.shape[3])
-            self.k = torch.cat([self.k, pad], 2)
-            self.v = torch.cat([self.v, pad.clone()], 2)
+            self.k = torch.cat([self.k, self.k.new_zeros(*self.k.shape[:2], grow, self.k.shape[3])], 2)
+            self.v = torch.cat([self.v, self.v.new_zeros(*self.v.shape[:2], grow, self.v.shape[3])], 2)
         self.k[:, :, self.length : need] = k
         self.v[:, :, self.length : need] = v
         self.length = need
@@ -80,6 +80,7 @@ class Eagle3Attention(nn.Module):
         super().__init__()
         h2 = 2 * cfg.hidden_size
         self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.vd, self.scale = self.hd, self.hd**-0.5  # value head dim, softmax scale (MLA differs)
         self.q_proj = nn.Linear(h2, self.nh * self.hd, bias=False)
         self.k_proj = nn.Linear(h2, self.nkv * self.hd, bias=False)
         self.v_proj = nn.Linear(h2, self.nkv * self.hd, bias=False)
@@ -112,7 +113,7 @@ class Eagle3Attention(nn.Module):
         if self.attn_impl == "eager":
             rep = self.nh // self.nkv
             kk, vv = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-            scores = (q.float() @ kk.float().transpose(-1, -2)) * self.hd**-0.5
+            scores = (q.float() @ kk.float().transpose(-1, -2)) * self.scale
             if causal:
                 mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
             if mask is not None:
@@ -120,10 +121,10 @@ class Eagle3Attention(nn.Module):
             probs = self.hook_probs(scores.softmax(-1))
             out = (probs @ vv.float()).to(q.dtype)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scale,
                                                  enable_gqa=self.nkv != self.nh)
         b, _, t, _ = out.shape
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.nh * self.hd))
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.nh * self.vd))
 
 
 class Eagle3MLP(nn.Module):
@@ -142,7 +143,12 @@ class Eagle3DecoderLayer(nn.Module):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Eagle3Attention(cfg)
+        if cfg.mla:
+            from .mla import MLAAttention
+
+            self.self_attn = MLAAttention(cfg)
+        else:
+            self.self_attn = Eagle3Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = Eagle3MLP(cfg)
         self.norm_before_residual = cfg.norm_before_residual
@@ -191,16 +197,16 @@ class Eagle3Drafter(nn.Module):
         self.hook_pre = HookPoint()
         self.hook_post = HookPoint()
         self.register_buffer(
-            "inv_freq", rope.inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling), persistent=False
+            "inv_freq", rope.inv_freq(cfg.rope_dim, cfg.rope_theta, cfg.rope_scaling), persistent=False
         )
-        self.rope_scale = rope.mscale(cfg.rope_scaling)  # YaRN's magnitude factor on cos/sin (1 otherwise)
+        self.rope_scale = rope.mscale(cfg.rope_scaling, deepseek=cfg.mla is not None)  # YaRN's magnitude factor on cos/sin (1 otherwise)
 
     def _apply(self, fn, recurse=True):
         # RoPE frequencies stay fp32 whatever dtype the weights are cast to (as vLLM/HF compute them);
         # a bf16/fp16 inv_freq would put O(position * 2^-8) errors into every rotation angle.
         super()._apply(fn, recurse)
         cfg = self.config
-        self.inv_freq = rope.inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling).to(self.inv_freq.device)
+        self.inv_freq = rope.inv_freq(cfg.rope_dim, cfg.rope_theta, cfg.rope_scaling).to(self.inv_freq.device)
         return self
 
     # -- pieces -------------------------------------------------------------------------------
@@ -244,7 +250,8 @@ class Eagle3Drafter(nn.Module):
 
     def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
         p = self.fc.weight
-        return KVCache(batch, self.config.num_key_value_heads, self.config.head_dim, p.device, p.dtype, capacity)
+        a = self.layer.self_attn
+        return KVCache(batch, a.nkv, a.hd, p.device, p.dtype, capacity, v_dim=a.vd)
 
     # -- the real chain / teacher-forced chain -----------------------------------------------
     def forward(
@@ -282,7 +289,7 @@ class Eagle3Drafter(nn.Module):
         per step; slots whose shifted id runs past T are padded with id 0 (mask them in the loss)."""
         b, t = input_ids.shape
         attn = self.layer.self_attn
-        nh, nkv, hd = attn.nh, attn.nkv, attn.hd
+        nh, nkv, vd = attn.nh, attn.nkv, attn.vd
         rep = nh // nkv
         pos0 = torch.arange(t, device=input_ids.device).expand(b, t)
         window = self.config.sliding_window
@@ -301,7 +308,7 @@ class Eagle3Drafter(nn.Module):
             else:
                 diag_k.append(k.repeat_interleave(rep, 1))
                 diag_v.append(v.repeat_interleave(rep, 1))
-            scale = hd**-0.5
+            scale = attn.scale
             s0 = (q.float() @ k0.float().transpose(-1, -2)) * scale
             # the chain's rule at position t + step: step-0 keys j <= t inside the window, i.e. j > t + step - W
             causal = visible(0, t, t, None, input_ids.device)
@@ -315,7 +322,7 @@ class Eagle3Drafter(nn.Module):
             o = probs[..., :t] @ v0.float()
             for i, dv in enumerate(diag_v):
                 o = o + probs[..., t + i : t + i + 1] * dv.float()
-            o = attn.o_proj(o.to(z.dtype).transpose(1, 2).reshape(b, t, nh * hd))
+            o = attn.o_proj(o.to(z.dtype).transpose(1, 2).reshape(b, t, nh * vd))
             out = self.head(self.layer.finish(r0, o))
             outs.append(out)
             x = self.hook_layer_in(out.feedback)

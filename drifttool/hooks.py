@@ -120,6 +120,8 @@ class Capture:
         self.adapter = self.adapter or DrafterAdapter.for_drifttool(self.drafter)
         cfg = getattr(self.drafter, "config", None)
         self.window: int | None = getattr(cfg, "sliding_window", None)  # the drafter's attention window
+        layers = getattr(self.drafter, "layers", None)  # softmax scale of the drafter's heads (MLA: not hd^-1/2)
+        self.scale: float | None = getattr(layers[0].self_attn, "scale", None) if layers else None
         self.rounds: list[RoundCapture] = []
         self._handles: list = []
         self._rng = random.Random(self.seed)
@@ -221,7 +223,7 @@ class Capture:
         rep = nh // nkv
         qg = q.float().view(k_, nkv, rep, hd).transpose(0, 1).reshape(nkv, k_ * rep, hd)
         s = torch.matmul(qg, keys.float().transpose(1, 2)).view(nkv, k_, rep, length)
-        s.mul_(1.0 / math.sqrt(hd))
+        s.mul_(self.scale or 1.0 / math.sqrt(hd))
         s[..., n:].masked_fill_(self._chain_masks(k_, q.device)[0], float("-inf"))
         for j in range(k_):  # a sliding window hides slots <= n-1+j-W from depth j (sinks included: zero mass)
             lo = self._window_start(n, j)

@@ -12,21 +12,25 @@ from .errors import DriftError
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "dynamic", "yarn")
 
 
-def _yarn_mscale(scale: float, m: float = 1.0) -> float:
+def yarn_mscale(scale: float, m: float = 1.0) -> float:
     return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
 
 
-def mscale(scaling: dict[str, Any] | None) -> float:
-    """Magnitude factor on cos/sin: YaRN's attention factor (vLLM's reading: `attention_factor`, else
-    mscale / mscale_all_dim, else 0.1 ln(factor) + 1); 1 for every other rope type."""
+def mscale(scaling: dict[str, Any] | None, deepseek: bool = False) -> float:
+    """Magnitude factor on cos/sin under YaRN, as vLLM reads it: `attention_factor`, else mscale / mscale_all_dim
+    when both are set, else 0.1 ln(factor) + 1; DeepSeek's YaRN (MLA drafters): m(mscale) / m(mscale_all_dim)
+    with defaults 1 and 0. 1 for every other rope type."""
     if not scaling or scaling.get("rope_type", scaling.get("type")) != "yarn":
         return 1.0
     f = float(scaling["factor"])
+    ms, ms_all = scaling.get("mscale"), scaling.get("mscale_all_dim")
+    if deepseek:
+        return yarn_mscale(f, float(ms if ms is not None else 1.0)) / yarn_mscale(f, float(ms_all or 0.0))
     if scaling.get("attention_factor") is not None:
         return float(scaling["attention_factor"])
-    if scaling.get("mscale") and scaling.get("mscale_all_dim"):
-        return _yarn_mscale(f, float(scaling["mscale"])) / _yarn_mscale(f, float(scaling["mscale_all_dim"]))
-    return _yarn_mscale(f)
+    if ms and ms_all:
+        return yarn_mscale(f, float(ms)) / yarn_mscale(f, float(ms_all))
+    return yarn_mscale(f)
 
 
 def _yarn(base: torch.Tensor, head_dim: int, theta: float, scaling: dict[str, Any], where: str) -> torch.Tensor:
@@ -98,3 +102,12 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 def apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x [B, heads, T, hd]; cos/sin [B, T, hd]."""
     return x * cos[:, None] + rotate_half(x) * sin[:, None]
+
+
+def apply_interleaved(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """GPT-J style (DeepSeek MLA): pairs (2i, 2i+1) rotated by angle i. x [B, heads, T, d]; cos/sin [B, T, d]
+    as cos_sin builds them (the angles repeated twice), so their first half holds one angle per pair."""
+    half = x.shape[-1] // 2
+    c, s = cos[:, None, :, :half], sin[:, None, :, :half]
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), -1).flatten(-2)
