@@ -226,7 +226,7 @@ class LiveCapture:
     def to_trace(self, path, overwrite: bool = False) -> Path:
         settings = {"depth": self.depth, "mode": self.mode, "max_new_tokens": self.max_new_tokens,
                     "sink": self.sink.to_dict(), "seed": self.seed, "temperature": 0.0, "keep_rows": 0,
-                    "dtype": str(self.drafter.fc.weight.dtype), "device": str(self.drafter.fc.weight.device),
+                    "dtype": str(self.drafter.lm_head.weight.dtype), "device": str(self.drafter.lm_head.weight.device),
                     "probes": {"path": "live", "n_prompts": self._n}}
         man = build_manifest(self.target, None, {self.name: self.drafter}, settings, {"source": "notebook live capture"})
         w = TraceWriter(path, man, overwrite=overwrite)

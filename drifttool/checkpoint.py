@@ -93,6 +93,23 @@ def _window(layer: dict[str, Any], where: str, assumptions: dict[str, str]) -> i
     return None
 
 
+def _use_aux(raw: dict[str, Any], assumptions: dict[str, str]) -> bool:
+    """vLLM reads use_aux_hidden_state from eagle_config only (absent: true); a top-level one is honoured too,
+    and that is recorded."""
+    eagle = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
+    if eagle.get("use_aux_hidden_state") is not None:
+        val = bool(eagle["use_aux_hidden_state"])
+    elif raw.get("use_aux_hidden_state") is not None:
+        val = bool(raw["use_aux_hidden_state"])
+        assumptions["use_aux_hidden_state"] = f"{val} from the top level (vLLM reads it inside eagle_config only)"
+    else:
+        return True
+    if not val:
+        assumptions["use_aux_hidden_state"] = ("false: no fc; the drafter reads the target's final hidden state "
+                                               "after its last norm (what vLLM passes)")
+    return val
+
+
 def _flags(layout: str, top: dict, layer: dict, eagle: dict, assumptions: dict[str, str]) -> dict[str, bool]:
     """The four EAGLE flags as vLLM reads them. speculators: top level only (vLLM ignores copies inside
     transformer_layer_config), norm_before_residual defaulting to true; other layouts: the flat config
@@ -157,6 +174,12 @@ def normalise_config(raw: dict[str, Any], path: Path, target: Target | None) -> 
     if nh % nkv:
         raise DriftError(f"{layer_where}: num_attention_heads {nh} is not a multiple of num_key_value_heads {nkv}")
     aux = top.get("eagle_aux_hidden_state_layer_ids") or (eagle or {}).get("eagle_aux_hidden_state_layer_ids")
+    use_aux = _use_aux(raw, assumptions)
+    if not use_aux:
+        aux = []
+        if ht != h:
+            raise DriftError(f"{where}: use_aux_hidden_state false needs target_hidden_size == hidden_size "
+                             f"(got {ht} and {h}): the target's hidden state enters the layer without fc")
     if aux is None:
         if target is None:
             raise DriftError(
@@ -173,7 +196,7 @@ def normalise_config(raw: dict[str, Any], path: Path, target: Target | None) -> 
         max_position_embeddings=int(layer.get("max_position_embeddings", 2048)),
         hidden_act=str(layer.get("hidden_act", "silu")),
         sliding_window=_window(layer, layer_where, assumptions), model_type=model_type,
-        qk_norm=model_type == "qwen3", mla=mla,
+        qk_norm=model_type == "qwen3", mla=mla, use_aux_hidden_state=use_aux,
         **_flags(layout, top, layer, eagle or {}, assumptions),
         layout=layout, assumptions=assumptions, source=str(path),
     )
@@ -250,6 +273,8 @@ def expected_shapes(cfg: DrafterConfig) -> dict[str, tuple[int, ...]]:
         "d2t": (cfg.draft_vocab_size,),
         "t2d": (cfg.vocab_size,),
     }
+    if not a:
+        del s["fc.weight"]
     if cfg.mla:
         from .mla import mla_shapes
 
@@ -436,6 +461,9 @@ def _check_target(cfg: DrafterConfig, target: Target, p: Path) -> None:
 def save_drafter(model: Eagle3Drafter, out_dir, layout: str = "speculators") -> Path:
     """Write a checkpoint in a real public layout (speculators/vLLM by default; also safeailab, specforge)."""
     cfg = model.config
+    if not cfg.use_aux_hidden_state:
+        raise DriftError("save_drafter: a drafter without aux features (use_aux_hidden_state false) cannot be "
+                         "written in these layouts; use its original folder")
     if cfg.mla:
         raise DriftError("save_drafter: an MLA draft layer cannot be written in these layouts (speculators and "
                          "SpecForge configs describe Llama/Qwen3 layers); use its original folder")

@@ -14,6 +14,9 @@ FLAG_NAMES = ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual"
 # hidden_states[i] (vLLM; i = L is the last layer's output before the final norm). "output": id i = the output
 # of layer i (ModelOpt / SpecForge hooks, SGLang's explicit ids), i.e. input-convention id i + 1.
 AUX_CONVENTIONS = ("input", "output")
+# Target feature id of the final hidden state after the last norm: what vLLM feeds an EAGLE drafter whose
+# eagle_config says use_aux_hidden_state: false.
+FINAL_HIDDEN = -1
 
 
 @dataclass
@@ -39,6 +42,7 @@ class DrafterConfig:
     # DeepSeek-style multi-head latent attention (Kimi K2.x EAGLE-3.1): q_lora_rank (None: plain q_proj),
     # kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim. None: ordinary attention.
     mla: dict[str, Any] | None = None
+    use_aux_hidden_state: bool = True  # False: no fc; the drafter reads the target's final (normed) hidden state
     fc_norm: bool = False
     norm_before_fc: bool = False
     norm_output: bool = False
@@ -52,7 +56,8 @@ class DrafterConfig:
 
     @property
     def num_aux(self) -> int:
-        return len(self.aux_layer_ids)
+        """Feature chunks fc reads (0: no fc, features pass through)."""
+        return len(self.aux_layer_ids) if self.use_aux_hidden_state else 0
 
     @property
     def rope_dim(self) -> int:
@@ -62,6 +67,8 @@ class DrafterConfig:
     @property
     def input_aux_layer_ids(self) -> list[int]:
         """The aux ids in the input convention (what the target wrapper hooks: inputs of layers 0..L)."""
+        if not self.use_aux_hidden_state:
+            return [FINAL_HIDDEN]
         shift = 1 if self.aux_convention == "output" else 0
         return [i + shift for i in self.aux_layer_ids]
 

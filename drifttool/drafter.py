@@ -186,7 +186,7 @@ class Eagle3Drafter(nn.Module):
             self.input_norm = RMSNorm(a * ht, cfg.rms_norm_eps)
         if cfg.fc_norm:
             self.fc_norm = nn.ModuleList([RMSNorm(ht, cfg.rms_norm_eps) for _ in range(a)])
-        self.fc = nn.Linear(a * ht, cfg.hidden_size, bias=False)
+        self.fc = nn.Linear(a * ht, cfg.hidden_size, bias=False) if a else nn.Identity()
         self.layers = nn.ModuleList([Eagle3DecoderLayer(cfg)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
@@ -220,7 +220,9 @@ class Eagle3Drafter(nn.Module):
         self.layer.self_attn.attn_impl = impl
 
     def combine(self, features: torch.Tensor) -> torch.Tensor:
-        """Aux target features [..., A*Ht] -> drafter hidden [..., H] (SPEC §2)."""
+        """Aux target features [..., A*Ht] -> drafter hidden [..., H] (SPEC §2); identity without aux features."""
+        if not self.config.num_aux:
+            return features
         ht = self.config.target_hidden_size
         chunks = list(features.split(ht, dim=-1))
         chunks = [hp(c) for hp, c in zip(self.hook_aux_pre, chunks)]
@@ -249,7 +251,7 @@ class Eagle3Drafter(nn.Module):
         return out.scatter_add_(-1, idx, p)  # add: two draft ids may map to one target id
 
     def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
-        p = self.fc.weight
+        p = self.lm_head.weight
         a = self.layer.self_attn
         return KVCache(batch, a.nkv, a.hd, p.device, p.dtype, capacity, v_dim=a.vd)
 

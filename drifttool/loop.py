@@ -134,7 +134,7 @@ def speculate(
         m = pending_feats.shape[0]
         ids = torch.tensor(seq[committed_slots + 1 : committed_slots + 1 + m], device=dev)[None]
         pos = torch.arange(committed_slots, committed_slots + m, device=dev)[None]
-        step = drafter(ids, pending_feats[None].to(drafter.fc.weight.dtype), pos, cache, hidden_is_feature=True)
+        step = drafter(ids, pending_feats[None].to(drafter.lm_head.weight.dtype), pos, cache, hidden_is_feature=True)
         committed_slots += m
         drafts, dprobs, fed = [], [], [seq[-1]]
         step = DraftStep(step.logits[:, -1:], step.pre[:, -1:], step.post[:, -1:], step.feedback[:, -1:])

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .config import FINAL_HIDDEN
 from .errors import DriftError
 from .jsonfile import read_json_object
 
@@ -28,6 +29,20 @@ def _decoder_layers(model: nn.Module) -> nn.ModuleList:
             continue
         return obj
     raise DriftError(f"target {type(model).__name__}: cannot find its decoder layers (expected model.layers)")
+
+
+def _final_norm(model: nn.Module) -> nn.Module:
+    """The norm after the last decoder layer (its output is the hidden state the lm_head reads)."""
+    for path in ("model.norm", "model.decoder.final_layer_norm", "transformer.ln_f", "gpt_neox.final_layer_norm"):
+        obj = model
+        try:
+            for part in path.split("."):
+                obj = getattr(obj, part)
+        except AttributeError:
+            continue
+        return obj
+    raise DriftError(f"target {type(model).__name__}: cannot find its final norm (expected model.norm), which a "
+                     "drafter without aux features reads")
 
 
 @dataclass
@@ -93,6 +108,10 @@ class Target:
         final norm), as vLLM reads them."""
         n = self.num_layers
         for i in ids:
+            if i == FINAL_HIDDEN:
+                if self.model is not None:  # None: vLLM holds the weights
+                    _final_norm(self.model)  # fails now, with one line, if the target has none to hook
+                continue
             if not 0 <= i <= n:
                 raise DriftError(
                     f"eagle_aux_hidden_state_layer_ids: layer id {i} (as a layer input) is outside the target's "
@@ -125,7 +144,9 @@ class Target:
             def grab_out(mod, args, out, i=i):  # id L: the last layer's output, before the final norm
                 grabbed[i] = out[0] if isinstance(out, (tuple, list)) else out
 
-            if i < n:
+            if i == FINAL_HIDDEN:
+                handles.append(_final_norm(self.model).register_forward_hook(grab_out))
+            elif i < n:
                 handles.append(self.layers[i].register_forward_pre_hook(grab, with_kwargs=True))
             else:
                 handles.append(self.layers[n - 1].register_forward_hook(grab_out))

@@ -4,6 +4,7 @@ without lm_head (the target's, as vLLM shares it) and one without a final-norm w
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -117,3 +118,51 @@ def test_head_without_lm_head_or_final_norm(tmp_path):
     assert "target's lm_head" in a["lm_head"] and "unit weights" in a["norm"]
     w = dict(w, lm_head=target.output_embeddings().detach().float(), norm=torch.ones(case.hidden))
     _check(case, w, d, target)
+
+
+def test_head_without_aux_features(tmp_path):
+    """eagle_config use_aux_hidden_state: false (vLLM's reading): no fc; the layer reads the target's final hidden
+    state after its last norm (HF hidden_states[-1])."""
+    case = Case("no-aux", "nvidia", kv_heads=2, aux=[1, 4, 6], seed=45)
+    target = _target(case)
+    w = case.weights(target.input_embeddings())
+    path = write(case, w, tmp_path / "d")
+
+    def conf(c):
+        c["eagle_config"] = {"use_aux_hidden_state": False}
+
+    _edit(path, conf, lambda sd: sd.pop("fc.weight"))
+    d = drifttool.load_drafter(path, target=target)
+    assert d.config.num_aux == 0 and d.config.input_aux_layer_ids == [-1]
+    assert "final hidden state" in d.config.assumptions["use_aux_hidden_state"]
+    tokens = torch.arange(3, 3 + N_CTX)
+    with torch.no_grad():
+        final = target.model(input_ids=tokens[None], output_hidden_states=True).hidden_states[-1][0]
+    target.reset()
+    torch.testing.assert_close(target.forward(tokens).features, final, atol=1e-6, rtol=0)
+    rc = case.ref_config()
+    w = dict(w, fc=torch.eye(case.hidden))  # the reference's fc as the identity: features pass through
+    fed = [5, 6, 7]
+    ref = chain(w, dataclasses.replace(rc, num_aux=1), tokens[1:].tolist() + [9], final, fed, DEPTH)
+    cache = d.new_cache()
+    with torch.no_grad():
+        step = d(torch.tensor([tokens[1:].tolist() + [9]]), final[None], torch.arange(N_CTX)[None], cache, True)
+    torch.testing.assert_close(step.logits[0], ref[0].logits, atol=1e-5, rtol=0)
+    for mode in ("generate", "teacher-forced"):
+        assert drifttool.speculate(target, d, tokens[:5].tolist(), depth=3, max_new_tokens=6, mode=mode).rounds
+    with pytest.raises(drifttool.DriftError, match="use_aux_hidden_state"):
+        drifttool.save_drafter(d, tmp_path / "out")
+
+
+def test_head_without_aux_features_captures(tmp_path):
+    from drifttool.capture import DrafterSpec, run_capture
+
+    case = Case("no-aux-cap", "nvidia", kv_heads=2, aux=[1, 4, 6], seed=46)
+    target = _target(case)
+    path = write(case, case.weights(target.input_embeddings()), tmp_path / "d")
+    _edit(path, lambda c: c.update(eagle_config={"use_aux_hidden_state": False}), lambda sd: sd.pop("fc.weight"))
+    probes = tmp_path / "p.jsonl"
+    probes.write_text(json.dumps({"id": "a", "token_ids": list(range(3, 12))}) + "\n")
+    tr = drifttool.load(run_capture(target, [DrafterSpec.parse(str(path))], str(probes), str(tmp_path / "x.drift"),
+                                    depth=3, max_new_tokens=6, progress=False))
+    assert len(tr.depths) and tr.manifest["drafters"][0]["aux_layer_ids_read"] == [-1] and len(tr.aux) == 0

@@ -339,7 +339,7 @@ def replay_prompt(drafter: Eagle3Drafter, cap: Capture, events: list, prompt_ids
     """Replay one prompt's recorded drafter inputs through `drafter` with `cap` attached (vLLM's verdicts)."""
     full = [int(t) for t in prompt_ids] + [int(t) for t in output_ids]
     pairs = pair_rounds(events)
-    dev, dt = drafter.fc.weight.device, drafter.fc.weight.dtype
+    dev, dt = drafter.lm_head.weight.device, drafter.lm_head.weight.dtype
     cache = drafter.new_cache(capacity=len(full) + 2 * depth + 8)
     stats = ReplayStats()
     records: list[RoundRecord] = []
