@@ -88,7 +88,9 @@ class Trace:
             f"<tr><td>{html.escape(d['name'])}</td><td>{d.get('layout')}</td><td>{d.get('variant')}</td>"
             f"<td>{html.escape(str(d.get('overrides') or ''))}</td></tr>" for d in m["drafters"])
         c = m["capture"]
-        return (f"<b>{html.escape(self.path.name)}</b> — status {m['status']}, {m['counts']['prompts']} prompts, "
+        flagged = (f" <b style='color:#c00'>FLAGGED ({len(m['flags'])} prompts: "
+                   f"{html.escape('; '.join(f['key'] for f in m['flags']))})</b>") if m.get("flags") else ""
+        return (f"<b>{html.escape(self.path.name)}</b> — status {m['status']}{flagged}, {m['counts']['prompts']} prompts, "
                 f"{m['counts']['rounds']} rounds, depth {c['depth']}, mode {c['mode']}"
                 f"<table><tr><th>drafter</th><th>layout</th><th>variant</th><th>overrides</th></tr>{rows}</table>")
 

@@ -79,3 +79,7 @@ def test_malformed_flags_are_one_error(flagged_trace, tmp_path):
     (bad / "manifest.json").write_text(json.dumps(m))
     r = cli("info", bad)
     assert r.returncode == 2 and "field 'flags'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_flag_in_notebook_repr(flagged_trace):
+    assert "FLAGGED (1 prompts: e3:b)" in drifttool.load(flagged_trace)._repr_html_()
