@@ -159,4 +159,4 @@ def table(df: pd.DataFrame, name: str, **kw) -> None:
 
 def notes(v: View) -> None:
     for n in v.notes:
-        st.warning(n)
+        (st.error if n.startswith("FLAGGED") else st.warning)(n)

@@ -88,7 +88,9 @@ class Trace:
             f"<tr><td>{html.escape(d['name'])}</td><td>{d.get('layout')}</td><td>{d.get('variant')}</td>"
             f"<td>{html.escape(str(d.get('overrides') or ''))}</td></tr>" for d in m["drafters"])
         c = m["capture"]
-        return (f"<b>{html.escape(self.path.name)}</b> — status {m['status']}, {m['counts']['prompts']} prompts, "
+        flagged = (f" <b style='color:#c00'>FLAGGED ({len(m['flags'])} prompts: "
+                   f"{html.escape('; '.join(f['key'] for f in m['flags']))})</b>") if m.get("flags") else ""
+        return (f"<b>{html.escape(self.path.name)}</b> — status {m['status']}{flagged}, {m['counts']['prompts']} prompts, "
                 f"{m['counts']['rounds']} rounds, depth {c['depth']}, mode {c['mode']}"
                 f"<table><tr><th>drafter</th><th>layout</th><th>variant</th><th>overrides</th></tr>{rows}</table>")
 
@@ -226,7 +228,7 @@ class LiveCapture:
     def to_trace(self, path, overwrite: bool = False) -> Path:
         settings = {"depth": self.depth, "mode": self.mode, "max_new_tokens": self.max_new_tokens,
                     "sink": self.sink.to_dict(), "seed": self.seed, "temperature": 0.0, "keep_rows": 0,
-                    "dtype": str(self.drafter.fc.weight.dtype), "device": str(self.drafter.fc.weight.device),
+                    "dtype": str(self.drafter.lm_head.weight.dtype), "device": str(self.drafter.lm_head.weight.device),
                     "probes": {"path": "live", "n_prompts": self._n}}
         man = build_manifest(self.target, None, {self.name: self.drafter}, settings, {"source": "notebook live capture"})
         w = TraceWriter(path, man, overwrite=overwrite)

@@ -20,7 +20,7 @@ from .checkpoint import load_drafter
 from .drafter import Eagle3Drafter
 from .errors import DriftError
 from .hooks import Capture
-from .loop import MODES, _check_prompt, speculate, teacher_forcing_data
+from .loop import DRAFT_SAMPLING, MODES, _check_prompt, speculate, teacher_forcing_data
 from .probes import Probe, load_suite
 from .records import prompt_tables, row_samples
 from .sinks import SinkSpec
@@ -93,7 +93,9 @@ def drafter_identity(name: str, d: Eagle3Drafter) -> dict[str, Any]:
     return {
         "name": name, "path": c.source, "layout": c.layout, "variant": c.variant, "flags": c.flags(),
         "overrides": c.overrides, "assumptions": c.assumptions, "config_hash": c.config_hash(),
-        "aux_layer_ids": c.aux_layer_ids, "max_position_embeddings": c.max_position_embeddings,
+        "aux_layer_ids": c.aux_layer_ids, "aux_convention": c.aux_convention,
+        "aux_layer_ids_read": c.input_aux_layer_ids, "sliding_window": c.sliding_window, "model_type": c.model_type,
+        "max_position_embeddings": c.max_position_embeddings,
         "rope_theta": c.rope_theta, "rope_scaling": c.rope_scaling, "has_embed": c.has_embed,
         "hidden_size": c.hidden_size, "num_attention_heads": c.num_attention_heads,
         "num_key_value_heads": c.num_key_value_heads, "draft_vocab_size": c.draft_vocab_size,
@@ -123,15 +125,16 @@ def prompt_seed(seed: int, prompt_id: str) -> int:
 
 def capture_one(
     target: Target, name: str, drafter: Eagle3Drafter, cap: Capture, probe: Probe, ids: list[int], depth: int,
-    mode: str, max_new_tokens: int, seed: int, temperature: float, forced=None,
+    mode: str, max_new_tokens: int, seed: int, temperature: float, forced=None, draft_sampling: str = "greedy",
 ):
     """One drafter on one prompt through an attached Capture; returns (tables, sampled rows, SpecResult)."""
     t0 = time.perf_counter()
     res = speculate(target, drafter, ids, depth=depth, max_new_tokens=max_new_tokens, mode=mode,
-                    temperature=temperature, seed=prompt_seed(seed, probe.id), observers=[cap], forced=forced)
+                    temperature=temperature, seed=prompt_seed(seed, probe.id), observers=[cap], forced=forced,
+                    draft_sampling=draft_sampling)
     wall = time.perf_counter() - t0
-    tabs = prompt_tables(name, probe.id, res.rounds, cap.rounds, drafter.config.aux_layer_ids,
-                         drafter.config.max_position_embeddings)
+    tabs = prompt_tables(name, probe.id, res.rounds, cap.rounds, drafter.config.input_aux_layer_ids,
+                         drafter.config.max_position_embeddings, drafter.config.sliding_window)
     tabs["prompts"] = pd.DataFrame([{
         "drafter": name, "prompt_id": probe.id, "tags": ",".join(probe.tags), "prompt_len": len(ids),
         "n_generated": len(res.output_ids), "n_rounds": len(res.rounds),
@@ -147,6 +150,7 @@ def capture_one(
 def capture_prompt(
     target: Target, drafters: dict[str, Eagle3Drafter], probe: Probe, ids: list[int], depth: int, mode: str,
     max_new_tokens: int, sink: SinkSpec, seed: int, keep_rows: int, temperature: float,
+    draft_sampling: str = "greedy",
 ) -> tuple[dict[str, pd.DataFrame], dict]:
     """All drafters on one prompt (the target's teacher-forced pass shared); the shard's tables and rows."""
     parts: dict[str, list[pd.DataFrame]] = {}
@@ -155,7 +159,7 @@ def capture_prompt(
     for name, d in drafters.items():
         with Capture(d, sink=sink, keep_rows=keep_rows, seed=prompt_seed(seed, probe.id)) as cap:
             tabs, arr, _ = capture_one(target, name, d, cap, probe, ids, depth, mode, max_new_tokens, seed,
-                                       temperature, forced)
+                                       temperature, forced, draft_sampling)
         for k, v in tabs.items():
             parts.setdefault(k, []).append(v)
         rows.update(arr)
@@ -191,9 +195,14 @@ def check_run_args(depth: int, drafters: list[DrafterSpec], device: str) -> None
 
 
 def check_same_aux(models: dict[str, Eagle3Drafter]) -> None:
-    aux = {tuple(m.config.aux_layer_ids) for m in models.values()}
+    aux = {tuple(m.config.input_aux_layer_ids) for m in models.values()}
     if len(aux) > 1:
         raise DriftError(f"--drafter: drafters disagree on eagle_aux_hidden_state_layer_ids {sorted(aux)}; capture them separately")
+
+
+WINDOW_NOTE = ("a drafter with a sliding window W (drafters[].sliding_window) attends slots p with q - W < p <= q; "
+               "masses are over those slots, so sink positions outside the window get zero mass "
+               "(depths.attn_window_start = the first visible slot)")
 
 
 def base_settings(depth: int, mode: str, max_new_tokens: int, sink: SinkSpec, seed: int, temperature: float,
@@ -204,6 +213,7 @@ def base_settings(depth: int, mode: str, max_new_tokens: int, sink: SinkSpec, se
         "temperature": temperature, "keep_rows": keep_rows, "dtype": str(dtype), "device": device,
         "probes": {"path": str(probes), "sha256": hashlib.sha256(Path(probes).read_bytes()).hexdigest()[:16],
                    "n_prompts": n_prompts, "limit": limit},
+        "attention_window": WINDOW_NOTE,
     }
 
 
@@ -226,13 +236,17 @@ def run_capture(
     limit: int | None = None,
     progress: bool = True,
     extra_manifest: dict[str, Any] | None = None,
+    draft_sampling: str = "greedy",
 ) -> Path:
-    """Capture every probe with every drafter into the trace `out`; returns its path."""
+    """Capture every probe with every drafter into the trace `out`; returns its path. `draft_sampling`
+    (temperature > 0 only): "greedy" as vLLM drafts by default, or "probabilistic" (see loop.DRAFT_SAMPLING)."""
     check_run_args(depth, drafters, device)
     if mode not in MODES:  # checked before anything is loaded or written (speculate checks too late for that)
         raise DriftError(f"--mode: {mode!r}; expected one of {', '.join(MODES)}")
     if mode == "teacher-forced" and temperature > 0:
         raise DriftError("--mode teacher-forced: needs greedy decoding (temperature 0)")
+    if draft_sampling not in DRAFT_SAMPLING:
+        raise DriftError(f"--draft-sampling: {draft_sampling!r}; expected one of {', '.join(DRAFT_SAMPLING)}")
     sink = sink or SinkSpec()
     suite = load_suite(probes)
     if limit is not None:
@@ -254,6 +268,7 @@ def run_capture(
         **base_settings(depth, mode, max_new_tokens, sink, seed, temperature, keep_rows, dtype, device, probes,
                         len(suite), limit),
         "attention": "softmax rows of the K draft queries against the round's final key cache (no L x L maps)",
+        "draft_sampling": draft_sampling if temperature > 0 else "greedy (temperature 0)",
     }
     if any(p.messages is not None for p in suite):
         capture_settings["chat_format"] = tgt.chat_format
@@ -271,7 +286,7 @@ def run_capture(
             mnt = probe.max_new_tokens or max_new_tokens
             try:
                 tables, rows = capture_prompt(tgt, models, probe, ids, depth, mode, mnt, sink, seed, keep_rows,
-                                              temperature)
+                                              temperature, draft_sampling)
             except DriftError as e:  # e.g. NaN/inf target features: name the target and the probe
                 raise DriftError(f"{tgt_path or tgt.name}: probe {probe.id!r}: {e}") from None
             writer.add(probe.id, tables, rows)

@@ -1,7 +1,9 @@
 """Detect a drafter checkpoint's layout, normalise its config, validate every tensor, build the module.
 
-Layouts (SPEC §6): SafeAILab EAGLE-3, speculators/vLLM, SpecForge, NVIDIA `eagle_config`. All weights are
-read with safetensors; pickle files are refused.
+Layouts: SafeAILab EAGLE-3, speculators/vLLM, SpecForge, NVIDIA `eagle_config` (config reading: ckpt_config);
+Llama, Qwen3 or MLA draft layers.
+Weights: safetensors, or a `pytorch_model.bin` read weights-only (tensors only, as transformers reads it);
+other pickle files are refused. Where a config is silent, vLLM's reading is taken and recorded.
 """
 
 from __future__ import annotations
@@ -14,149 +16,23 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .config import FLAG_NAMES, DrafterConfig
+from .ckpt_config import (  # noqa: F401 - detect_layout re-exported (the vLLM engine imports it from here)
+    OTHER_OVERRIDES,
+    _check_conflicts,
+    _parse_override,
+    detect_layout,
+    normalise_config,
+)
+from .config import DrafterConfig
 from .drafter import Eagle3Drafter
 from .dtypes import parse_dtype
 from .errors import DriftError
 from .jsonfile import read_json_object
-from .target import Target, default_aux_layer_ids, load_target
-
-LAYOUTS = ("speculators", "safeailab", "specforge", "nvidia")
+from .target import Target, load_target
 
 
 def _read_json(path: Path) -> dict[str, Any]:
     return read_json_object(path, "a drafter checkpoint folder needs config.json")
-
-
-def detect_layout(cfg: dict[str, Any], keys: set[str] | None = None) -> str:
-    """Which public layout a config.json belongs to."""
-    if cfg.get("speculators_model_type") is not None:
-        if cfg["speculators_model_type"] != "eagle3":
-            raise DriftError(
-                f"config.json: speculators_model_type is {cfg['speculators_model_type']!r}; drifttool supports 'eagle3'"
-            )
-        return "speculators"
-    if isinstance(cfg.get("eagle_config"), dict):
-        return "nvidia"
-    archs = cfg.get("architectures") or []
-    looks_llama = "hidden_size" in cfg and "num_attention_heads" in cfg
-    if looks_llama and ("fc_norm" in cfg or "norm_output" in cfg):
-        return "specforge"
-    if any("Eagle3" in a for a in archs) or (looks_llama and "draft_vocab_size" in cfg):
-        return "safeailab"
-    raise DriftError(
-        "config.json: unknown drafter layout (expected speculators_model_type 'eagle3', an eagle_config block, "
-        "or a Llama config with draft_vocab_size / architectures LlamaForCausalLMEagle3)"
-    )
-
-
-def _rope(layer: dict[str, Any], where: Path) -> tuple[float, dict | None, str]:
-    """rope_theta / rope_scaling (v4) or rope_parameters (v5); the draft config's own values."""
-    params = layer.get("rope_parameters")
-    if isinstance(params, dict):
-        theta = float(params.get("rope_theta", layer.get("rope_theta", 10000.0)))
-        kind = params.get("rope_type", "default")
-        scaling = None if kind == "default" else {k: v for k, v in params.items() if k != "rope_theta"}
-        return theta, scaling, "rope_parameters"
-    if "rope_theta" in layer:
-        return float(layer["rope_theta"]), layer.get("rope_scaling"), "rope_theta"
-    return 10000.0, layer.get("rope_scaling"), "absent (default 10000)"
-
-
-def _need(d: dict[str, Any], key: str, where: str) -> Any:
-    if key not in d or d[key] is None:
-        raise DriftError(f"{where}: missing required field {key!r}")
-    return d[key]
-
-
-def normalise_config(raw: dict[str, Any], path: Path, target: Target | None) -> DrafterConfig:
-    layout = detect_layout(raw)
-    where = str(path / "config.json")
-    assumptions: dict[str, str] = {}
-    if layout == "speculators":
-        layer = raw.get("transformer_layer_config")
-        if not isinstance(layer, dict):
-            raise DriftError(f"{where}: missing required field 'transformer_layer_config' (a Llama config)")
-        top = raw
-        layer_where = f"{where}: transformer_layer_config"
-    else:
-        layer, top, layer_where = raw, raw, where
-    eagle = raw.get("eagle_config") if layout == "nvidia" else {}
-    h = int(_need(layer, "hidden_size", layer_where))
-    nh = int(_need(layer, "num_attention_heads", layer_where))
-    nkv = int(layer.get("num_key_value_heads") or nh)
-    hd = int(layer.get("head_dim") or h // nh)
-    inter = int(_need(layer, "intermediate_size", layer_where))
-    vocab = int(_need(layer, "vocab_size", layer_where))
-    dvocab = int(top.get("draft_vocab_size") or layer.get("draft_vocab_size") or vocab)
-    ht = top.get("target_hidden_size") or layer.get("target_hidden_size")
-    if ht is None:
-        # SafeAILab/vLLM size fc from hidden_size when target_hidden_size is absent; a target of another
-        # width is then reported by _check_target rather than as an fc.weight shape mismatch.
-        ht = h
-        assumptions["target_hidden_size"] = f"absent: drafter hidden_size {h}"
-    ht = int(ht)
-    if nh % nkv:
-        raise DriftError(f"{layer_where}: num_attention_heads {nh} is not a multiple of num_key_value_heads {nkv}")
-    aux = top.get("eagle_aux_hidden_state_layer_ids") or (eagle or {}).get("eagle_aux_hidden_state_layer_ids")
-    if aux is None:
-        if target is None:
-            raise DriftError(
-                f"{where}: no eagle_aux_hidden_state_layer_ids and no target given to derive the default [2, L//2, L-3]"
-            )
-        aux = default_aux_layer_ids(target.num_layers)
-        assumptions["aux_layer_ids"] = f"absent: vLLM default {aux} for a {target.num_layers}-layer target"
-    theta, scaling, rope_src = _rope(layer, path)
-    assumptions["rope"] = f"from {rope_src}"
-
-    def flag(name: str, default: bool, note: str) -> bool:
-        for src in (top, layer, eagle or {}):
-            if name in src and src[name] is not None:
-                return bool(src[name])
-        assumptions[name] = note
-        return default
-
-    cfg = DrafterConfig(
-        hidden_size=h, num_attention_heads=nh, num_key_value_heads=nkv, head_dim=hd, intermediate_size=inter,
-        vocab_size=vocab, draft_vocab_size=dvocab, target_hidden_size=ht, aux_layer_ids=[int(i) for i in aux],
-        rms_norm_eps=float(layer.get("rms_norm_eps", 1e-6)), rope_theta=theta, rope_scaling=scaling,
-        max_position_embeddings=int(layer.get("max_position_embeddings", 2048)),
-        hidden_act=str(layer.get("hidden_act", "silu")),
-        fc_norm=flag("fc_norm", False, "absent: false"),
-        norm_before_fc=flag("norm_before_fc", False, "absent: false"),
-        norm_output=flag("norm_output", False, "absent: false (EAGLE-3 pre-norm feedback)"),
-        norm_before_residual=flag(
-            "norm_before_residual", False,
-            "absent: false (speculators/SafeAILab default; vLLM's speculators path would assume true)",
-        ),
-        layout=layout, assumptions=assumptions, source=str(path),
-    )
-    if cfg.hidden_act not in ("silu", "swish"):
-        raise DriftError(f"{layer_where}: hidden_act {cfg.hidden_act!r} unsupported (expected silu)")
-    if layout == "specforge" and cfg.norm_output:
-        assumptions["specforge_norm_output"] = (
-            "trusted config; SpecForge checkpoints trained before PR #879 fed back pre-norm hidden "
-            "despite norm_output: true (override norm_output=false to test that)"
-        )
-    return cfg
-
-
-def _check_conflicts(cfg: DrafterConfig, where: str) -> None:
-    if cfg.fc_norm and cfg.norm_before_fc:
-        raise DriftError(f"{where}: fc_norm and norm_before_fc are mutually exclusive (set at most one)")
-
-
-def _parse_override(key: str, value: Any) -> bool:
-    if key not in FLAG_NAMES:
-        raise DriftError(f"--override {key}: unknown key; expected one of {', '.join(FLAG_NAMES)}")
-    if isinstance(value, bool):
-        return value
-    s = str(value).strip().lower()
-    if s in ("1", "true", "yes", "on"):
-        return True
-    if s in ("0", "false", "no", "off"):
-        return False
-    raise DriftError(f"--override {key}={value}: expected true or false")
 
 
 def expected_shapes(cfg: DrafterConfig) -> dict[str, tuple[int, ...]]:
@@ -180,6 +56,17 @@ def expected_shapes(cfg: DrafterConfig) -> dict[str, tuple[int, ...]]:
         "d2t": (cfg.draft_vocab_size,),
         "t2d": (cfg.vocab_size,),
     }
+    if not a:
+        del s["fc.weight"]
+    if cfg.mla:
+        from .mla import mla_shapes
+
+        for k in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            del s[f"layers.0.self_attn.{k}.weight"]
+        s.update(mla_shapes(cfg))
+    if cfg.qk_norm:
+        s["layers.0.self_attn.q_norm.weight"] = (cfg.head_dim,)
+        s["layers.0.self_attn.k_norm.weight"] = (cfg.head_dim,)
     if cfg.norm_before_fc:
         s["input_norm.weight"] = (a * ht,)
     if cfg.fc_norm:
@@ -188,7 +75,7 @@ def expected_shapes(cfg: DrafterConfig) -> dict[str, tuple[int, ...]]:
     return s
 
 
-OPTIONAL = {"embed_tokens.weight", "d2t", "t2d"}
+OPTIONAL = {"embed_tokens.weight", "d2t", "t2d", "lm_head.weight", "norm.weight"}
 
 
 def _canonical(key: str) -> str:
@@ -197,27 +84,49 @@ def _canonical(key: str) -> str:
             key = key[len(p):]
     if key.startswith("midlayer."):
         key = "layers.0." + key[len("midlayer."):]
+    for legacy in ("aux_norm.", "aux_norms."):  # SGLang's legacy name for the per-chunk fc_norm
+        if key.startswith(legacy):
+            key = "fc_norm." + key[len(legacy):]
     return key
 
 
+def _load_bin(f: Path) -> dict[str, torch.Tensor]:
+    """A PyTorch `.bin` state dict read the way transformers reads one: torch.load(weights_only=True), which
+    rebuilds tensors and plain containers only and refuses any other object (no arbitrary code runs)."""
+    try:
+        part = torch.load(str(f), map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - UnpicklingError, RuntimeError (not a zip / truncated), EOFError...
+        raise DriftError(f"{f}: cannot read as a weights-only PyTorch state dict ({type(e).__name__}: "
+                         f"{(str(e).splitlines() or [''])[0][:160]}); drifttool never unpickles arbitrary "
+                         "objects. Convert it to safetensors") from None
+    if not isinstance(part, dict) or not all(isinstance(v, torch.Tensor) for v in part.values()):
+        raise DriftError(f"{f}: not a state dict of tensors (expected {{name: tensor}})")
+    return part
+
+
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """*.safetensors, else *.bin (weights-only torch.load, as transformers does); other pickles refused."""
     files = sorted(path.glob("*.safetensors"))
-    if not files:
-        pickles = sorted([*path.glob("*.bin"), *path.glob("*.pt"), *path.glob("*.pth")])
+    bins = [] if files else sorted(path.glob("*.bin"))
+    if not files and not bins:
+        pickles = sorted([*path.glob("*.pt"), *path.glob("*.pth")])
         if pickles:
             raise DriftError(
                 f"{pickles[0]}: pickle checkpoint refused; unpickling can execute arbitrary code. Convert it to "
                 "safetensors (e.g. safetensors.torch.save_file on a state dict you trust) and retry"
             )
-        raise DriftError(f"{path}: no *.safetensors weights found")
+        raise DriftError(f"{path}: no *.safetensors (or pytorch_model.bin) weights found")
     out: dict[str, torch.Tensor] = {}
-    for f in files:
+    for f in files or bins:
         if f.stat().st_size == 0:
-            raise DriftError(f"{f}: empty file (expected safetensors weights)")
-        try:
-            part = load_file(str(f))
-        except (SafetensorError, OSError, ValueError, RuntimeError) as e:
-            raise DriftError(f"{f}: corrupt safetensors file ({str(e).splitlines()[0]})") from None
+            raise DriftError(f"{f}: empty file (expected {'safetensors' if files else 'PyTorch'} weights)")
+        if f.suffix == ".bin":
+            part = _load_bin(f)
+        else:
+            try:
+                part = load_file(str(f))
+            except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+                raise DriftError(f"{f}: corrupt safetensors file ({str(e).splitlines()[0]})") from None
         for k, v in part.items():
             out[_canonical(k)] = v
     return out
@@ -275,14 +184,15 @@ def load_drafter(
     _check_conflicts(cfg, str(p / "config.json"))
     for k, v in (overrides or {}).items():
         val = _parse_override(k, v)
-        cfg.overrides[k] = {"checkpoint": getattr(cfg, k), "override": val}
-        setattr(cfg, k, val)
+        attr = OTHER_OVERRIDES.get(k, k)
+        cfg.overrides[k] = {"checkpoint": getattr(cfg, attr), "override": val}
+        setattr(cfg, attr, val)
     _check_conflicts(cfg, "--override")
     sd = read_weights(p)
     validate(cfg, sd, p)
     if target is not None:
         _check_target(cfg, target, p)
-        target.set_aux_layer_ids(cfg.aux_layer_ids)
+        target.set_aux_layer_ids(cfg.input_aux_layer_ids)
     model = Eagle3Drafter(cfg)
     if "embed_tokens.weight" not in sd:
         if target is None:
@@ -295,6 +205,7 @@ def load_drafter(
             )
         sd["embed_tokens.weight"] = emb.detach().to("cpu", torch.float32)
         cfg.has_embed = False
+    _fill_head(cfg, sd, target, p)
     if "d2t" in sd:
         sd["d2t"] = sd["d2t"].long()
     sd.pop("t2d", None)
@@ -303,6 +214,22 @@ def load_drafter(
     if missing or unexpected:
         raise DriftError(f"{p}: cannot map weights onto the drafter (missing {missing[:3]}, unexpected {unexpected[:3]})")
     return model.to(device=device, dtype=dtype).eval()
+
+
+def _fill_head(cfg: DrafterConfig, sd: dict[str, torch.Tensor], target: Target | None, p: Path) -> None:
+    """A head without lm_head takes the target's (vLLM shares it, whatever tie_word_embeddings says); one
+    without a final-norm weight keeps the RMSNorm with unit weights (vLLM's initial value)."""
+    if "lm_head.weight" not in sd:
+        head = target.output_embeddings() if target is not None else None
+        want = (cfg.draft_vocab_size, cfg.hidden_size)
+        if head is None or tuple(head.shape) != want:
+            got = "no target given" if head is None else f"the target's lm_head has shape {list(head.shape)}"
+            raise DriftError(f"{p}: checkpoint has no lm_head.weight and {got}; expected {list(want)}")
+        sd["lm_head.weight"] = head.detach().to("cpu", torch.float32)
+        cfg.assumptions["lm_head"] = "absent: the target's lm_head (as vLLM shares it)"
+    if "norm.weight" not in sd:
+        sd["norm.weight"] = torch.ones(cfg.hidden_size)
+        cfg.assumptions["norm"] = "absent: final RMSNorm with unit weights"
 
 
 def _check_target(cfg: DrafterConfig, target: Target, p: Path) -> None:
@@ -317,6 +244,12 @@ def _check_target(cfg: DrafterConfig, target: Target, p: Path) -> None:
 def save_drafter(model: Eagle3Drafter, out_dir, layout: str = "speculators") -> Path:
     """Write a checkpoint in a real public layout (speculators/vLLM by default; also safeailab, specforge)."""
     cfg = model.config
+    if not cfg.use_aux_hidden_state:
+        raise DriftError("save_drafter: a drafter without aux features (use_aux_hidden_state false) cannot be "
+                         "written in these layouts; use its original folder")
+    if cfg.mla:
+        raise DriftError("save_drafter: an MLA draft layer cannot be written in these layouts (speculators and "
+                         "SpecForge configs describe Llama/Qwen3 layers); use its original folder")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sd = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items() if k != "d2t"}
@@ -332,6 +265,11 @@ def save_drafter(model: Eagle3Drafter, out_dir, layout: str = "speculators") -> 
         "max_position_embeddings": cfg.max_position_embeddings, "hidden_act": cfg.hidden_act,
         "num_hidden_layers": 1, "tie_word_embeddings": False,
     }
+    if cfg.model_type == "qwen3":
+        llama.update(architectures=["Qwen3ForCausalLM"], model_type="qwen3")
+    if cfg.sliding_window is not None:  # as speculators writes it, and vLLM reads it
+        llama.update(sliding_window=cfg.sliding_window, use_sliding_window=True, layer_types=["sliding_attention"])
+    aux_ids = cfg.input_aux_layer_ids  # written in the input convention: what vLLM (and a reload) reads
     if layout == "speculators":
         if cfg.draft_vocab_size == cfg.vocab_size and not sd["d2t"].any():
             # Full-vocab drafter with the identity mapping: speculators omits d2t/t2d, and vLLM (0.32) refuses
@@ -342,7 +280,7 @@ def save_drafter(model: Eagle3Drafter, out_dir, layout: str = "speculators") -> 
             "architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3",
             "transformer_layer_config": llama, "draft_vocab_size": cfg.draft_vocab_size,
             "target_hidden_size": cfg.target_hidden_size,
-            "eagle_aux_hidden_state_layer_ids": cfg.aux_layer_ids,
+            "eagle_aux_hidden_state_layer_ids": aux_ids,
             "norm_before_residual": cfg.norm_before_residual, "norm_before_fc": cfg.norm_before_fc,
             "fc_norm": cfg.fc_norm, "norm_output": cfg.norm_output,
             "speculators_config": {
@@ -363,7 +301,7 @@ def save_drafter(model: Eagle3Drafter, out_dir, layout: str = "speculators") -> 
             conf["target_hidden_size"] = cfg.target_hidden_size
         # Written although these layouts usually leave them implicit: without them a reload would silently
         # fall back to the default aux layers [2, L//2, L-3] and norm_before_residual/norm_before_fc false.
-        conf.update(eagle_aux_hidden_state_layer_ids=cfg.aux_layer_ids,
+        conf.update(eagle_aux_hidden_state_layer_ids=aux_ids,
                     norm_before_residual=cfg.norm_before_residual, norm_before_fc=cfg.norm_before_fc)
         if layout == "specforge":
             conf.update(fc_norm=cfg.fc_norm, norm_output=cfg.norm_output)

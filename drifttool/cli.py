@@ -47,6 +47,8 @@ def capture(
     seed: int = typer.Option(0, "--seed"),
     keep_rows: int = typer.Option(2, "--keep-rows", help="full attention rows sampled per prompt and drafter"),
     temperature: float = typer.Option(0.0, "--temperature"),
+    draft_sampling: str = typer.Option("greedy", "--draft-sampling",
+                                       help="temperature > 0: greedy (vLLM's default) | probabilistic"),
     limit: int | None = typer.Option(None, "--limit", help="only the first N prompts"),
     resume: bool = typer.Option(False, "--resume"),
     overwrite: bool = typer.Option(False, "--overwrite"),
@@ -73,7 +75,8 @@ def capture(
         run, extra = run_capture_vllm, {"vllm_kwargs": parse_vllm_args(vllm_arg)}
     path = run(target, specs, probes, out, depth=depth, mode=mode, max_new_tokens=max_new_tokens,
                device=device, dtype=dtype, sink=SinkSpec.parse(sink), seed=seed, keep_rows=keep_rows,
-               temperature=temperature, resume=resume, overwrite=overwrite, limit=limit, progress=not quiet, **extra)
+               temperature=temperature, resume=resume, overwrite=overwrite, limit=limit, progress=not quiet,
+               draft_sampling=draft_sampling, **extra)
     typer.echo(f"trace written: {path}")
 
 
@@ -91,9 +94,15 @@ def info(trace: str = typer.Argument(..., help="NAME.drift folder"), as_json: bo
     from rich.markup import escape
 
     # manifest values are data: printed without markup, so a name like "[/x]" is text, not a rich tag
-    c.print(f"[bold]{escape(str(t.path))}[/bold]  schema {m['schema_version']}  status [bold]{escape(m['status'])}[/bold]  "
+    flagged = f" [bold red]FLAGGED ({len(m['flags'])} prompts)[/bold red]" if m.get("flags") else ""
+    c.print(f"[bold]{escape(str(t.path))}[/bold]  schema {m['schema_version']}  status [bold]{escape(m['status'])}[/bold]"
+            f"{flagged}  "
             f"prompts {escape(str(m.get('counts', {}).get('prompts', 0)))}  "
             f"rounds {escape(str(m.get('counts', {}).get('rounds', 0)))}")
+    from .compare import flag_notes
+
+    for line in flag_notes(m, t.path.name):  # a prompt whose numbers do not describe the engine's run
+        c.print(f"[bold red]{escape(line)}[/bold red]", emoji=False)
     tg = m.get("target", {})
     c.print(f"target: {tg.get('path')}  layers={tg.get('num_layers')} hidden={tg.get('hidden_size')} "
             f"aux={tg.get('aux_layer_ids')}", markup=False)
@@ -102,11 +111,17 @@ def info(trace: str = typer.Argument(..., help="NAME.drift folder"), as_json: bo
         c.print(f"  sink provenance: {rep.get('sink')}", markup=False)
     cap = m["capture"]
     c.print(f"capture: depth={cap.get('depth')} mode={cap.get('mode')} sink={cap.get('sink')} seed={cap.get('seed')} "
-            f"dtype={cap.get('dtype')} probes={cap.get('probes', {}).get('path')}", markup=False)
+            f"dtype={cap.get('dtype')} probes={cap.get('probes', {}).get('path')}"
+            + (f" temperature={cap.get('temperature')} draft_sampling={cap.get('draft_sampling')}"
+               if cap.get("draft_sampling") else ""), markup=False)
     for d in m["drafters"]:
         ov = f" overrides={d['overrides']}" if d.get("overrides") else ""
         c.print(f"drafter {d['name']}: layout={d.get('layout')} variant={d.get('variant')} flags={d.get('flags')}{ov}",
                 markup=False)
+        if "aux_convention" in d or d.get("sliding_window"):
+            c.print(f"    aux layer ids {d.get('aux_layer_ids')} read as layer {d.get('aux_convention', 'input')}s "
+                    f"(target hidden_states {d.get('aux_layer_ids_read')}); "
+                    f"sliding window {d.get('sliding_window') or 'none'}", markup=False)
         for k, v in (d.get("assumptions") or {}).items():
             c.print(f"    assumed {k}: {v}", markup=False)
     from .trace.schema import TABLES

@@ -60,7 +60,13 @@ def check_compatible(traces: list[TraceData]) -> list[str]:
     for t in traces:
         if t.manifest["status"] != "complete":
             notes.append(f"{t.path.name}: partial trace ({len(t.manifest['shards'])} prompts)")
+        notes += flag_notes(t.manifest, t.path.name)
     return notes
+
+
+def flag_notes(manifest: dict, name: str) -> list[str]:
+    """One line per flagged prompt (a failed faithfulness check), starting FLAGGED so readers can shout it."""
+    return [f"FLAGGED {name}: {f['key']}: {f['message']}" for f in manifest.get("flags", [])]
 
 
 def _frame(series: list[Series], table: str) -> pd.DataFrame:

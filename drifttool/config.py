@@ -10,6 +10,13 @@ from typing import Any
 
 # Flags a user may override at load time ("what-if" questions).
 FLAG_NAMES = ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual")
+# How eagle_aux_hidden_state_layer_ids are read. "input": id i = the input of target layer i = HF
+# hidden_states[i] (vLLM; i = L is the last layer's output before the final norm). "output": id i = the output
+# of layer i (ModelOpt / SpecForge hooks, SGLang's explicit ids), i.e. input-convention id i + 1.
+AUX_CONVENTIONS = ("input", "output")
+# Target feature id of the final hidden state after the last norm: what vLLM feeds an EAGLE drafter whose
+# eagle_config says use_aux_hidden_state: false.
+FINAL_HIDDEN = -1
 
 
 @dataclass
@@ -28,6 +35,14 @@ class DrafterConfig:
     rope_scaling: dict[str, Any] | None = None
     max_position_embeddings: int = 2048
     hidden_act: str = "silu"
+    sliding_window: int | None = None  # draft-layer attention window in positions (None: full context)
+    qk_norm: bool = False  # Qwen3 draft layer: per-head RMSNorm on q and k before RoPE
+    model_type: str = "llama"  # the draft layer's family: llama | qwen3
+    aux_convention: str = "input"  # see AUX_CONVENTIONS; aux_layer_ids are as the checkpoint writes them
+    # DeepSeek-style multi-head latent attention (Kimi K2.x EAGLE-3.1): q_lora_rank (None: plain q_proj),
+    # kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim. None: ordinary attention.
+    mla: dict[str, Any] | None = None
+    use_aux_hidden_state: bool = True  # False: no fc; the drafter reads the target's final (normed) hidden state
     fc_norm: bool = False
     norm_before_fc: bool = False
     norm_output: bool = False
@@ -41,12 +56,27 @@ class DrafterConfig:
 
     @property
     def num_aux(self) -> int:
-        return len(self.aux_layer_ids)
+        """Feature chunks fc reads (0: no fc, features pass through)."""
+        return len(self.aux_layer_ids) if self.use_aux_hidden_state else 0
+
+    @property
+    def rope_dim(self) -> int:
+        """Dimensions RoPE rotates per head: all of head_dim, or MLA's qk_rope_head_dim."""
+        return int(self.mla["qk_rope_head_dim"]) if self.mla else self.head_dim
+
+    @property
+    def input_aux_layer_ids(self) -> list[int]:
+        """The aux ids in the input convention (what the target wrapper hooks: inputs of layers 0..L)."""
+        if not self.use_aux_hidden_state:
+            return [FINAL_HIDDEN]
+        shift = 1 if self.aux_convention == "output" else 0
+        return [i + shift for i in self.aux_layer_ids]
 
     @property
     def variant(self) -> str:
-        """EAGLE-3.1 = fc_norm + post-norm feedback; anything else mixed is a what-if."""
-        if self.fc_norm and self.norm_output:
+        """EAGLE-3.1 = a feature norm (per-chunk fc_norm, or speculators' default single norm_before_fc) plus
+        post-norm feedback; neither = EAGLE-3; anything else mixed is a what-if."""
+        if self.norm_output and (self.fc_norm or self.norm_before_fc):
             return "eagle3.1"
         if not self.fc_norm and not self.norm_output:
             return "eagle3"

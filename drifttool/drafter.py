@@ -17,6 +17,15 @@ from . import rope
 from .config import DrafterConfig
 
 
+def visible(start: int, t: int, length: int, window: int | None, device) -> torch.Tensor:
+    """Bool [t, length]: query slot start+i may attend key slot j (slot = position): j <= start+i, and with a
+    sliding window W also j > start+i-W (W keys including its own, as vLLM / HF / speculators count it)."""
+    qi = torch.arange(t, device=device)[:, None] + start
+    kj = torch.arange(length, device=device)[None, :]
+    m = kj <= qi
+    return m & (kj > qi - window) if window is not None else m
+
+
 class HookPoint(nn.Identity):
     """Marks a tensor for hooks (TransformerLens style); a no-op otherwise."""
 
@@ -38,9 +47,10 @@ class RMSNorm(nn.Module):
 class KVCache:
     """Contiguous per-slot key/value cache; slots are sequence positions of the drafter's own inputs."""
 
-    def __init__(self, batch: int, nkv: int, head_dim: int, device, dtype, capacity: int = 256):
+    def __init__(self, batch: int, nkv: int, head_dim: int, device, dtype, capacity: int = 256,
+                 v_dim: int | None = None):
         self.k = torch.zeros(batch, nkv, capacity, head_dim, device=device, dtype=dtype)
-        self.v = torch.zeros_like(self.k)
+        self.v = torch.zeros(batch, nkv, capacity, v_dim or head_dim, device=device, dtype=dtype)
         self.length = 0
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,9 +59,8 @@ class KVCache:
         if need > self.k.shape[2]:
             cap = max(need, 2 * self.k.shape[2])
             grow = cap - self.k.shape[2]
-            pad = self.k.new_zeros(*self.k.shape[:2], grow, self.k.shape[3])
-            self.k = torch.cat([self.k, pad], 2)
-            self.v = torch.cat([self.v, pad.clone()], 2)
+            self.k = torch.cat([self.k, self.k.new_zeros(*self.k.shape[:2], grow, self.k.shape[3])], 2)
+            self.v = torch.cat([self.v, self.v.new_zeros(*self.v.shape[:2], grow, self.v.shape[3])], 2)
         self.k[:, :, self.length : need] = k
         self.v[:, :, self.length : need] = v
         self.length = need
@@ -71,10 +80,15 @@ class Eagle3Attention(nn.Module):
         super().__init__()
         h2 = 2 * cfg.hidden_size
         self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.vd, self.scale = self.hd, self.hd**-0.5  # value head dim, softmax scale (MLA differs)
         self.q_proj = nn.Linear(h2, self.nh * self.hd, bias=False)
         self.k_proj = nn.Linear(h2, self.nkv * self.hd, bias=False)
         self.v_proj = nn.Linear(h2, self.nkv * self.hd, bias=False)
         self.o_proj = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
+        if cfg.qk_norm:  # Qwen3: RMSNorm over each head's q and k, before RoPE
+            self.q_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
+        self.qk_norm = cfg.qk_norm
         self.hook_q = HookPoint()  # post-RoPE queries [B, nh, T, hd]
         self.hook_k = HookPoint()  # post-RoPE keys of the whole cache the queries attend [B, nkv, L, hd]
         self.hook_probs = HookPoint()  # eager path only: attention probabilities [B, nh, T, L]
@@ -82,8 +96,11 @@ class Eagle3Attention(nn.Module):
 
     def project(self, z: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         b, t, _ = z.shape
-        q = self.q_proj(z).view(b, t, self.nh, self.hd).transpose(1, 2)
-        k = self.k_proj(z).view(b, t, self.nkv, self.hd).transpose(1, 2)
+        q = self.q_proj(z).view(b, t, self.nh, self.hd)
+        k = self.k_proj(z).view(b, t, self.nkv, self.hd)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v_proj(z).view(b, t, self.nkv, self.hd).transpose(1, 2)
         return rope.apply(q, cos, sin), rope.apply(k, cos, sin), v
 
@@ -96,7 +113,7 @@ class Eagle3Attention(nn.Module):
         if self.attn_impl == "eager":
             rep = self.nh // self.nkv
             kk, vv = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-            scores = (q.float() @ kk.float().transpose(-1, -2)) * self.hd**-0.5
+            scores = (q.float() @ kk.float().transpose(-1, -2)) * self.scale
             if causal:
                 mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
             if mask is not None:
@@ -104,10 +121,10 @@ class Eagle3Attention(nn.Module):
             probs = self.hook_probs(scores.softmax(-1))
             out = (probs @ vv.float()).to(q.dtype)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scale,
                                                  enable_gqa=self.nkv != self.nh)
         b, _, t, _ = out.shape
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.nh * self.hd))
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.nh * self.vd))
 
 
 class Eagle3MLP(nn.Module):
@@ -126,7 +143,12 @@ class Eagle3DecoderLayer(nn.Module):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Eagle3Attention(cfg)
+        if cfg.mla:
+            from .mla import MLAAttention
+
+            self.self_attn = MLAAttention(cfg)
+        else:
+            self.self_attn = Eagle3Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = Eagle3MLP(cfg)
         self.norm_before_residual = cfg.norm_before_residual
@@ -164,7 +186,7 @@ class Eagle3Drafter(nn.Module):
             self.input_norm = RMSNorm(a * ht, cfg.rms_norm_eps)
         if cfg.fc_norm:
             self.fc_norm = nn.ModuleList([RMSNorm(ht, cfg.rms_norm_eps) for _ in range(a)])
-        self.fc = nn.Linear(a * ht, cfg.hidden_size, bias=False)
+        self.fc = nn.Linear(a * ht, cfg.hidden_size, bias=False) if a else nn.Identity()
         self.layers = nn.ModuleList([Eagle3DecoderLayer(cfg)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
@@ -175,15 +197,16 @@ class Eagle3Drafter(nn.Module):
         self.hook_pre = HookPoint()
         self.hook_post = HookPoint()
         self.register_buffer(
-            "inv_freq", rope.inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling), persistent=False
+            "inv_freq", rope.inv_freq(cfg.rope_dim, cfg.rope_theta, cfg.rope_scaling), persistent=False
         )
+        self.rope_scale = rope.mscale(cfg.rope_scaling, deepseek=cfg.mla is not None)  # YaRN's magnitude factor on cos/sin (1 otherwise)
 
     def _apply(self, fn, recurse=True):
         # RoPE frequencies stay fp32 whatever dtype the weights are cast to (as vLLM/HF compute them);
         # a bf16/fp16 inv_freq would put O(position * 2^-8) errors into every rotation angle.
         super()._apply(fn, recurse)
         cfg = self.config
-        self.inv_freq = rope.inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling).to(self.inv_freq.device)
+        self.inv_freq = rope.inv_freq(cfg.rope_dim, cfg.rope_theta, cfg.rope_scaling).to(self.inv_freq.device)
         return self
 
     # -- pieces -------------------------------------------------------------------------------
@@ -197,7 +220,9 @@ class Eagle3Drafter(nn.Module):
         self.layer.self_attn.attn_impl = impl
 
     def combine(self, features: torch.Tensor) -> torch.Tensor:
-        """Aux target features [..., A*Ht] -> drafter hidden [..., H] (SPEC §2)."""
+        """Aux target features [..., A*Ht] -> drafter hidden [..., H] (SPEC §2); identity without aux features."""
+        if not self.config.num_aux:
+            return features
         ht = self.config.target_hidden_size
         chunks = list(features.split(ht, dim=-1))
         chunks = [hp(c) for hp, c in zip(self.hook_aux_pre, chunks)]
@@ -226,8 +251,9 @@ class Eagle3Drafter(nn.Module):
         return out.scatter_add_(-1, idx, p)  # add: two draft ids may map to one target id
 
     def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
-        p = self.fc.weight
-        return KVCache(batch, self.config.num_key_value_heads, self.config.head_dim, p.device, p.dtype, capacity)
+        p = self.lm_head.weight
+        a = self.layer.self_attn
+        return KVCache(batch, a.nkv, a.hd, p.device, p.dtype, capacity, v_dim=a.vd)
 
     # -- the real chain / teacher-forced chain -----------------------------------------------
     def forward(
@@ -244,17 +270,17 @@ class Eagle3Drafter(nn.Module):
         x = self.hook_layer_in(x)
         emb = self.embed_tokens(input_ids)
         z, r0 = self.layer.inputs(emb, x)
-        cos, sin = rope.cos_sin(positions, self.inv_freq, z.dtype)
+        cos, sin = rope.cos_sin(positions, self.inv_freq, z.dtype, self.rope_scale)
         attn = self.layer.self_attn
         q, k, v = attn.project(z, cos, sin)
         start = cache.length
         kk, vv = cache.append(k, v)
         t = q.shape[2]
         mask = None
-        if t > 1 and start > 0:
-            qi = torch.arange(t, device=q.device)[:, None] + start
-            mask = torch.arange(kk.shape[2], device=q.device)[None, :] <= qi
-        out = attn.attend(q, kk, vv, mask, causal=t > 1 and start == 0)
+        window = self.config.sliding_window
+        if (t > 1 and start > 0) or (window is not None and kk.shape[2] > window):
+            mask = visible(start, t, kk.shape[2], window, q.device)
+        out = attn.attend(q, kk, vv, mask, causal=mask is None and t > 1 and start == 0)
         return self.head(self.layer.finish(r0, out))
 
     # -- training-time test (SPEC §5) ---------------------------------------------------------
@@ -268,10 +294,10 @@ class Eagle3Drafter(nn.Module):
         `logits=False` skips the lm_head (training applies it to the slots it scores only)."""
         b, t = input_ids.shape
         attn = self.layer.self_attn
-        nh, nkv, hd = attn.nh, attn.nkv, attn.hd
+        nh, nkv, vd = attn.nh, attn.nkv, attn.vd
         rep = nh // nkv
         pos0 = torch.arange(t, device=input_ids.device).expand(b, t)
-        causal = torch.ones(t, t, dtype=torch.bool, device=input_ids.device).tril()
+        window = self.config.sliding_window
         x = self.hook_layer_in(self.combine(features))
         outs: list[DraftStep] = []
         k0 = v0 = None
@@ -280,22 +306,28 @@ class Eagle3Drafter(nn.Module):
         for step in range(steps):
             ids = input_ids if step == 0 else F.pad(input_ids[:, step:], (0, step))
             z, r0 = self.layer.inputs(self.embed_tokens(ids), x)
-            cos, sin = rope.cos_sin(pos0 + step, self.inv_freq, z.dtype)
+            cos, sin = rope.cos_sin(pos0 + step, self.inv_freq, z.dtype, self.rope_scale)
             q, k, v = attn.project(z, cos, sin)
             if step == 0:
                 k0, v0 = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
             else:
                 diag_k.append(k.repeat_interleave(rep, 1))
                 diag_v.append(v.repeat_interleave(rep, 1))
-            scale = hd**-0.5
+            scale = attn.scale
             s0 = (q.float() @ k0.float().transpose(-1, -2)) * scale
+            # the chain's rule at position t + step: step-0 keys j <= t inside the window, i.e. j > t + step - W
+            causal = visible(0, t, t, None, input_ids.device)
+            if window is not None:
+                causal &= visible(step, t, t + step, window, input_ids.device)[:, :t]
             s0 = s0.masked_fill(~causal, float("-inf"))
             sd = [((q.float() * dk.float()).sum(-1, keepdim=True)) * scale for dk in diag_k]
+            if window is not None:  # diagonal key of step i sits at position t + i: hidden when step - i >= W
+                sd = [x if step - i < window else torch.full_like(x, float("-inf")) for i, x in enumerate(sd, 1)]
             probs = torch.cat([s0, *sd], dim=-1).softmax(-1)
             o = probs[..., :t] @ v0.float()
             for i, dv in enumerate(diag_v):
                 o = o + probs[..., t + i : t + i + 1] * dv.float()
-            o = attn.o_proj(o.to(z.dtype).transpose(1, 2).reshape(b, t, nh * hd))
+            o = attn.o_proj(o.to(z.dtype).transpose(1, 2).reshape(b, t, nh * vd))
             out = self.head(self.layer.finish(r0, o), logits)
             outs.append(out)
             x = self.hook_layer_in(out.feedback)

@@ -118,6 +118,10 @@ class Capture:
 
     def __post_init__(self):
         self.adapter = self.adapter or DrafterAdapter.for_drifttool(self.drafter)
+        cfg = getattr(self.drafter, "config", None)
+        self.window: int | None = getattr(cfg, "sliding_window", None)  # the drafter's attention window
+        layers = getattr(self.drafter, "layers", None)  # softmax scale of the drafter's heads (MLA: not hd^-1/2)
+        self.scale: float | None = getattr(layers[0].self_attn, "scale", None) if layers else None
         self.rounds: list[RoundCapture] = []
         self._handles: list = []
         self._rng = random.Random(self.seed)
@@ -219,9 +223,18 @@ class Capture:
         rep = nh // nkv
         qg = q.float().view(k_, nkv, rep, hd).transpose(0, 1).reshape(nkv, k_ * rep, hd)
         s = torch.matmul(qg, keys.float().transpose(1, 2)).view(nkv, k_, rep, length)
-        s.mul_(1.0 / math.sqrt(hd))
+        s.mul_(self.scale or 1.0 / math.sqrt(hd))
         s[..., n:].masked_fill_(self._chain_masks(k_, q.device)[0], float("-inf"))
+        for j in range(k_):  # a sliding window hides slots <= n-1+j-W from depth j (sinks included: zero mass)
+            lo = self._window_start(n, j)
+            if lo > 0:
+                s[:, j, :, :lo] = float("-inf")
         return s
+
+    def _window_start(self, n: int, j: int) -> int:
+        """First slot depth j (0-based, query slot n-1+j) can attend under the drafter's sliding window."""
+        w = self.window
+        return max(0, n + j - w) if w is not None else 0
 
     def _chain_masks(self, k_: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Over the K-1 draft slots at the tail (col c = slot n+c = the input of depth c+2), per depth j
@@ -270,6 +283,9 @@ class Capture:
         row = (e / z[..., None]).mean((0, 2)) if keep else None  # [K, L] head mean, before e is reused
         ed = e.mul_(d)
         ed[..., n:].nan_to_num_(0.0)  # hidden draft slots: 0 * -inf
+        lo = self._window_start(n, k_ - 1)
+        if lo > 0:
+            ed[..., :lo].nan_to_num_(0.0)  # slots before the sliding window
         ent = z.log() - ed.sum(-1) / z
         heads = torch.stack([sink_mass, draft, own, ent], -1).transpose(0, 1).reshape(k_, nh, 4)
         h = self._h

@@ -18,6 +18,10 @@ from .target import Target
 from .verify import greedy_accept, rejection_sample
 
 MODES = ("generate", "teacher-forced")
+# How drafts are drawn when temperature > 0. "greedy" (vLLM's default draft_sample_method): argmax drafts,
+# verified against a one-hot draft distribution (accept d with probability p(d), else resample p without d).
+# "probabilistic": drafts sampled from the drafter's distribution q, accepted with min(1, p/q) (EAGLE paper).
+DRAFT_SAMPLING = ("greedy", "probabilistic")
 
 
 @dataclass
@@ -87,14 +91,18 @@ def speculate(
     observers: list[Observer] = (),
     stop_ids: tuple[int, ...] = (),
     forced: tuple[list[int], torch.Tensor] | None = None,
+    draft_sampling: str = "greedy",
 ) -> SpecResult:
-    """Speculatively decode from `prompt_ids`; greedy when temperature == 0 (lossless w.r.t. the target)."""
+    """Speculatively decode from `prompt_ids`; greedy when temperature == 0 (lossless w.r.t. the target).
+    With temperature > 0 both `draft_sampling` modes (DRAFT_SAMPLING) preserve the target's distribution."""
     if depth < 1:
         raise DriftError(f"--depth: {depth} is invalid; expected a speculation depth >= 1")
     if mode not in MODES:
         raise DriftError(f"--mode: {mode!r}; expected one of {', '.join(MODES)}")
     if mode == "teacher-forced" and temperature > 0:
         raise DriftError("--mode teacher-forced: needs greedy decoding (temperature 0)")
+    if draft_sampling not in DRAFT_SAMPLING:
+        raise DriftError(f"--draft-sampling: {draft_sampling!r}; expected one of {', '.join(DRAFT_SAMPLING)}")
     prompt_ids = [int(i) for i in prompt_ids]
     _check_prompt(prompt_ids, target, len(prompt_ids) + max_new_tokens + depth + 1)
     dev = target.device
@@ -126,12 +134,12 @@ def speculate(
         m = pending_feats.shape[0]
         ids = torch.tensor(seq[committed_slots + 1 : committed_slots + 1 + m], device=dev)[None]
         pos = torch.arange(committed_slots, committed_slots + m, device=dev)[None]
-        step = drafter(ids, pending_feats[None].to(drafter.fc.weight.dtype), pos, cache, hidden_is_feature=True)
+        step = drafter(ids, pending_feats[None].to(drafter.lm_head.weight.dtype), pos, cache, hidden_is_feature=True)
         committed_slots += m
         drafts, dprobs, fed = [], [], [seq[-1]]
         step = DraftStep(step.logits[:, -1:], step.pre[:, -1:], step.post[:, -1:], step.feedback[:, -1:])
         for k in range(1, depth + 1):
-            tok, probs = _draft_token(drafter, step.logits[0, -1], temperature, gen)
+            tok, probs = _draft_token(drafter, step.logits[0, -1], temperature, gen, draft_sampling)
             drafts.append(tok)
             dprobs.append(probs)
             if k == depth:
@@ -191,11 +199,18 @@ def _pick(logits: torch.Tensor, temperature: float, gen: torch.Generator) -> int
     return int(logits[-1].argmax())
 
 
-def _draft_token(drafter: Eagle3Drafter, logits: torch.Tensor, temperature: float, gen: torch.Generator):
-    if temperature > 0:
+def _draft_token(drafter: Eagle3Drafter, logits: torch.Tensor, temperature: float, gen: torch.Generator,
+                 draft_sampling: str = "greedy"):
+    """(draft token, its draft distribution in target-vocab space; None at temperature 0)."""
+    if temperature > 0 and draft_sampling == "probabilistic":
         probs = drafter.target_probs(logits / temperature).cpu()
         return int(torch.multinomial(probs, 1, generator=gen)), probs
-    return int(drafter.draft_to_target(logits.argmax())), None
+    tok = int(drafter.draft_to_target(logits.argmax()))
+    if temperature > 0:  # vLLM: greedy drafts are verified as if drawn from a one-hot distribution
+        probs = torch.zeros(drafter.config.vocab_size)
+        probs[tok] = 1.0
+        return tok, probs
+    return tok, None
 
 
 @torch.no_grad()

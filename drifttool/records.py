@@ -11,10 +11,11 @@ from .loop import RoundRecord
 
 def prompt_tables(
     drafter: str, prompt_id: str, records: list[RoundRecord], caps: list[RoundCapture], aux_layer_ids: list[int],
-    trained_window: int,
+    trained_window: int, attn_window: int | None = None,
 ) -> dict[str, pd.DataFrame]:
+    """aux_layer_ids as read (input convention); attn_window: the drafter's sliding window, if any."""
     if not records:  # e.g. max_new_tokens 1: no drafting round, but the shard still needs every table
-        return _empty_tables(drafter, prompt_id, aux_layer_ids, trained_window)
+        return _empty_tables(drafter, prompt_id, aux_layer_ids, trained_window, attn_window)
     k_ = len(records[0].draft_ids)
     nr = len(records)
     nh = caps[0].heads.shape[1]
@@ -47,6 +48,8 @@ def prompt_tables(
         **{name: hidden[..., i].ravel() for i, name in enumerate(
             ("rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post", "l2_post"))},
         "massive": hidden[..., 6].ravel() > 0.5, "beyond_window": pos.ravel() >= trained_window,
+        # first slot the query can attend (its sliding window); earlier slots, sinks included, get zero mass
+        "attn_window_start": (np.maximum(pos - attn_window + 1, 0) if attn_window else np.zeros_like(pos)).ravel(),
     })
     heads_df = pd.DataFrame({
         "drafter": drafter, "prompt_id": prompt_id, "round": np.repeat(rnd, k_ * nh),
@@ -67,14 +70,15 @@ def prompt_tables(
     return {"rounds": rounds, "depths": depths, "heads": heads_df, "aux": aux_df}
 
 
-def _empty_tables(drafter: str, prompt_id: str, aux_layer_ids: list[int], trained_window: int) -> dict[str, pd.DataFrame]:
+def _empty_tables(drafter: str, prompt_id: str, aux_layer_ids: list[int], trained_window: int,
+                  attn_window: int | None = None) -> dict[str, pd.DataFrame]:
     """Zero-row tables with the columns and dtypes of a non-empty shard: the writer needs the schema columns,
     and Parquet folder readers (pandas/pyarrow) take the first shard's schema, so no column may be untyped."""
     rec = RoundRecord(round=0, context_len=1, draft_ids=[0], target_ids=[0], accepted=0, match=[False], bonus=0,
                       input_ids=[0])
     cap = RoundCapture(round=0, context_len=1, heads=np.zeros((1, 1, 4), np.float32),
                        hidden=np.zeros((1, 7), np.float32), aux=np.zeros((len(aux_layer_ids), 3), np.float32))
-    tabs = prompt_tables(drafter, prompt_id, [rec], [cap], aux_layer_ids, trained_window)
+    tabs = prompt_tables(drafter, prompt_id, [rec], [cap], aux_layer_ids, trained_window, attn_window)
     return {k: v.iloc[:0].astype({c: "string" for c in v.columns if v[c].dtype == object}) for k, v in tabs.items()}
 
 

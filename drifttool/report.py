@@ -92,7 +92,7 @@ def print_window(c: Console, cmp: Comparison) -> None:
 def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool = True,
                      breakeven: float | None = None) -> None:
     for n in cmp.notes:
-        c.print(f"[yellow]note:[/yellow] {_e(n)}")
+        c.print(f"[bold red]{_e(n)}[/bold red]" if n.startswith("FLAGGED") else f"[yellow]note:[/yellow] {_e(n)}", emoji=False)
     s = cmp.summary()
     t = Table(title="Summary (95% CI over prompts)")
     for col in ("series", "prompts", "drafts", "mean acceptance length (vLLM)", "i.i.d. estimate", "draft acc. rate",

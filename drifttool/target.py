@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .config import FINAL_HIDDEN
 from .errors import DriftError
 from .jsonfile import read_json_object
 
@@ -30,6 +31,20 @@ def _decoder_layers(model: nn.Module) -> nn.ModuleList:
     raise DriftError(f"target {type(model).__name__}: cannot find its decoder layers (expected model.layers)")
 
 
+def _final_norm(model: nn.Module) -> nn.Module:
+    """The norm after the last decoder layer (its output is the hidden state the lm_head reads)."""
+    for path in ("model.norm", "model.decoder.final_layer_norm", "transformer.ln_f", "gpt_neox.final_layer_norm"):
+        obj = model
+        try:
+            for part in path.split("."):
+                obj = getattr(obj, part)
+        except AttributeError:
+            continue
+        return obj
+    raise DriftError(f"target {type(model).__name__}: cannot find its final norm (expected model.norm), which a "
+                     "drafter without aux features reads")
+
+
 @dataclass
 class TargetOut:
     logits: torch.Tensor  # [T, V] fp32
@@ -39,8 +54,8 @@ class TargetOut:
 class Target:
     """Wraps an HF causal LM with one running KV cache (batch 1).
 
-    Aux features are the inputs of layers `aux_layer_ids` (HF `hidden_states[idx]`), captured by
-    forward pre-hooks so no other layer's hidden state is kept."""
+    Aux features are the inputs of layers `aux_layer_ids` (HF `hidden_states[idx]`; id L = the last layer's
+    output before the final norm, as vLLM reads it), captured by hooks so no other layer's hidden state is kept."""
 
     def __init__(self, model: nn.Module, aux_layer_ids: list[int] | None = None, tokenizer=None, name: str = ""):
         self.model = model.eval()
@@ -85,12 +100,23 @@ class Target:
     def input_embeddings(self) -> torch.Tensor:
         return self.model.get_input_embeddings().weight
 
+    def output_embeddings(self) -> torch.Tensor:
+        """The target's lm_head weight [V, H] (its embeddings when tied)."""
+        return self.model.get_output_embeddings().weight
+
     def set_aux_layer_ids(self, ids: list[int]) -> None:
+        """ids in the input convention: i < L = the input of layer i, i = L = the last layer's output (before the
+        final norm), as vLLM reads them."""
         n = self.num_layers
         for i in ids:
-            if not 0 <= i < n:
+            if i == FINAL_HIDDEN:
+                if self.model is not None:  # None: vLLM holds the weights
+                    _final_norm(self.model)  # fails now, with one line, if the target has none to hook
+                continue
+            if not 0 <= i <= n:
                 raise DriftError(
-                    f"eagle_aux_hidden_state_layer_ids: layer id {i} is outside the target's {n} layers (0..{n - 1})"
+                    f"eagle_aux_hidden_state_layer_ids: layer id {i} (as a layer input) is outside the target's "
+                    f"{n} layers (0..{n}; {n} = the last layer's output)"
                 )
         self.aux_layer_ids = list(ids)
 
@@ -110,12 +136,21 @@ class Target:
             )
         grabbed: dict[int, torch.Tensor] = {}
         handles = []
+        n = self.num_layers
         for i in set(self.aux_layer_ids):
 
             def grab(mod, args, kwargs, i=i):
                 grabbed[i] = args[0] if args else kwargs["hidden_states"]
 
-            handles.append(self.layers[i].register_forward_pre_hook(grab, with_kwargs=True))
+            def grab_out(mod, args, out, i=i):  # id L: the last layer's output, before the final norm
+                grabbed[i] = out[0] if isinstance(out, (tuple, list)) else out
+
+            if i == FINAL_HIDDEN:
+                handles.append(_final_norm(self.model).register_forward_hook(grab_out))
+            elif i < n:
+                handles.append(self.layers[i].register_forward_pre_hook(grab, with_kwargs=True))
+            else:
+                handles.append(self.layers[n - 1].register_forward_hook(grab_out))
         try:
             pos = torch.arange(self.length, self.length + ids.shape[1], device=self.device)[None]
             out = self.model(input_ids=ids, use_cache=True, position_ids=pos, **{self._cache_kw: self._cache})
@@ -123,18 +158,31 @@ class Target:
             for h in handles:
                 h.remove()
         self._cache = out.get("cache", None) or out.get("past_key_values", None)
+        if hasattr(self._cache, "activate_past_recording"):
+            # Sliding-window layers (gpt-oss, Mistral...) otherwise drop states beyond the window at once and
+            # cannot roll back rejected drafts; recording keeps them until crop() trims them.
+            self._cache.activate_past_recording()
         self.length += ids.shape[1]
         feats = torch.cat([grabbed[i][0] for i in self.aux_layer_ids], dim=-1)
         return TargetOut(out.logits[0].float(), feats)
 
     def crop(self, length: int) -> None:
-        """Drop cached positions >= length (rejected draft tokens)."""
-        if length < self.length:
-            if "tokens_to_remove" in inspect.signature(self._cache.crop).parameters:
-                self._cache.crop(length - self.length)  # transformers >= 5.x: negative = tokens to drop
+        """Drop cached positions >= length (rejected draft tokens); sliding-window layers trim to their window."""
+        if self._cache is None or length > self.length:
+            return
+        new_api = "tokens_to_remove" in inspect.signature(self._cache.crop).parameters
+        if length == self.length and not new_api:
+            return
+        try:
+            if new_api:
+                self._cache.crop(length - self.length)  # transformers >= 5.x: negative = tokens to drop (0: trim)
             else:
                 self._cache.crop(length)  # older: absolute length to keep
-            self.length = length
+        except (RuntimeError, ValueError) as e:
+            raise DriftError(f"target {self.name}: its KV cache ({type(self._cache).__name__}) cannot drop rejected "
+                             f"draft tokens ({str(e).splitlines()[0][:120]}); use --mode teacher-forced or a "
+                             "transformers version whose cache can be cropped") from None
+        self.length = length
 
     def encode(self, text: str) -> list[int]:
         if self.tokenizer is None:

@@ -47,6 +47,10 @@ class Case:
     write_d2t: bool = True
     target_layers: int = 8
     seed: int = 0
+    window: int | None = None  # the window the reference applies (what the fields below should mean)
+    qk_norm: bool = False  # Qwen3 q_norm / k_norm tensors (and the reference applies them)
+    layer_extra: dict[str, Any] = field(default_factory=dict)  # extra fields of the (layer) config, verbatim
+    top_extra: dict[str, Any] = field(default_factory=dict)  # extra top-level fields (speculators), verbatim
 
     @property
     def hd(self) -> int:
@@ -56,7 +60,7 @@ class Case:
         return RefConfig(
             hidden=self.hidden, heads=self.heads, kv_heads=self.kv_heads, head_dim=self.hd,
             target_hidden=self.target_hidden, theta=self.theta if self.rope != "absent" else 10000.0,
-            rope_scaling=self.rope_scaling, **self.flags,
+            rope_scaling=self.rope_scaling, sliding_window=self.window, qk_norm=self.qk_norm, **self.flags,
         )
 
     def aux_ids(self) -> list[int]:
@@ -79,6 +83,7 @@ def llama_fields(case: Case) -> dict[str, Any]:
     }
     if case.head_dim is not None:
         d["head_dim"] = case.head_dim
+    d.update(case.layer_extra)
     if case.rope == "theta":
         d["rope_theta"] = case.theta
     elif case.rope == "scaling":
@@ -103,6 +108,9 @@ def tensors(case: Case, w: dict[str, Any]) -> dict[str, torch.Tensor]:
         sd["t2d"] = t2d
     if "input_norm" in w:
         sd["input_norm.weight"] = w["input_norm"]
+    if "q_norm" in w:
+        sd[prefix + "self_attn.q_norm.weight"] = w["q_norm"]
+        sd[prefix + "self_attn.k_norm.weight"] = w["k_norm"]
     for i, t in enumerate(w.get("fc_norm", [])):
         sd[f"fc_norm.{i}.weight"] = t
     return {k: v.contiguous() for k, v in sd.items()}
@@ -127,6 +135,7 @@ def config(case: Case) -> dict[str, Any]:
         }
         if case.aux is not None:
             conf["eagle_aux_hidden_state_layer_ids"] = case.aux
+        conf.update(case.top_extra)
         return conf
     conf = dict(llama, architectures=["LlamaForCausalLMEagle3"], draft_vocab_size=case.draft_vocab)
     if case.target_hidden != case.hidden:

@@ -42,6 +42,8 @@ class RefConfig:
     norm_before_fc: bool = False
     norm_output: bool = False
     norm_before_residual: bool = False
+    sliding_window: int | None = None  # key position p visible from query position q iff q - W < p <= q
+    qk_norm: bool = False  # Qwen3: RMSNorm (weights "q_norm" / "k_norm" [head_dim]) on each head before RoPE
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -72,18 +74,29 @@ def inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> lis
             else:  # in between: interpolate
                 s = (old / wavelen - lo) / (hi - lo)
                 f = (1 - s) * f / factor + s * f
+        elif kind == "yarn":  # YaRN paper: blend f/factor (low freq) and f (high freq) over a linear ramp in i
+            old, factor = scaling["original_max_position_embeddings"], scaling["factor"]
+
+            def boundary(rotations, old=old):  # the pair index turning `rotations` times over the original window
+                return head_dim * math.log(old / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+            lo = max(math.floor(boundary(scaling.get("beta_fast", 32))), 0)
+            hi = min(math.ceil(boundary(scaling.get("beta_slow", 1))), head_dim - 1)
+            r = min(max((i - lo) / ((hi - lo) or 0.001), 0.0), 1.0)
+            f = r * f / factor + (1 - r) * f
         elif kind not in ("default",):
             raise ValueError(kind)
         out.append(f)
     return out
 
 
-def apply_rope(x: torch.Tensor, positions: list[int], freqs: list[float]) -> torch.Tensor:
-    """x [T, n, hd]; rotate-half convention: pair (i, i + hd/2) rotated by angle pos * freq_i."""
+def apply_rope(x: torch.Tensor, positions: list[int], freqs: list[float], scale: float = 1.0) -> torch.Tensor:
+    """x [T, n, hd]; rotate-half convention: pair (i, i + hd/2) rotated by angle pos * freq_i, times `scale`
+    (YaRN's magnitude factor 0.1 ln(factor) + 1)."""
     half = x.shape[-1] // 2
     ang = torch.tensor([[p * f for f in freqs] for p in positions], dtype=torch.float64)  # [T, hd/2]
-    cos = ang.cos().to(torch.float32)[:, None, :]
-    sin = ang.sin().to(torch.float32)[:, None, :]
+    cos = (ang.cos() * scale).to(torch.float32)[:, None, :]
+    sin = (ang.sin() * scale).to(torch.float32)[:, None, :]
     a, b = x[..., :half].float(), x[..., half:].float()
     return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1).to(x.dtype)
 
@@ -110,7 +123,8 @@ class RefOut:
 
 def layer(w: dict[str, Any], c: RefConfig, ids: list[int], xs: torch.Tensor, positions: list[int],
           allowed: torch.Tensor | None = None) -> RefOut:
-    """SPEC §3 over every slot at once. `allowed` [T, T] bool (query, key); default causal."""
+    """SPEC §3 over every slot at once. `allowed` [T, T] bool (query, key); default: by position, causal
+    and inside the sliding window if any."""
     t = len(ids)
     e = rms_norm(w["embed"][torch.tensor(ids)], w["in_ln"], c.eps)
     h = rms_norm(xs, w["hid_ln"], c.eps)
@@ -118,10 +132,17 @@ def layer(w: dict[str, Any], c: RefConfig, ids: list[int], xs: torch.Tensor, pos
     q = (z @ w["q"].T).view(t, c.heads, c.head_dim)
     k = (z @ w["k"].T).view(t, c.kv_heads, c.head_dim)
     v = (z @ w["v"].T).view(t, c.kv_heads, c.head_dim)
+    if c.qk_norm:
+        q, k = rms_norm(q, w["q_norm"], c.eps), rms_norm(k, w["k_norm"], c.eps)
     freqs = inv_freq(c.head_dim, c.theta, c.rope_scaling)
-    q, k = apply_rope(q, positions, freqs), apply_rope(k, positions, freqs)
+    sc = c.rope_scaling or {}
+    m = 0.1 * math.log(sc["factor"]) + 1.0 if sc.get("rope_type") == "yarn" and sc["factor"] > 1 else 1.0
+    q, k = apply_rope(q, positions, freqs, m), apply_rope(k, positions, freqs, m)
     if allowed is None:
-        allowed = torch.ones(t, t, dtype=torch.bool).tril()
+        pq, pk = torch.tensor(positions)[:, None], torch.tensor(positions)[None, :]
+        allowed = pk <= pq
+        if c.sliding_window is not None:
+            allowed &= pk > pq - c.sliding_window
     group = c.heads // c.kv_heads
     heads_out, all_probs = [], []
     for hh in range(c.heads):
@@ -191,6 +212,8 @@ def random_weights(c: RefConfig, vocab: int, draft_vocab: int, inter: int, seed:
     }
     if c.norm_before_fc:
         w["input_norm"] = nw(a * ht)
+    if c.qk_norm:
+        w["q_norm"], w["k_norm"] = nw(c.head_dim), nw(c.head_dim)
     if c.fc_norm:
         w["fc_norm"] = [nw(ht) for _ in range(a)]
     if draft_vocab < vocab:

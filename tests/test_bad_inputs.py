@@ -50,8 +50,12 @@ def _drafter_copy(src: Path, dst: Path, config=None, tensors=None) -> str:
     return str(dst)
 
 
+class _Opaque:
+    """An object a weights-only load refuses (a plain tensor .bin loads; this one would need full unpickling)."""
+
+
 def _to_pickle(d: Path) -> None:
-    torch.save(load_file(str(d / "model.safetensors")), d / "pytorch_model.bin")
+    torch.save({**load_file(str(d / "model.safetensors")), "x": _Opaque()}, d / "pytorch_model.bin")
     (d / "model.safetensors").unlink()
 
 
@@ -198,7 +202,7 @@ CAPTURE_CASES = {
     "aux layer beyond target depth": (lambda e: capture_argv(e, drafter=e["d"]["auxdeep"]),
                                       ["eagle_aux_hidden_state_layer_ids", "layer id 9", "4 layers"]),
     "pickle .bin drafter": (lambda e: capture_argv(e, drafter=e["d"]["pickle"]),
-                            ["pytorch_model.bin", "pickle checkpoint refused", "safetensors"]),
+                            ["pytorch_model.bin", "weights-only", "never unpickles", "safetensors"]),
     "prompt beyond max positions": (lambda e: capture_argv(e, probes=e["probes"]["long"]),
                                     ["long.jsonl", "probe 'huge'", "max_position_embeddings 512"]),
     "empty probe suite": (lambda e: capture_argv(e, probes=e["probes"]["blank"]), ["blank.jsonl", "empty"]),

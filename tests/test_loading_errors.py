@@ -116,10 +116,16 @@ def test_no_aux_ids_and_no_target(safe_dir):
     _fails("eagle_aux_hidden_state_layer_ids", "target", path=safe_dir)
 
 
-@pytest.mark.parametrize("key", ["layers.0.mlp.up_proj.weight", "fc.weight", "lm_head.weight", "norm.weight"])
+@pytest.mark.parametrize("key", ["layers.0.mlp.up_proj.weight", "fc.weight"])
 def test_missing_tensor(spec_dir, target, key):
     _edit_tensors(spec_dir, lambda sd: sd.pop(key))
     _fails(str(spec_dir), repr(key), "missing tensor", path=spec_dir, target=target)
+
+
+def test_missing_lm_head_with_a_reduced_vocab(spec_dir, target):
+    """Without lm_head the target's is taken (as vLLM shares it), which cannot serve a reduced draft vocab."""
+    _edit_tensors(spec_dir, lambda sd: sd.pop("lm_head.weight"))
+    _fails(str(spec_dir), "no lm_head.weight", "[64, 32]", path=spec_dir, target=target)
 
 
 def test_missing_tensor_safeailab_names_the_key(safe_dir, target):
@@ -194,14 +200,25 @@ def test_bad_override_value(spec_dir, target):
 def test_pickle_only_refused(spec_dir, target):
     sd = load_file(str(spec_dir / "model.safetensors"))
     (spec_dir / "model.safetensors").unlink()
-    torch.save(sd, spec_dir / "pytorch_model.bin")
-    msg = _fails("pytorch_model.bin", "pickle", "safetensors", path=spec_dir, target=target)
+    torch.save(sd, spec_dir / "model.pt")
+    msg = _fails("model.pt", "pickle", "safetensors", path=spec_dir, target=target)
     assert "arbitrary code" in msg  # says why
+
+
+class _Payload:
+    """Any object beyond tensors and plain containers: loading it would need full unpickling."""
+
+
+def test_bin_with_objects_refused(spec_dir, target):
+    sd = load_file(str(spec_dir / "model.safetensors"))
+    (spec_dir / "model.safetensors").unlink()
+    torch.save({**sd, "extra": _Payload()}, spec_dir / "pytorch_model.bin")
+    _fails("pytorch_model.bin", "weights-only", "never unpickles", path=spec_dir, target=target)
 
 
 def test_no_weights_at_all(spec_dir, target):
     (spec_dir / "model.safetensors").unlink()
-    _fails(str(spec_dir), "no *.safetensors", path=spec_dir, target=target)
+    _fails(str(spec_dir), "no *.safetensors (or pytorch_model.bin)", path=spec_dir, target=target)
 
 
 def test_empty_safetensors(spec_dir, target):

@@ -153,3 +153,69 @@ def test_vllm_capture_matches_greedy_metrics_and_own_loop(models, tmp_path):
         np.testing.assert_allclose(hv[c].to_numpy(), hh[c].to_numpy(), atol=1e-4, rtol=0, err_msg=c)
     # EAGLE-3.1 really ran as 3.1 in vLLM: its fed-back tensor (post-norm) matched the replay's to fp32 noise.
     assert (pv.replay_max_feedback_diff < 1e-3).all() and (pv.replay_max_fc_diff < 1e-3).all()
+
+
+# -- a sliding-window drafter, and a replay that disagrees ---------------------------------------------------
+SWA = 8  # the prompts (8 tokens) + 24 generated run past it
+
+
+@pytest.fixture(scope="module")
+def windowed(models):
+    """The trained EAGLE-3 weights saved as speculators writes a windowed drafter (layer_types sliding)."""
+    target, root, dirs, prompts, probes = models
+    d = drifttool.load_drafter(dirs["eagle3"], target=target)
+    d.config.sliding_window = SWA
+    path = drifttool.save_drafter(d, root / "eagle3-swa", layout="speculators")
+    layer = json.loads((path / "config.json").read_text())["transformer_layer_config"]
+    assert layer["layer_types"] == ["sliding_attention"] and layer["sliding_window"] == SWA
+    return path
+
+
+def _run_vllm(root, probes, path, out):
+    from drifttool.engines.vllm import parse_vllm_args, run_capture_vllm
+
+    return drifttool.load(run_capture_vllm(str(root / "target"), [DrafterSpec.parse(f"swa={path}")], str(probes),
+                                           str(out), depth=DEPTH, max_new_tokens=NEW, progress=False,
+                                           vllm_kwargs=parse_vllm_args(VLLM_ARGS)))
+
+
+@needs_vllm
+def test_windowed_drafter_replay_agrees_beyond_its_window(models, windowed, tmp_path):
+    target, root, dirs, prompts, probes = models
+    tv = _run_vllm(root, probes, windowed, tmp_path / "swa.drift")
+    assert tv.manifest["drafters"][0]["sliding_window"] == SWA and not tv.manifest.get("flags")
+    assert (tv.prompts.replay_draft_agreement == 1.0).all() and tv.prompts.replay_ok.all()
+    assert (tv.depths.attn_window_start > 0).any()  # rounds past the window were replayed and agreed
+    th = drifttool.load(run_capture(str(root / "target"), [DrafterSpec.parse(f"swa={windowed}")], str(probes),
+                                    str(tmp_path / "hf.drift"), depth=DEPTH, max_new_tokens=NEW, progress=False))
+    key = ["prompt_id", "round", "depth"]
+    dv, dh = (t.depths.sort_values(key).reset_index(drop=True) for t in (tv, th))
+    for c in ("draft_id", "accepted", "attn_window_start"):
+        assert (dv[c].to_numpy() == dh[c].to_numpy()).all(), c
+    np.testing.assert_allclose(dv.sink_mass.to_numpy(), dh.sink_mass.to_numpy(), atol=1e-4, rtol=0)
+
+
+@needs_vllm
+def test_replay_that_ignores_the_window_is_flagged(models, windowed, tmp_path, monkeypatch, capsys):
+    """vLLM runs the windowed drafter; the replay is made to attend the whole context (what drifttool did
+    before it read the window): the prompts are flagged in the manifest, by info and on stderr."""
+    import drifttool.engines.vllm as eng
+
+    target, root, dirs, prompts, probes = models
+    real = eng.load_drafter
+
+    def no_window(*a, **kw):
+        d = real(*a, **kw)
+        d.config.sliding_window = None
+        return d
+
+    monkeypatch.setattr(eng, "load_drafter", no_window)
+    tv = _run_vllm(root, probes, windowed, tmp_path / "bad.drift")
+    flags = tv.manifest.get("flags") or []
+    assert flags and all(f["check"] == "replay" for f in flags)
+    assert not tv.prompts.replay_ok.all()
+    assert "replay disagrees with vLLM" in capsys.readouterr().err
+    from drifttool.cli import main
+
+    assert main(["info", str(tmp_path / "bad.drift")]) == 0
+    assert "FLAGGED" in " ".join(capsys.readouterr().out.split())

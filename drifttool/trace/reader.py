@@ -46,7 +46,7 @@ def _is(value: Any, typ: type) -> bool:
 
 
 # Optional manifest fields the readers (info, compare, check, dashboard, resume) use, and their JSON types.
-_OPTIONAL = {"target": dict, "counts": dict, "prompts_done": list}
+_OPTIONAL = {"target": dict, "counts": dict, "prompts_done": list, "flags": list}
 _CAPTURE = {"depth": int, "mode": str, "probes": dict, "sink": dict}
 _DRAFTER = {"flags": dict, "overrides": dict, "assumptions": dict, "rope_scaling": dict, "max_position_embeddings": int}
 
@@ -61,6 +61,9 @@ def _check_fields(mf: Path, m: dict[str, Any]) -> None:
         raise DriftError(f"{mf}: field 'status' is {m['status']!r}; expected 'partial' or 'complete'")
     for key, typ in _OPTIONAL.items():
         need(m, key, typ, "")
+    for f in m.get("flags", []):
+        if not isinstance(f, dict) or not all(isinstance(f.get(k), str) for k in ("key", "check", "message")):
+            raise DriftError(f"{mf}: field 'flags' has an entry without string 'key', 'check' and 'message'")
     cap = m["capture"]
     for key, typ in _CAPTURE.items():
         need(cap, key, typ, "capture.")

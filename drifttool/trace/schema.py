@@ -25,7 +25,9 @@ TABLES: dict[str, list[str]] = {
 # Optional columns (absent from traces written before they were added; readers must cope):
 # rounds.draft_s / rounds.verify_s = per-round wall time of the drafter (refresh + K steps) and of the target's
 # verify forward (NaN when teacher-forced), from time.perf_counter in loop.speculate.
-OPTIONAL: dict[str, list[str]] = {"rounds": ["draft_s", "verify_s"]}
+# depths.attn_window_start = the first slot the query could attend (> 0 only under a drafter sliding window; the
+# masses are over the visible slots, so sink positions before it count as zero mass).
+OPTIONAL: dict[str, list[str]] = {"rounds": ["draft_s", "verify_s"], "depths": ["attn_window_start"]}
 
 # Optional: sampled attention rows, one safetensors file per shard plus this index table.
 ROWS_INDEX = [*KEY, "context_len", "tensor", "slot_tokens"]

@@ -145,6 +145,11 @@ class TraceWriter:
         self.manifest["updated"] = _now()
         self._save_manifest()
 
+    def flag(self, key: str, check: str, message: str) -> None:
+        """Mark a written prompt as failing a faithfulness check (`manifest.flags`; info/compare/dashboard show it)."""
+        self.manifest.setdefault("flags", []).append({"key": key, "check": check, "message": message})
+        self._save_manifest()
+
     def finish(self) -> None:
         self.manifest["status"] = "complete"
         self.manifest["finished"] = _now()

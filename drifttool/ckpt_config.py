@@ -1,0 +1,236 @@
+"""Read a drafter config.json the way vLLM reads it: layout, draft-layer family, window, flags, aux ids,
+overrides. Whatever the config leaves implicit is decided here and written to `assumptions`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .config import AUX_CONVENTIONS, FLAG_NAMES, DrafterConfig
+from .errors import DriftError
+from .target import Target, default_aux_layer_ids
+
+LAYOUTS = ("speculators", "safeailab", "specforge", "nvidia")
+MODEL_TYPES = ("llama", "qwen3")
+MLA_TYPES = ("deepseek_v3", "deepseek_v2", "kimi_k2")  # draft layers with multi-head latent attention
+MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+def detect_layout(cfg: dict[str, Any], keys: set[str] | None = None) -> str:
+    """Which public layout a config.json belongs to."""
+    if cfg.get("speculators_model_type") is not None:
+        if cfg["speculators_model_type"] != "eagle3":
+            raise DriftError(
+                f"config.json: speculators_model_type is {cfg['speculators_model_type']!r}; drifttool supports 'eagle3'"
+            )
+        return "speculators"
+    if isinstance(cfg.get("eagle_config"), dict):
+        return "nvidia"
+    archs = cfg.get("architectures") or []
+    looks_llama = "hidden_size" in cfg and "num_attention_heads" in cfg
+    if looks_llama and ("fc_norm" in cfg or "norm_output" in cfg):
+        return "specforge"
+    if any("Eagle3" in a for a in archs) or (looks_llama and "draft_vocab_size" in cfg):
+        return "safeailab"
+    raise DriftError(
+        "config.json: unknown drafter layout (expected speculators_model_type 'eagle3', an eagle_config block, "
+        "or a Llama config with draft_vocab_size / architectures LlamaForCausalLMEagle3)"
+    )
+
+
+def _rope(layer: dict[str, Any], where: Path) -> tuple[float, dict | None, str]:
+    """rope_theta / rope_scaling (v4) or rope_parameters (v5); the draft config's own values."""
+    params = layer.get("rope_parameters")
+    if isinstance(params, dict):
+        theta = float(params.get("rope_theta", layer.get("rope_theta", 10000.0)))
+        kind = params.get("rope_type", "default")
+        scaling = None if kind == "default" else {k: v for k, v in params.items() if k != "rope_theta"}
+        return theta, scaling, "rope_parameters"
+    if "rope_theta" in layer:
+        return float(layer["rope_theta"]), layer.get("rope_scaling"), "rope_theta"
+    return 10000.0, layer.get("rope_scaling"), "absent (default 10000)"
+
+
+def _need(d: dict[str, Any], key: str, where: str) -> Any:
+    if key not in d or d[key] is None:
+        raise DriftError(f"{where}: missing required field {key!r}")
+    return d[key]
+
+
+def _window(layer: dict[str, Any], where: str, assumptions: dict[str, str]) -> int | None:
+    """The draft layer's attention window as vLLM resolves it: `sliding_window` applies only when
+    `layer_types[0]` is "sliding_attention" (speculators writes both; 0 or null means none)."""
+    types, size = layer.get("layer_types"), layer.get("sliding_window")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+        raise DriftError(f"{where}: sliding_window {size!r} is not a non-negative integer")
+    if isinstance(types, list) and types:
+        if types[0] != "sliding_attention":
+            assumptions["sliding_window"] = f"layer_types[0] is {types[0]!r}: full attention"
+            return None
+        if not size:
+            assumptions["sliding_window"] = "layer_types[0] is 'sliding_attention' but sliding_window is unset: none"
+            return None
+        return int(size)
+    if size:
+        assumptions["sliding_window"] = (f"sliding_window {size} without layer_types: not applied (vLLM windows a "
+                                         "draft layer only when layer_types marks it 'sliding_attention')")
+    return None
+
+
+def _use_aux(raw: dict[str, Any], assumptions: dict[str, str]) -> bool:
+    """vLLM reads use_aux_hidden_state from eagle_config only (absent: true); a top-level one is honoured too,
+    and that is recorded."""
+    eagle = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
+    if eagle.get("use_aux_hidden_state") is not None:
+        val = bool(eagle["use_aux_hidden_state"])
+    elif raw.get("use_aux_hidden_state") is not None:
+        val = bool(raw["use_aux_hidden_state"])
+        assumptions["use_aux_hidden_state"] = f"{val} from the top level (vLLM reads it inside eagle_config only)"
+    else:
+        return True
+    if not val:
+        assumptions["use_aux_hidden_state"] = ("false: no fc; the drafter reads the target's final hidden state "
+                                               "after its last norm (what vLLM passes)")
+    return val
+
+
+def _flags(layout: str, top: dict, layer: dict, eagle: dict, assumptions: dict[str, str]) -> dict[str, bool]:
+    """The four EAGLE flags as vLLM reads them. speculators: top level only (vLLM ignores copies inside
+    transformer_layer_config), norm_before_residual defaulting to true; other layouts: the flat config
+    (NVIDIA's eagle_config first for norm_before_fc), every flag defaulting to false."""
+    out = {}
+    for name in FLAG_NAMES:
+        default = layout == "speculators" and name == "norm_before_residual"
+        srcs = (top,) if layout == "speculators" else ((eagle, top) if name == "norm_before_fc" else (top,))
+        val = next((bool(src[name]) for src in srcs if src.get(name) is not None), None)
+        if name == "fc_norm" and not val and top.get("use_aux_norm"):  # SGLang's legacy name for fc_norm
+            val = True
+            assumptions["fc_norm"] = "from use_aux_norm (the legacy name SGLang reads as fc_norm)"
+        if val is None:
+            val = default
+            assumptions[name] = f"absent: {str(default).lower()} (as vLLM reads a {layout} config)"
+        if layout == "speculators" and layer.get(name) is not None and bool(layer[name]) != val:
+            assumptions[name] = (f"{val} from the top level; transformer_layer_config's {name}={layer[name]} is "
+                                 "ignored, as vLLM ignores it")
+        out[name] = val
+    return out
+
+
+def normalise_config(raw: dict[str, Any], path: Path, target: Target | None) -> DrafterConfig:
+    layout = detect_layout(raw)
+    where = str(path / "config.json")
+    assumptions: dict[str, str] = {}
+    if layout == "speculators":
+        layer = raw.get("transformer_layer_config")
+        if not isinstance(layer, dict):
+            raise DriftError(f"{where}: missing required field 'transformer_layer_config' (a Llama config)")
+        top = raw
+        layer_where = f"{where}: transformer_layer_config"
+    else:
+        layer, top, layer_where = raw, raw, where
+    eagle = raw.get("eagle_config") if layout == "nvidia" else {}
+    model_type = str(layer.get("model_type") or "llama")
+    if model_type not in MODEL_TYPES + MLA_TYPES:
+        raise DriftError(f"{layer_where}: model_type {model_type!r} unsupported (expected one of "
+                         f"{', '.join(MODEL_TYPES + MLA_TYPES)})")
+    if layer.get("attention_bias"):
+        raise DriftError(f"{layer_where}: attention_bias true is unsupported (EAGLE-3 draft layers have no biases)")
+    h = int(_need(layer, "hidden_size", layer_where))
+    nh = int(_need(layer, "num_attention_heads", layer_where))
+    nkv = int(layer.get("num_key_value_heads") or nh)
+    hd = int(layer.get("head_dim") or h // nh)
+    mla = None
+    if model_type in MLA_TYPES:  # heads are decompressed per query head: nkv = nh, head dim = nope + rope
+        mla = {k: layer.get(k) for k in MLA_FIELDS}
+        for k in MLA_FIELDS[1:]:
+            _need(layer, k, layer_where)
+        nkv, hd = nh, int(mla["qk_nope_head_dim"]) + int(mla["qk_rope_head_dim"])
+    inter = int(_need(layer, "intermediate_size", layer_where))
+    vocab = int(_need(layer, "vocab_size", layer_where))
+    dvocab = int(top.get("draft_vocab_size") or layer.get("draft_vocab_size") or vocab)
+    ht = top.get("target_hidden_size") or layer.get("target_hidden_size")
+    if ht is None:
+        # SafeAILab/vLLM size fc from hidden_size when target_hidden_size is absent; a target of another
+        # width is then reported by _check_target rather than as an fc.weight shape mismatch.
+        ht = h
+        assumptions["target_hidden_size"] = f"absent: drafter hidden_size {h}"
+    ht = int(ht)
+    if nh % nkv:
+        raise DriftError(f"{layer_where}: num_attention_heads {nh} is not a multiple of num_key_value_heads {nkv}")
+    aux = top.get("eagle_aux_hidden_state_layer_ids") or (eagle or {}).get("eagle_aux_hidden_state_layer_ids")
+    use_aux = _use_aux(raw, assumptions)
+    if not use_aux:
+        aux = []
+        if ht != h:
+            raise DriftError(f"{where}: use_aux_hidden_state false needs target_hidden_size == hidden_size "
+                             f"(got {ht} and {h}): the target's hidden state enters the layer without fc")
+    if aux is None:
+        if target is None:
+            raise DriftError(
+                f"{where}: no eagle_aux_hidden_state_layer_ids and no target given to derive the default [2, L//2, L-3]"
+            )
+        aux = default_aux_layer_ids(target.num_layers)
+        assumptions["aux_layer_ids"] = f"absent: vLLM default {aux} for a {target.num_layers}-layer target"
+    theta, scaling, rope_src = _rope(layer, path)
+    assumptions["rope"] = f"from {rope_src}"
+    cfg = DrafterConfig(
+        hidden_size=h, num_attention_heads=nh, num_key_value_heads=nkv, head_dim=hd, intermediate_size=inter,
+        vocab_size=vocab, draft_vocab_size=dvocab, target_hidden_size=ht, aux_layer_ids=[int(i) for i in aux],
+        rms_norm_eps=float(layer.get("rms_norm_eps", 1e-6)), rope_theta=theta, rope_scaling=scaling,
+        max_position_embeddings=int(layer.get("max_position_embeddings", 2048)),
+        hidden_act=str(layer.get("hidden_act", "silu")),
+        sliding_window=_window(layer, layer_where, assumptions), model_type=model_type,
+        qk_norm=model_type == "qwen3", mla=mla, use_aux_hidden_state=use_aux,
+        **_flags(layout, top, layer, eagle or {}, assumptions),
+        layout=layout, assumptions=assumptions, source=str(path),
+    )
+    if cfg.hidden_act not in ("silu", "swish"):
+        raise DriftError(f"{layer_where}: hidden_act {cfg.hidden_act!r} unsupported (expected silu)")
+    if layout == "specforge" and cfg.norm_output:
+        assumptions["specforge_norm_output"] = (
+            "trusted config; SpecForge checkpoints trained before PR #879 fed back pre-norm hidden "
+            "despite norm_output: true (override norm_output=false to test that)"
+        )
+    return cfg
+
+
+def _check_conflicts(cfg: DrafterConfig, where: str) -> None:
+    if cfg.fc_norm and cfg.norm_before_fc:
+        raise DriftError(f"{where}: fc_norm and norm_before_fc are mutually exclusive (set at most one)")
+
+
+# Non-flag overrides: key -> DrafterConfig attribute.
+OTHER_OVERRIDES = {"aux_ids": "aux_layer_ids", "aux_convention": "aux_convention", "sliding_window": "sliding_window"}
+
+
+def _parse_override(key: str, value: Any) -> Any:
+    """One `--override key=value`: a flag (true/false), aux_ids (comma-separated layer ids), aux_convention
+    (input|output) or sliding_window (a positive integer, or none)."""
+    if key not in FLAG_NAMES and key not in OTHER_OVERRIDES:
+        raise DriftError(f"--override {key}: unknown key; expected one of {', '.join([*FLAG_NAMES, *OTHER_OVERRIDES])}")
+    s = str(value).strip().lower()
+    if key == "aux_ids":
+        try:
+            ids = [int(x) for x in (value if isinstance(value, (list, tuple)) else s.split(","))]
+        except ValueError:
+            raise DriftError(f"--override aux_ids={value}: expected comma-separated layer ids, e.g. 1,23,44") from None
+        if not ids or min(ids) < 0:
+            raise DriftError(f"--override aux_ids={value}: expected non-negative layer ids")
+        return ids
+    if key == "aux_convention":
+        if s not in AUX_CONVENTIONS:
+            raise DriftError(f"--override aux_convention={value}: expected {' or '.join(AUX_CONVENTIONS)}")
+        return s
+    if key == "sliding_window":
+        if s in ("none", "0", "off"):
+            return None
+        if not s.isdigit():
+            raise DriftError(f"--override sliding_window={value}: expected a positive integer or none")
+        return int(s)
+    if isinstance(value, bool):
+        return value
+    if s in ("1", "true", "yes", "on"):
+        return True
+    if s in ("0", "false", "no", "off"):
+        return False
+    raise DriftError(f"--override {key}={value}: expected true or false")
