@@ -155,13 +155,15 @@ def compare(
 @app.command()
 def demo(
     out: str = typer.Option("runs/demo.drift", "--out"),
-    specimen: str = typer.Option("sink", "--specimen", help="sink (target trained with a BOS sink) | plain"),
+    specimen: str = typer.Option("smollm2", "--specimen",
+                                 help="smollm2 (the real pretrained target, natural sink) | sink | plain (tiny test models)"),
     suite: str = typer.Option("quick", "--suite", help="probe suite under probes/ (quick, long_code, ...)"),
     depth: int = typer.Option(8, "--depth"),
     max_new_tokens: int = typer.Option(32, "--max-new-tokens"),
     quiet: bool = typer.Option(False, "--quiet"),
 ):
-    """Capture EAGLE-3, EAGLE-3.1 and EAGLE-3 + norm_output on the bundled models; print the comparison."""
+    """Capture EAGLE-3, EAGLE-3.1 and EAGLE-3 + norm_output on the bundled drafters (default: the real target
+    SmolLM2-135M-Instruct, converted once on first use); print the comparison."""
     from .compare import Comparison
     from .demo import run_demo
     from .report import print_comparison

@@ -170,6 +170,21 @@ class Comparison:
                                  "acceptance": float(rates.loc[b]), "n": int((q == b).sum()), "spearman": rho})
         return pd.DataFrame(rows)
 
+    def heads(self) -> pd.DataFrame:
+        """The per-head table of every series (read on demand: it is the largest table)."""
+        return _frame(self.series, "heads")
+
+    def where(self) -> pd.DataFrame:
+        """Per series x depth: where heads look hardest (see where_attention) and how concentrated they are."""
+        from .where_attention import attention_targets
+
+        return attention_targets(self.heads(), self.rounds)
+
+    def top_positions(self, depth: int, k: int = 5) -> pd.DataFrame:
+        from .where_attention import top_positions
+
+        return top_positions(self.heads(), self.rounds, depth, k)
+
     def to_json(self, breakeven: float | None = None) -> dict:
         from .decay import any_beyond, context_curve, decay_table, window_split, windows
         from .metrics import ACCEPTANCE_DEFINITIONS
@@ -184,6 +199,8 @@ class Comparison:
             "long_context_decay": {"trend": rec(decay_table(self, breakeven)), "by_context": rec(context_curve(self))},
             "trained_window": {"windows": windows(self), "any_beyond": any_beyond(self),
                                "split": rec(window_split(self))},
+            "where_attention": {"by_depth": rec(self.where()), "top_positions": {
+                d: rec(self.top_positions(d)) for d in (1, self.depth)}},
             "acceptance_definitions": ACCEPTANCE_DEFINITIONS,
             "definitions": {
                 "drift_score": "mean self mass (draft + own slot attention) over depths 2..K",

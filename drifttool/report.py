@@ -139,3 +139,22 @@ def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool =
             t.add_row(_e(label), str(depth), *[_f(r[m], d=2) for m in rho.columns])
         c.print(t)
         c.print("Negative correlation: higher values go with more rejections. Binned rates: compare --json.")
+    print_where(c, cmp)
+
+
+def print_where(c: Console, cmp: Comparison) -> None:
+    """Where each head's largest weight sits, by depth: the drafter's own sinks, whatever they are."""
+    from .where_attention import CATEGORIES, DEFINITIONS
+
+    w = cmp.where()
+    if w.empty:
+        c.print("[yellow]note:[/yellow] where-attention statistics not recorded (trace from an older drifttool)")
+        return
+    t = Table(title="Where heads look hardest: share of head maxima by slot kind, mean max weight")
+    for col in ("series", "depth", *CATEGORIES, "max w", "n"):
+        t.add_column(col)
+    for _, r in w.iterrows():
+        t.add_row(_e(r.series), str(int(r.depth)), *[_f(r[k], d=2) for k in CATEGORIES], _f(r.max_prob, d=2),
+                  str(int(r.n)))
+    c.print(t)
+    c.print("; ".join(f"{k}: {DEFINITIONS[k]}" for k in CATEGORIES), emoji=False)

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# Regenerate sample_traces/ from the bundled zoo: for each target specimen (sink, plain) and probe suite,
-# EAGLE-3, EAGLE-3.1 and the what-if (EAGLE-3 weights with norm_output=true) in one capture, greedy,
-# depth 8 (the drafters were trained with a 4-step TTT unroll). Seed 0. Run only when models or schema change.
+# Regenerate sample_traces/ on the real target (SmolLM2-135M-Instruct) with the shipped drafters: for each
+# probe suite under probes/real, EAGLE-3, EAGLE-3.1 and the what-if (EAGLE-3 weights with norm_output=true)
+# in one capture, greedy, depth 8 (the drafters were trained with a 3-step TTT unroll), seed 0; plus a
+# teacher-forced capture of the long-code suite. Run only when the drafters or the trace schema change.
+# SUITES=... limits the suites; extra arguments go to every `drifttool capture`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DT=${DT:-.venv/bin/drifttool}
 DEPTH=${DEPTH:-8}
-for spec in ${SPECS:-sink plain}; do
-  M=drifttool/zoo/models/$spec
-  for suite in long_code agent_traces doc_qa short_chat; do
-    $DT capture --target $M/target \
-      --drafter eagle3=$M/eagle3 --drafter eagle3.1=$M/eagle3.1 --drafter "eagle3+norm_output=$M/eagle3?norm_output=true" \
-      --probes probes/$suite.jsonl --depth "$DEPTH" --max-new-tokens 48 --keep-rows 1 --seed 0 --quiet \
-      --out sample_traces/$spec-$suite.drift --overwrite "$@"
-  done
+T=$($DT zoo fetch smollm2)
+M=drifttool/zoo/models/smollm2
+D=(--drafter eagle3=$M/eagle3 --drafter eagle3.1=$M/eagle3.1 --drafter "eagle3+norm_output=$M/eagle3?norm_output=true")
+for suite in ${SUITES:-short_chat doc_qa agent_traces long_code}; do
+  $DT capture --target "$T" "${D[@]}" --probes probes/real/$suite.jsonl --depth "$DEPTH" --max-new-tokens 40 \
+    --keep-rows 2 --seed 0 --quiet --out sample_traces/smollm2-$suite.drift --overwrite "$@"
 done
+if [ -z "${SUITES:-}" ]; then
+  $DT capture --target "$T" "${D[@]}" --probes probes/real/long_code.jsonl --depth "$DEPTH" --max-new-tokens 40 \
+    --keep-rows 2 --seed 0 --quiet --mode teacher-forced --out sample_traces/smollm2-long_code-tf.drift --overwrite "$@"
+fi
 du -sh sample_traces

@@ -116,7 +116,10 @@ def test_rows_and_masses_equal_eager(target, nh, nkv, sink, mode):
             np.testing.assert_allclose(cap.attention(rec.round, j + 1), row.mean(0).numpy(), atol=ATOL, rtol=0)
             # region masses of every head
             exp = expected_masses(row, n, j, mask)
-            np.testing.assert_allclose(rc.heads[j], exp[:, :4], atol=ATOL, rtol=0)
+            np.testing.assert_allclose(rc.heads[j, :, :4], exp[:, :4], atol=ATOL, rtol=0)
+            # concentration: each head's largest weight and the slot it sits on
+            np.testing.assert_allclose(rc.heads[j, :, 4], row.max(-1).values.numpy(), atol=ATOL, rtol=0)
+            assert (rc.heads[j, :, 5] == row.argmax(-1).numpy()).all()
             prompt_mass = 1.0 - rc.heads[j, :, 0] - rc.heads[j, :, 1] - rc.heads[j, :, 2]
             np.testing.assert_allclose(prompt_mass, exp[:, 4], atol=ATOL, rtol=0)
         # depth 1 sits on a target-feature slot: self mass exactly 0
@@ -184,7 +187,7 @@ def test_uniform_attention_masses_are_slot_ratios(target):
             for j in range(K):
                 length = n + j  # visible slots of depth j+1
                 exp = [n_sink / length, max(j - 1, 0) / length, (1 if j >= 1 else 0) / length, math.log(length)]
-                np.testing.assert_allclose(rc.heads[j], np.tile(exp, (4, 1)), atol=1e-6, rtol=0,
+                np.testing.assert_allclose(rc.heads[j, :, :4], np.tile(exp, (4, 1)), atol=1e-6, rtol=0,
                                            err_msg=f"sink {s} round {rec.round} depth {j + 1}")
 
 

@@ -27,7 +27,10 @@ TABLES: dict[str, list[str]] = {
 # verify forward (NaN when teacher-forced), from time.perf_counter in loop.speculate.
 # depths.attn_window_start = the first slot the query could attend (> 0 only under a drafter sliding window; the
 # masses are over the visible slots, so sink positions before it count as zero mass).
-OPTIONAL: dict[str, list[str]] = {"rounds": ["draft_s", "verify_s"], "depths": ["attn_window_start"]}
+# heads.max_prob / heads.top_pos = the head's largest attention weight and the key slot holding it (slot t pairs
+# token t+1 with position t; slots >= the round's context_len are this chain's draft slots).
+OPTIONAL: dict[str, list[str]] = {"rounds": ["draft_s", "verify_s"], "depths": ["attn_window_start"],
+                                  "heads": ["max_prob", "top_pos"]}
 
 # Optional: sampled attention rows, one safetensors file per shard plus this index table.
 ROWS_INDEX = [*KEY, "context_len", "tensor", "slot_tokens"]

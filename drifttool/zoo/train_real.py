@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
+from ..checkpoint import save_drafter  # imported up front: a long run must not pick up later code edits
 from ..config import DrafterConfig
 from ..drafter import Eagle3Drafter
 from .train_drafter import VARIANTS
@@ -37,17 +38,17 @@ class RealArgs:
     out: str = "runs/real/drafters"
     target_dir: str = ""
     minutes: float = 60.0
-    lr: float = 6e-4
-    warmup_steps: int = 30
+    lr: float = 1e-3
+    warmup_steps: int = 10
     min_lr_frac: float = 0.1
     betas: tuple[float, float] = (0.9, 0.95)
     clip: float = 0.5
-    batch_tokens: int = 4096
+    batch_tokens: int = 2048
     ttt_steps: int = 3
     keep: float = 0.5  # fraction of slots scored per TTT step (lm_head + loss)
     loss_decay: float = 0.8
     seed: int = 0
-    ckpt_minutes: float = 6.0
+    ckpt_minutes: float = 10.0
     threads: int = 1
     hidden_size: int = 576
     num_attention_heads: int = 9
@@ -181,7 +182,8 @@ def lr_at(a: RealArgs, step: int, elapsed: float) -> float:
 
 
 @torch.no_grad()
-def evaluate(models: dict[str, Eagle3Drafter], held: Shards, e_draft, draft_ids, steps: int) -> dict[str, Any]:
+def evaluate(models: dict[str, Eagle3Drafter], held: Shards, e_draft, draft_ids, steps: int,
+             limit: int | None = None) -> dict[str, Any]:
     """Teacher-forced TTT on held-out conversations: per step, top-1 agreement with the target's argmax.
     Step 0's agreement is the greedy depth-1 acceptance rate on these positions (drafter inputs are target
     features there, exactly as in a real round)."""
@@ -189,7 +191,7 @@ def evaluate(models: dict[str, Eagle3Drafter], held: Shards, e_draft, draft_ids,
     for v, m in models.items():
         m.eval()
         acc = torch.zeros(steps, 4)
-        for row in held.rows:
+        for row in held.rows[:limit]:
             _, st = ttt_loss(m, held.get(row), e_draft, draft_ids, steps, 1.0)
             acc[: len(st)] += torch.tensor(st)
         m.train()
@@ -226,8 +228,6 @@ def export(models, out: Path, report: dict[str, Any]) -> None:
     """Both drafters in the speculators layout, bf16, without embed_tokens (drifttool and vLLM take the
     target's when a checkpoint has none), each with its report.json."""
     from safetensors.torch import load_file, save_file
-
-    from ..checkpoint import save_drafter
 
     for v, m in models.items():
         dst = out / v
@@ -287,7 +287,8 @@ def train(a: RealArgs, log=print) -> None:
 
     def checkpoint(final: bool = False) -> None:
         _save(work, models, opts, state)
-        ev = evaluate(models, held, e_draft, draft_ids, a.ttt_steps) if held.rows else {}
+        # intermediate checkpoints score 8 held-out conversations (cheap), the final one all of them
+        ev = evaluate(models, held, e_draft, draft_ids, a.ttt_steps, None if final else 8) if held.rows else {}
         curves.write(json.dumps({"step": state["step"], "eval": ev}) + "\n")
         curves.flush()
         common = {"target": "SmolLM2-135M-Instruct (Q4_1 de-quantised)", "steps": state["step"],

@@ -1,0 +1,73 @@
+"""Where the drafter's attention actually goes, whatever its sinks are.
+
+A fixed "first N positions" sink region can be empty for a drafter that has found other sinks. From two cheap
+per-head statistics every round records (`heads.max_prob`, the head's largest weight, and `heads.top_pos`,
+the key slot holding it) this module reports per series x depth: how concentrated heads are, and which kind of
+position they look at hardest — position 0 (the target's natural sink when the text starts there), the next
+few positions, the most recent context, the chain's own draft slots, or elsewhere in the prompt — plus the
+positions that most often hold the maximum. Traces written before these columns existed give an empty frame.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+RECENT = 16  # context slots counted as "recent" (the last 16 before the chain)
+EARLY = 4  # positions 1..3 are "early" (StreamingLLM keeps 4 sink tokens)
+CATEGORIES = ("pos0", "early", "recent", "self", "other")
+DEFINITIONS = {
+    "pos0": "key slot 0 (the first token of the text: the target's natural sink)",
+    "early": f"key slots 1..{EARLY - 1}",
+    "recent": f"the last {RECENT} context slots before the chain (not early)",
+    "self": "this chain's own draft slots (inputs of depths 2..K)",
+    "other": "any other prompt slot",
+    "max_prob": "the head's largest attention weight (1 = one-hot)",
+}
+
+
+def categorise(top_pos: np.ndarray, context_len: np.ndarray) -> np.ndarray:
+    """Category of each argmax slot, given the round's context length n (slots >= n are draft slots)."""
+    t, n = np.asarray(top_pos), np.asarray(context_len)
+    out = np.full(t.shape, "other", dtype=object)
+    out[(t >= n - RECENT) & (t < n)] = "recent"
+    out[(t >= 1) & (t < EARLY)] = "early"
+    out[t == 0] = "pos0"
+    out[t >= n] = "self"
+    return out
+
+
+def _with_context(heads: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataFrame | None:
+    if heads.empty or "top_pos" not in heads or "max_prob" not in heads:
+        return None
+    keys = [c for c in ("series", "drafter", "prompt_id", "round") if c in heads and c in rounds]
+    h = heads.merge(rounds[[*keys, "context_len"]], on=keys, how="left")
+    return h.assign(where=categorise(h["top_pos"].to_numpy(), h["context_len"].to_numpy()))
+
+
+def attention_targets(heads: pd.DataFrame, rounds: pd.DataFrame, by: tuple[str, ...] = ("series",)) -> pd.DataFrame:
+    """Per group x depth: share of (round, head) maxima in each category, mean max_prob, n (head-rounds)."""
+    h = _with_context(heads, rounds)
+    if h is None:
+        return pd.DataFrame()
+    keys = [*by, "depth"]
+    share = pd.crosstab([h[k] for k in keys], h["where"], normalize="index")
+    share = share.reindex(columns=list(CATEGORIES), fill_value=0.0)
+    stats = h.groupby(keys).agg(max_prob=("max_prob", "mean"), n=("max_prob", "size"))
+    return share.join(stats).reset_index()
+
+
+def top_positions(heads: pd.DataFrame, rounds: pd.DataFrame, depth: int, k: int = 5,
+                  by: tuple[str, ...] = ("series",)) -> pd.DataFrame:
+    """The k key slots (relative to the chain: 'pos 3', 'ctx-1' = last context slot, 'draft+0' = first draft
+    slot) that most often hold a head's maximum at one depth, with their share."""
+    h = _with_context(heads, rounds)
+    if h is None:
+        return pd.DataFrame()
+    h = h[h["depth"] == depth]
+    t, n = h["top_pos"].to_numpy(), h["context_len"].to_numpy()
+    label = np.where(t >= n, "draft+" + (t - n).astype(str),
+                     np.where(t >= n - RECENT, "ctx-" + (n - t).astype(str), "pos " + t.astype(str)))
+    h = h.assign(slot=label)
+    out = (h.groupby([*by, "slot"]).size() / h.groupby(list(by)).size()).rename("share").reset_index()
+    return out.sort_values([*by, "share"], ascending=[True] * len(by) + [False]).groupby(list(by)).head(k)

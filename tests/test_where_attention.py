@@ -1,0 +1,38 @@
+"""Where heads look hardest: argmax slots categorised against the round's context length, shares per depth."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from drifttool.where_attention import attention_targets, categorise, top_positions
+
+
+def test_categorise_boundaries():
+    n = np.full(7, 100)
+    t = np.array([0, 1, 3, 4, 84, 99, 100])
+    assert list(categorise(t, n)) == ["pos0", "early", "early", "other", "recent", "recent", "self"]
+    # a short context: early wins over recent, pos0 over both
+    assert list(categorise(np.array([0, 2, 5]), np.array([6, 6, 6]))) == ["pos0", "early", "recent"]
+
+
+def test_shares_and_top_positions():
+    rounds = pd.DataFrame({"series": "s", "drafter": "d", "prompt_id": "p", "round": [0, 1], "context_len": [50, 60]})
+    heads = pd.DataFrame({
+        "series": "s", "drafter": "d", "prompt_id": "p", "round": [0, 0, 1, 1, 0, 0, 1, 1],
+        "depth": [1, 1, 1, 1, 2, 2, 2, 2], "head": [0, 1] * 4,
+        "max_prob": [1.0, 0.5, 0.9, 0.7, 0.2, 0.4, 0.6, 0.8],
+        "top_pos": [0, 0, 0, 59, 50, 51, 60, 3],
+    })
+    w = attention_targets(heads, rounds).set_index("depth")
+    assert w.loc[1, "pos0"] == 0.75 and w.loc[1, "recent"] == 0.25 and w.loc[1, "n"] == 4
+    assert w.loc[2, "self"] == 0.75 and w.loc[2, "early"] == 0.25
+    np.testing.assert_allclose(w.loc[1, "max_prob"], 0.775)
+    top = top_positions(heads, rounds, depth=1)
+    assert top.iloc[0].slot == "pos 0" and top.iloc[0].share == 0.75 and top.iloc[1].slot == "ctx-1"
+
+
+def test_old_traces_without_columns_give_empty():
+    rounds = pd.DataFrame({"drafter": "d", "prompt_id": "p", "round": [0], "context_len": [5]})
+    heads = pd.DataFrame({"drafter": "d", "prompt_id": "p", "round": [0], "depth": [1], "head": [0]})
+    assert attention_targets(heads, rounds).empty
