@@ -229,11 +229,11 @@ class LiveCapture:
                     "dtype": str(self.drafter.fc.weight.dtype), "device": str(self.drafter.fc.weight.device),
                     "probes": {"path": "live", "n_prompts": self._n}}
         man = build_manifest(self.target, None, {self.name: self.drafter}, settings, {"source": "notebook live capture"})
-        w = TraceWriter(path, man, overwrite=overwrite)
-        for i in range(len(self.results)):
-            w.add(self._tables["rounds"][i]["prompt_id"].iloc[0] if len(self._tables["rounds"][i]) else f"live-{i}",
-                  {k: v[i] for k, v in self._tables.items() if k != "rows_index"})
-        w.finish()
+        with TraceWriter(path, man, overwrite=overwrite) as w:
+            for i in range(len(self.results)):
+                w.add(self._tables["rounds"][i]["prompt_id"].iloc[0] if len(self._tables["rounds"][i]) else f"live-{i}",
+                      {k: v[i] for k, v in self._tables.items() if k != "rows_index"})
+            w.finish()
         return w.path
 
 

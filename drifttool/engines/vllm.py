@@ -559,20 +559,20 @@ def run_capture_vllm(
                      "draft queries against the round's final key cache (no L x L maps); acceptance from vLLM",
     }
     manifest = build_manifest(info, str(target), models, capture_settings, extra_manifest)
-    writer = TraceWriter(out, manifest, resume=resume, overwrite=overwrite)
-    work = [(d, [p for p in suite if f"{d.name}:{p.id}" not in writer.done]) for d in drafters]
-    from ..progress import progress_bar
+    with TraceWriter(out, manifest, resume=resume, overwrite=overwrite) as writer:  # lock released on any exit
+        work = [(d, [p for p in suite if f"{d.name}:{p.id}" not in writer.done]) for d in drafters]
+        from ..progress import progress_bar
 
-    with _sigterm_as_interrupt(), progress_bar(sum(len(t) for _, t in work), len(models), enabled=progress) as bar:
-        for spec, todo in work:
-            if todo:
-                _run_drafter(vllm, SamplingParams, writer, bar, info, str(target), spec, models[spec.name],
-                             plans[spec.name][0], todo, depth, max_new_tokens, vdtype, sink, seed, keep_rows,
-                             temperature, user_kw, device)
-                gc.collect()
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
-    writer.finish()
+        with _sigterm_as_interrupt(), progress_bar(sum(len(t) for _, t in work), len(models), enabled=progress) as bar:
+            for spec, todo in work:
+                if todo:
+                    _run_drafter(vllm, SamplingParams, writer, bar, info, str(target), spec, models[spec.name],
+                                 plans[spec.name][0], todo, depth, max_new_tokens, vdtype, sink, seed, keep_rows,
+                                 temperature, user_kw, device)
+                    gc.collect()
+                    if torch.cuda.is_available():
+                        torch.cuda.empty_cache()
+        writer.finish()
     return writer.path
 
 
