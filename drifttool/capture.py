@@ -16,13 +16,14 @@ from typing import Any
 import pandas as pd
 import torch
 
+from .argcheck import run_settings
 from .checkpoint import load_drafter
 from .drafter import Eagle3Drafter
 from .errors import DriftError
 from .hooks import Capture
 from .identity import flat_identity, folder_weights, module_weights
 from .loop import MODES, _check_prompt, speculate, teacher_forcing_data
-from .probes import Probe, load_suite
+from .probes import Probe, check_text_length, load_suite
 from .records import prompt_tables, row_samples
 from .sinks import SinkSpec
 from .target import Target, load_target
@@ -179,10 +180,11 @@ def build_manifest(target: Target, target_path: str | None, models: dict[str, Ea
     return m
 
 
-def check_run_args(depth: int, drafters: list[DrafterSpec], device: str) -> None:
+def check_run_args(depth: int, drafters: list[DrafterSpec], device: str, max_new_tokens: int = 1,
+                   temperature: float = 0.0, seed: int = 0, keep_rows: int = 0, limit: int | None = None,
+                   sink: SinkSpec | None = None) -> None:
     """Argument checks shared by every engine, done before anything is loaded or written."""
-    if depth < 1:
-        raise DriftError(f"--depth: {depth} is invalid; expected a speculation depth >= 1")
+    run_settings(depth, max_new_tokens, temperature, seed, keep_rows, limit, sink)
     if not drafters:
         raise DriftError("--drafter: give at least one drafter checkpoint folder")
     names = [d.name for d in drafters]
@@ -230,7 +232,7 @@ def run_capture(
     extra_manifest: dict[str, Any] | None = None,
 ) -> Path:
     """Capture every probe with every drafter into the trace `out`; returns its path."""
-    check_run_args(depth, drafters, device)
+    check_run_args(depth, drafters, device, max_new_tokens, temperature, seed, keep_rows, limit, sink)
     if mode not in MODES:  # checked before anything is loaded or written (speculate checks too late for that)
         raise DriftError(f"--mode: {mode!r}; expected one of {', '.join(MODES)}")
     if mode == "teacher-forced" and temperature > 0:
@@ -247,6 +249,7 @@ def run_capture(
     token_ids = {}  # every probe checked before anything is written; the error names the file and the probe
     for probe in suite:
         try:
+            check_text_length(probe, tgt, max_new_tokens + depth + 1)
             ids = probe.tokens(tgt)
             _check_prompt(ids, tgt, len(ids) + (probe.max_new_tokens or max_new_tokens) + depth + 1)
         except DriftError as e:

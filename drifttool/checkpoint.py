@@ -14,6 +14,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from .cfgcheck import aux_ids, pos_float, pos_int, rope_scaling, strict_bool
 from .config import FLAG_NAMES, DrafterConfig
 from .drafter import Eagle3Drafter
 from .dtypes import parse_dtype
@@ -50,23 +51,17 @@ def detect_layout(cfg: dict[str, Any], keys: set[str] | None = None) -> str:
     )
 
 
-def _rope(layer: dict[str, Any], where: Path) -> tuple[float, dict | None, str]:
+def _rope(layer: dict[str, Any], where: str) -> tuple[float, dict | None, str]:
     """rope_theta / rope_scaling (v4) or rope_parameters (v5); the draft config's own values."""
     params = layer.get("rope_parameters")
     if isinstance(params, dict):
-        theta = float(params.get("rope_theta", layer.get("rope_theta", 10000.0)))
+        theta = pos_float(params if "rope_theta" in params else layer, "rope_theta", where, 10000.0)
         kind = params.get("rope_type", "default")
         scaling = None if kind == "default" else {k: v for k, v in params.items() if k != "rope_theta"}
-        return theta, scaling, "rope_parameters"
+        return theta, rope_scaling(scaling, where), "rope_parameters"
     if "rope_theta" in layer:
-        return float(layer["rope_theta"]), layer.get("rope_scaling"), "rope_theta"
-    return 10000.0, layer.get("rope_scaling"), "absent (default 10000)"
-
-
-def _need(d: dict[str, Any], key: str, where: str) -> Any:
-    if key not in d or d[key] is None:
-        raise DriftError(f"{where}: missing required field {key!r}")
-    return d[key]
+        return pos_float(layer, "rope_theta", where, 10000.0), rope_scaling(layer.get("rope_scaling"), where), "rope_theta"
+    return 10000.0, rope_scaling(layer.get("rope_scaling"), where), "absent (default 10000)"
 
 
 def normalise_config(raw: dict[str, Any], path: Path, target: Target | None) -> DrafterConfig:
@@ -82,14 +77,18 @@ def normalise_config(raw: dict[str, Any], path: Path, target: Target | None) -> 
     else:
         layer, top, layer_where = raw, raw, where
     eagle = raw.get("eagle_config") if layout == "nvidia" else {}
-    h = int(_need(layer, "hidden_size", layer_where))
-    nh = int(_need(layer, "num_attention_heads", layer_where))
-    nkv = int(layer.get("num_key_value_heads") or nh)
-    hd = int(layer.get("head_dim") or h // nh)
-    inter = int(_need(layer, "intermediate_size", layer_where))
-    vocab = int(_need(layer, "vocab_size", layer_where))
-    dvocab = int(top.get("draft_vocab_size") or layer.get("draft_vocab_size") or vocab)
-    ht = top.get("target_hidden_size") or layer.get("target_hidden_size")
+    h = pos_int(layer, "hidden_size", layer_where)
+    nh = pos_int(layer, "num_attention_heads", layer_where)
+    nkv = pos_int(layer, "num_key_value_heads", layer_where, default=nh)
+    hd = pos_int(layer, "head_dim", layer_where, default=h // nh)
+    inter = pos_int(layer, "intermediate_size", layer_where)
+    vocab = pos_int(layer, "vocab_size", layer_where)
+    dvocab = pos_int(top if top.get("draft_vocab_size") is not None else layer, "draft_vocab_size", where,
+                     default=vocab)
+    if dvocab > vocab:
+        raise DriftError(f"{where}: draft_vocab_size {dvocab} exceeds vocab_size {vocab} (the target vocabulary)")
+    ht = pos_int(top if top.get("target_hidden_size") is not None else layer, "target_hidden_size", where,
+                 default=None)
     if ht is None:
         # SafeAILab/vLLM size fc from hidden_size when target_hidden_size is absent; a target of another
         # width is then reported by _check_target rather than as an fc.weight shape mismatch.
@@ -106,21 +105,21 @@ def normalise_config(raw: dict[str, Any], path: Path, target: Target | None) -> 
             )
         aux = default_aux_layer_ids(target.num_layers)
         assumptions["aux_layer_ids"] = f"absent: vLLM default {aux} for a {target.num_layers}-layer target"
-    theta, scaling, rope_src = _rope(layer, path)
+    theta, scaling, rope_src = _rope(layer, layer_where)
     assumptions["rope"] = f"from {rope_src}"
 
     def flag(name: str, default: bool, note: str) -> bool:
         for src in (top, layer, eagle or {}):
             if name in src and src[name] is not None:
-                return bool(src[name])
+                return strict_bool(src[name], name, where)
         assumptions[name] = note
         return default
 
     cfg = DrafterConfig(
         hidden_size=h, num_attention_heads=nh, num_key_value_heads=nkv, head_dim=hd, intermediate_size=inter,
-        vocab_size=vocab, draft_vocab_size=dvocab, target_hidden_size=ht, aux_layer_ids=[int(i) for i in aux],
-        rms_norm_eps=float(layer.get("rms_norm_eps", 1e-6)), rope_theta=theta, rope_scaling=scaling,
-        max_position_embeddings=int(layer.get("max_position_embeddings", 2048)),
+        vocab_size=vocab, draft_vocab_size=dvocab, target_hidden_size=ht, aux_layer_ids=aux_ids(aux, where),
+        rms_norm_eps=pos_float(layer, "rms_norm_eps", layer_where, 1e-6), rope_theta=theta, rope_scaling=scaling,
+        max_position_embeddings=pos_int(layer, "max_position_embeddings", layer_where, default=2048),
         hidden_act=str(layer.get("hidden_act", "silu")),
         fc_norm=flag("fc_norm", False, "absent: false"),
         norm_before_fc=flag("norm_before_fc", False, "absent: false"),
@@ -211,6 +210,7 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
             )
         raise DriftError(f"{path}: no *.safetensors weights found")
     out: dict[str, torch.Tensor] = {}
+    seen: dict[str, Path] = {}
     for f in files:
         if f.stat().st_size == 0:
             raise DriftError(f"{f}: empty file (expected safetensors weights)")
@@ -219,7 +219,11 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
         except (SafetensorError, OSError, ValueError, RuntimeError) as e:
             raise DriftError(f"{f}: corrupt safetensors file ({str(e).splitlines()[0]})") from None
         for k, v in part.items():
-            out[_canonical(k)] = v
+            key = _canonical(k)
+            if key in out:
+                raise DriftError(f"{f}: tensor {k!r} is also in {seen[key].name} (as {key!r}); a tensor may be given "
+                                 "once (which copy is meant?)")
+            out[key], seen[key] = v, f
     return out
 
 
@@ -254,6 +258,12 @@ def validate(cfg: DrafterConfig, sd: dict[str, torch.Tensor], path: Path) -> Non
         tgt = torch.arange(cfg.draft_vocab_size) + sd["d2t"].long()
         if tgt.min() < 0 or tgt.max() >= cfg.vocab_size:
             raise DriftError(f"{path}: 'd2t' maps draft ids outside the target vocabulary [0, {cfg.vocab_size})")
+        uniq, counts = torch.unique(tgt, return_counts=True)
+        if len(uniq) < len(tgt):
+            tok = int(uniq[counts > 1][0])
+            ids = (tgt == tok).nonzero()[:, 0].tolist()
+            raise DriftError(f"{path}: 'd2t' maps draft ids {ids[:3]} all to target token {tok}; a draft vocabulary "
+                             "maps one-to-one into the target's")
 
 
 def load_drafter(

@@ -29,18 +29,21 @@ class Series:
     drafter: str
 
 
-def check_distinct(traces: list[TraceData]) -> None:
-    """The same trace twice (one folder given twice, or an unchanged copy) would count its data twice."""
+def check_distinct(traces: list[TraceData]) -> list[str]:
+    """One folder given twice would count its data twice: refused. An unchanged copy (same trace id and shards)
+    is a note: it is another series, under its own label."""
     seen: dict = {}
+    notes = []
     for t in traces:
-        for key in (("path", t.path.resolve()),
-                    ("copy", t.manifest.get("trace_id"), json.dumps(t.manifest["shards"], sort_keys=True))):
-            if key[1] is None:
-                continue
-            if key in seen:
-                what = "given twice" if key[0] == "path" else f"an unchanged copy of {seen[key].path}"
-                raise DriftError(f"{t.path}: the same trace as {seen[key].path} ({what}); give each trace once")
-            seen[key] = t
+        where = t.path.resolve()
+        if where in seen:
+            raise DriftError(f"{t.path}: the same trace as {seen[where].path} (given twice); give each trace once")
+        seen[where] = t
+        copy = ("copy", t.manifest.get("trace_id"), json.dumps(t.manifest["shards"], sort_keys=True))
+        if copy[1] is not None and copy in seen:
+            notes.append(f"{t.path}: an unchanged copy of {seen[copy].path} (same trace id and shards)")
+        seen.setdefault(copy, t)
+    return notes
 
 
 def trace_labels(traces: list[TraceData]) -> list[str]:
@@ -112,6 +115,7 @@ class Comparison:
     def of(cls, traces: list[TraceData]) -> Comparison:
         notes = check_compatible(traces)
         ser = series_of(traces)
+        notes += check_distinct(traces)
         rounds = _frame(ser, "rounds")
         notes += [f"{s.label}: no drafted rounds in {s.trace.path.name} (empty trace, or every prompt ended before "
                   "a round, e.g. max_new_tokens 1); its tables are empty" for s in ser

@@ -107,4 +107,5 @@ def identity_diff(old: dict[str, Any], new: dict[str, Any]) -> str | None:
 
     first = diff[0]
     more = f" (and {len(diff) - 1} more: {', '.join(diff[1:4])}{', ...' if len(diff) > 4 else ''})" if len(diff) > 1 else ""
-    return (f"differs from the trace in {first}: trace {short(a.get(first))}, now {short(b.get(first))}{more}")
+    return (f"the trace was captured with different settings or weights: {first} is {short(a.get(first))} there, "
+            f"{short(b.get(first))} now{more}")

@@ -518,7 +518,7 @@ def run_capture_vllm(
 
     One vLLM engine per drafter (vLLM serves one drafter at a time); shards are keyed `DRAFTER:PROMPT`.
     `device`/`dtype` apply to vLLM (dtype) and to the replay drafter (device, dtype)."""
-    check_run_args(depth, drafters, device)
+    check_run_args(depth, drafters, device, max_new_tokens, temperature, seed, keep_rows, limit, sink)
     if mode != "generate":
         raise DriftError(f"--mode {mode}: the vllm engine runs vLLM's own loop; only --mode generate")
     if not isinstance(target, (str, Path)):
