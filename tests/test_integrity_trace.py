@@ -82,6 +82,23 @@ def test_rows_of_another_prompt_in_a_shard(tmp_path, capsys):
     one_line_error(["compare", t], capsys, "depths/part-00001.parquet", "prompt 'p0'", "does not list")
 
 
+def test_vllm_shard_keys(tmp_path):
+    """The vllm engine keys shards DRAFTER:PROMPT while rows hold the bare prompt id: both read; a row of an
+    unlisted prompt is still refused."""
+    src = synth(tmp_path / "src.drift")
+    tabs = {n: read_table(src, n) for n in ("rounds", "depths")}
+    man = {"capture": {"depth": 3, "vllm": {"shard_key": "DRAFTER:PROMPT"}}, "drafters": [{"name": "e3"}],
+           "target": {}, "identity": {}}
+    with TraceWriter(tmp_path / "v.drift", man) as w:
+        for p in ("p0", "p1"):
+            w.add(f"e3:{p}", {n: t[t.prompt_id == p] for n, t in tabs.items()})
+        w.finish()
+    assert len(read_table(tmp_path / "v.drift", "depths")) == len(tabs["depths"])
+    shutil.copyfile(tmp_path / "v.drift" / "depths" / "part-00000.parquet", tmp_path / "v.drift" / "depths" / "part-00001.parquet")
+    with pytest.raises(DriftError, match="prompt 'p0'"):
+        read_table(tmp_path / "v.drift", "depths")
+
+
 @pytest.mark.parametrize("dup", ["shard", "prompt"])
 def test_shard_listed_twice(tmp_path, capsys, dup):
     t = synth(tmp_path / "x.drift")

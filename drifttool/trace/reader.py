@@ -77,6 +77,16 @@ def shard_file(root: Path, table: str, index: int, ext: str = "parquet") -> Path
     return f
 
 
+def shard_prompts(m: dict[str, Any], shard: dict[str, Any]) -> list[str] | None:
+    """The prompt ids a shard's rows may hold: its listed prompts, less the `DRAFTER:` prefix of the vLLM
+    engine's shard keys."""
+    prompts, engine = shard.get("prompts"), m["capture"].get("vllm")
+    if prompts is None or not isinstance(engine, dict) or engine.get("shard_key") != "DRAFTER:PROMPT":
+        return prompts
+    names = [d["name"] for d in m["drafters"]]
+    return [p[len(n) + 1:] for p in prompts for n in names if p.startswith(n + ":")]
+
+
 def _is(value: Any, typ: type) -> bool:
     return isinstance(value, typ) and not (typ is int and isinstance(value, bool))
 
@@ -157,7 +167,7 @@ def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns:
         f = shard_file(p, name, s["index"])
         if not f.is_file():
             raise DriftError(f"{f}: missing (table {name!r} of shard {s['index']}); the trace is damaged")
-        files.append((f, s.get("prompts")))
+        files.append((f, shard_prompts(m, s)))
     depth = m["capture"].get("depth")
     counts: list[dict[str, int]] = [{} for _ in files]  # one per shard: the pool's threads share nothing
     # many small shards: per-file overhead dominates, and Arrow releases the GIL while decoding
@@ -233,7 +243,7 @@ class TraceData:
             if not f.is_file():
                 raise DriftError(f"{f}: missing (sampled-rows index of shard {s['index']}); the trace is damaged")
             try:
-                t = _read_shard(f, "rows_index", ROWS_INDEX, prompts=s.get("prompts")).to_pandas()
+                t = _read_shard(f, "rows_index", ROWS_INDEX, prompts=shard_prompts(self.manifest, s)).to_pandas()
             except (pa.ArrowException, ValueError) as e:  # ValueError: e.g. undecodable strings
                 raise DriftError(f"{f}: corrupt Parquet ({str(e).splitlines()[0]})") from None
             t["shard"] = s["index"]
