@@ -186,6 +186,20 @@ def test_same_trace_twice_is_refused(tmp_path, capsys):
         dt.compare_many([a, a])
 
 
+def test_dashboard_given_one_trace_twice(dash_traces, monkeypatch):
+    """The same folder twice on the dashboard's command line: shown once, one error line, pages work."""
+    pytest.importorskip("streamlit")
+    from streamlit.testing.v1 import AppTest
+
+    a = str(dash_traces["a"])
+    monkeypatch.setattr(sys, "argv", [str(APP / "dashboard.py"), a, a])
+    at = AppTest.from_file(str(APP / "dashboard.py"), default_timeout=120)
+    at.run()
+    assert not at.exception and [e.value for e in at.error] == [f"Trace skipped: {a}: given twice; shown once"]
+    at.switch_page("app_pages/overview.py").run()
+    assert not at.exception and not at.error[1:]
+
+
 # --- 9: a reader without drifttool never sees uncommitted rows, even after kill -9 -------------------------------
 
 def test_kill_at_every_step_of_a_commit(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ import pandas as pd
 from ..errors import DriftError
 from ..jsonfile import read_json_object
 from .schema import KEY, ROWS_INDEX, SCHEMA_VERSION, TABLES
-from .validate import check_shard, nonfinite_note
+from .validate import check_prompts, check_types, check_values, nonfinite_note
 
 
 def read_manifest(path) -> dict[str, Any]:
@@ -148,7 +148,10 @@ def _read_shard(f: Path, name: str, required: list[str], columns: list[str] | No
                                                        or c in KEY and part.column(c).null_count)]
     if nulls:
         raise DriftError(f"{f}: columns {nulls} hold nulls (table {name!r})")
-    check_shard(f, name, part, part.column_names, prompts, depth, {} if nonfinite is None else nonfinite)
+    check_types(f, name, part)
+    check_prompts(f, part, prompts)
+    if nonfinite is not None:  # a lone shard (rows_index): its values here; tables: once, concatenated
+        check_values(f, name, part, depth, nonfinite)
     return part
 
 
@@ -169,19 +172,27 @@ def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns:
             raise DriftError(f"{f}: missing (table {name!r} of shard {s['index']}); the trace is damaged")
         files.append((f, shard_prompts(m, s)))
     depth = m["capture"].get("depth")
-    counts: list[dict[str, int]] = [{} for _ in files]  # one per shard: the pool's threads share nothing
     # many small shards: per-file overhead dominates, and Arrow releases the GIL while decoding
     with ThreadPoolExecutor(max_workers=4) as pool:
-        parts = list(pool.map(lambda i: _read_shard(files[i][0], name, columns or TABLES[name], columns,
-                                                    files[i][1], depth, counts[i]), range(len(files))))
-    if nonfinite is not None:
-        for c in counts:
-            for k, v in c.items():
-                nonfinite[k] = nonfinite.get(k, 0) + v
+        parts = list(pool.map(lambda fp: _read_shard(fp[0], name, columns or TABLES[name], columns, fp[1]), files))
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in (columns or TABLES[name])})
     try:
-        df = pa.concat_tables(parts, promote_options="default").to_pandas()
+        tbl = pa.concat_tables(parts, promote_options="default")
+    except (pa.ArrowException, ValueError) as e:
+        raise DriftError(f"{p / name}: shards are corrupt or have incompatible columns ({str(e).splitlines()[0]})") from None
+    counts: dict[str, int] = {}
+    try:
+        check_values(p / name, name, tbl, depth, counts)  # once over all shards; on failure, find the shard
+    except DriftError:
+        for (f, _), part in zip(files, parts):
+            check_values(f, name, part, depth, {})
+        raise
+    if nonfinite is not None:
+        for k, v in counts.items():
+            nonfinite[k] = nonfinite.get(k, 0) + v
+    try:
+        df = tbl.to_pandas()
     except (pa.ArrowException, ValueError) as e:
         raise DriftError(f"{p / name}: shards are corrupt or have incompatible columns ({str(e).splitlines()[0]})") from None
     need = [c for c in (columns or TABLES[name]) if c not in df.columns]
@@ -243,7 +254,8 @@ class TraceData:
             if not f.is_file():
                 raise DriftError(f"{f}: missing (sampled-rows index of shard {s['index']}); the trace is damaged")
             try:
-                t = _read_shard(f, "rows_index", ROWS_INDEX, prompts=shard_prompts(self.manifest, s)).to_pandas()
+                t = _read_shard(f, "rows_index", ROWS_INDEX, prompts=shard_prompts(self.manifest, s),
+                                depth=self.manifest["capture"].get("depth"), nonfinite={}).to_pandas()
             except (pa.ArrowException, ValueError) as e:  # ValueError: e.g. undecodable strings
                 raise DriftError(f"{f}: corrupt Parquet ({str(e).splitlines()[0]})") from None
             t["shard"] = s["index"]

@@ -66,42 +66,58 @@ def _range(table: str, col: str, depth: int | None) -> tuple[float | None, float
     return None, None
 
 
-def check_shard(f: Path, table: str, part: pa.Table, cols: list[str], prompts: list[str] | None,
-                depth: int | None, nonfinite: dict[str, int]) -> None:
-    """Types, nulls and ranges of `cols` in one shard; counts NaN/inf of the lenient float columns into
-    `nonfinite` (table.column -> count). `prompts`: the prompt ids the manifest lists for this shard."""
-    for c in cols:
-        if c not in part.column_names:
-            continue
+def check_types(f: Path, table: str, part: pa.Table) -> None:
+    """Column types of one shard, and no nulls outside the float columns (checked per file: cheap, schema only)."""
+    for c in part.column_names:
         col, kind = part.column(c), _kind(table, c)
         if not _type_ok(kind, col.type):
             raise DriftError(f"{f}: column {c!r} is stored as {col.type}; expected {kind} (table {table!r})")
-        if kind == "float":  # pandas writes NaN as null: both are "no value" here
-            bad = col.null_count
-            col = col.drop_null()
-            if pa.types.is_floating(col.type):
-                bad += len(col) - (pc.sum(pc.is_finite(col)).as_py() or 0)
-                col = pc.filter(col, pc.is_finite(col))
-            if bad and c in FINITE:
-                raise DriftError(f"{f}: column {c!r} holds {bad} NaN/inf/null values (table {table!r}); "
-                                 "the capture produced no valid measurement there; re-capture")
-            if bad:
-                nonfinite[f"{table}.{c}"] = nonfinite.get(f"{table}.{c}", 0) + bad
-        elif col.null_count:
+        if kind != "float" and col.null_count:
             raise DriftError(f"{f}: column {c!r} holds {col.null_count} nulls (table {table!r})")
-        if kind not in ("int", "float") or not len(col):
-            continue
-        lo, hi = _range(table, c, depth)
-        mm = pc.min_max(col).as_py()
-        if (lo is not None and mm["min"] < lo) or (hi is not None and mm["max"] > hi):
-            want = f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
-            raise DriftError(f"{f}: column {c!r} has values in [{mm['min']}, {mm['max']}]; expected {want} "
-                             f"(table {table!r})")
+
+
+def check_prompts(f: Path, part: pa.Table, prompts: list[str] | None) -> None:
+    """A shard holds rows of the prompts the manifest lists for it only (a file copied over another does not)."""
     if prompts is not None and "prompt_id" in part.column_names and part.num_rows:
         extra = sorted(set(pc.unique(part.column("prompt_id")).to_pylist()) - set(prompts))
         if extra:
             raise DriftError(f"{f}: rows of prompt {extra[0]!r}, which the manifest does not list for this shard "
                              f"(it lists {prompts}); the trace is damaged")
+
+
+def check_values(f: Path, table: str, tbl: pa.Table, depth: int | None, nonfinite: dict[str, int]) -> None:
+    """Value ranges of a (concatenated or single-shard) table; NaN/inf/null of the lenient float columns are
+    counted into `nonfinite` (table.column -> count), of the strict ones refused."""
+    if not tbl.num_rows:
+        return
+    for c in tbl.column_names:
+        col, kind = tbl.column(c), _kind(table, c)
+        if kind not in ("int", "float"):
+            continue
+        if kind == "float":  # pandas writes NaN as null: both are "no value" here
+            bad = col.null_count
+            col = col.drop_null()
+            if pa.types.is_floating(col.type):
+                fin = pc.is_finite(col)
+                n_fin = pc.sum(fin).as_py() or 0
+                if n_fin < len(col):
+                    bad += len(col) - n_fin
+                    col = pc.filter(col, fin)
+            if bad and c in FINITE:
+                raise DriftError(f"{f}: column {c!r} holds {bad} NaN/inf/null values (table {table!r}); "
+                                 "the capture produced no valid measurement there; re-capture")
+            if bad:
+                nonfinite[f"{table}.{c}"] = nonfinite.get(f"{table}.{c}", 0) + bad
+            if not len(col):
+                continue
+        lo, hi = _range(table, c, depth)
+        if lo is None and hi is None:
+            continue
+        mm = pc.min_max(col).as_py()
+        if (lo is not None and mm["min"] < lo) or (hi is not None and mm["max"] > hi):
+            want = f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
+            raise DriftError(f"{f}: column {c!r} has values in [{mm['min']}, {mm['max']}]; expected {want} "
+                             f"(table {table!r})")
 
 
 def nonfinite_note(path: Path, counts: dict[str, Any]) -> str | None:
