@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import DriftError
+
+if TYPE_CHECKING:
+    from .sinks import SinkSpec
 
 
 def is_int(v: Any) -> bool:
@@ -30,7 +33,7 @@ def need_number(name: str, v: Any, minimum: float, what: str = "") -> float:
     return float(v)
 
 
-def need_sink(v: Any, name: str = "sink"):
+def need_sink(v: Any, name: str = "sink") -> SinkSpec:
     from .sinks import SinkSpec
 
     if v is not None and not isinstance(v, SinkSpec):

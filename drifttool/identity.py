@@ -93,7 +93,7 @@ def flat_identity(manifest: dict[str, Any], extra_keys: list[str]) -> dict[str, 
 
 def identity_diff(old: dict[str, Any], new: dict[str, Any]) -> str | None:
     """None when `new` may be appended to the trace `old`; else one phrase naming what differs."""
-    a, b = old.get("identity"), new.get("identity")
+    a, b = old.get("identity"), new.get("identity") or {}
     if not isinstance(a, dict):
         return ("manifest.json has no 'identity' (written by an older drifttool), so the weights and settings "
                 "it was captured with cannot be checked")

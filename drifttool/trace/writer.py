@@ -9,6 +9,7 @@ process dies) keeps a second writer out in every mode (new, --resume, --overwrit
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import json
 import os
@@ -182,7 +183,7 @@ class TraceWriter:
         name = f"part-{idx:05d}"
         staged = self._stage(name, tables, rows)
         n_rounds = int(len(tables["rounds"])) if "rounds" in tables else 0
-        before = json.loads(json.dumps(self.manifest))
+        before = copy.deepcopy(self.manifest)
         self.manifest["shards"].append({"index": idx, "prompts": [prompt_id], "rounds": n_rounds,
                                         "rows": bool(rows)})
         self.manifest["prompts_done"].append(prompt_id)
