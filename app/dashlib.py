@@ -92,7 +92,7 @@ def load_traces() -> list[tuple[str, float]]:
     keys = []
     for p in trace_paths():
         k = _key(p)
-        err = _check(*k)
+        err = f"{p}: given twice; shown once" if k in keys else _check(*k)
         if err:
             st.error(f"Trace skipped: {err}")
         else:

@@ -37,7 +37,9 @@ def depths_shard(rounds: int, seed: int = 0):
         recs.append(RoundRecord(round=r, context_len=512 + 2 * r, draft_ids=ids[:K], target_ids=ids[K:],
                                 accepted=acc, match=[j < acc for j in range(K)], bonus=ids[0],
                                 input_ids=ids[K:]))
-        caps.append(RoundCapture(round=r, context_len=512 + 2 * r, heads=rng.random((K, 1, 4), dtype=np.float32),
+        heads = rng.random((K, 1, 4), dtype=np.float32)
+        heads[..., :3] /= 3  # sink, draft, own: a distribution's masses (sum <= 1), as the reader checks
+        caps.append(RoundCapture(round=r, context_len=512 + 2 * r, heads=heads,
                                  hidden=rng.random((K, 7), dtype=np.float32),
                                  aux=rng.random((3, 3), dtype=np.float32)))
     return prompt_tables("eagle3", "p", recs, caps, [1, 2, 3], 2048)["depths"]

@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .argcheck import need_int, run_settings, token_ids
 from .capture import build_manifest, capture_one
 from .compare import Comparison
 from .drafter import Eagle3Drafter
 from .errors import DriftError
 from .hooks import Capture
-from .loop import SpecResult
+from .loop import MODES, SpecResult
 from .probes import Probe
 from .sinks import SinkSpec
 from .target import Target, load_target
@@ -170,8 +171,13 @@ class LiveCapture:
 
     def __init__(self, drafter: Eagle3Drafter, target, depth: int = 8, mode: str = "generate",
                  max_new_tokens: int = 64, sink: SinkSpec | None = None, name: str | None = None, seed: int = 0):
-        if depth < 1:
-            raise DriftError(f"depth: {depth} is invalid; expected a speculation depth >= 1")
+        if not isinstance(drafter, Eagle3Drafter):
+            raise DriftError(f"drafter: {type(drafter).__name__}; expected a loaded drafter (drifttool.load_drafter(PATH))")
+        run_settings(depth, max_new_tokens, 0.0, seed, 0, None, sink, prefix="")
+        if mode not in MODES:
+            raise DriftError(f"mode: {mode!r}; expected one of {', '.join(MODES)}")
+        if name is not None and (not isinstance(name, str) or not name):
+            raise DriftError(f"name: {name!r}; expected a non-empty string")
         self.target: Target = load_target(target)
         self.drafter = drafter
         self.name = name or Path(drafter.config.source).name or drafter.config.variant
@@ -192,7 +198,9 @@ class LiveCapture:
     def run(self, prompt: str | list[int], prompt_id: str | None = None, max_new_tokens: int | None = None) -> SpecResult:
         if not self.cap._handles:
             raise RuntimeError("use `with dt.capture(...) as cap:` before cap.run()")
-        ids = self.target.encode(prompt) if isinstance(prompt, str) else [int(i) for i in prompt]
+        if max_new_tokens is not None:
+            need_int("max_new_tokens", max_new_tokens, 1)
+        ids = self.target.encode(prompt) if isinstance(prompt, str) else token_ids(prompt)
         probe = Probe(prompt_id or f"live-{self._n}", token_ids=ids)
         self._n += 1
         self.cap.new_prompt()
@@ -231,11 +239,11 @@ class LiveCapture:
                     "dtype": str(self.drafter.lm_head.weight.dtype), "device": str(self.drafter.lm_head.weight.device),
                     "probes": {"path": "live", "n_prompts": self._n}}
         man = build_manifest(self.target, None, {self.name: self.drafter}, settings, {"source": "notebook live capture"})
-        w = TraceWriter(path, man, overwrite=overwrite)
-        for i in range(len(self.results)):
-            w.add(self._tables["rounds"][i]["prompt_id"].iloc[0] if len(self._tables["rounds"][i]) else f"live-{i}",
-                  {k: v[i] for k, v in self._tables.items() if k != "rows_index"})
-        w.finish()
+        with TraceWriter(path, man, overwrite=overwrite) as w:
+            for i in range(len(self.results)):
+                w.add(self._tables["rounds"][i]["prompt_id"].iloc[0] if len(self._tables["rounds"][i]) else f"live-{i}",
+                      {k: v[i] for k, v in self._tables.items() if k != "rows_index"})
+            w.finish()
         return w.path
 
 

@@ -16,12 +16,14 @@ from typing import Any
 import pandas as pd
 import torch
 
+from .argcheck import run_settings
 from .checkpoint import load_drafter
 from .drafter import Eagle3Drafter
 from .errors import DriftError
 from .hooks import Capture
+from .identity import flat_identity, folder_weights, module_weights
 from .loop import DRAFT_SAMPLING, MODES, _check_prompt, speculate, teacher_forcing_data
-from .probes import Probe, load_suite
+from .probes import Probe, check_text_length, load_suite
 from .records import prompt_tables, row_samples
 from .sinks import SinkSpec
 from .target import Target, load_target
@@ -74,6 +76,8 @@ def target_identity(target: Target, path: str | None) -> dict[str, Any]:
         "num_layers": target.num_layers, "hidden_size": target.hidden_size, "vocab_size": target.vocab_size,
         "max_position_embeddings": target.max_positions, "aux_layer_ids": target.aux_layer_ids,
         "config_hash": _hash({k: v for k, v in cfg.items() if not k.startswith("_")}),
+        "weights": (folder_weights(path) if path else None) or (
+            module_weights(target.model) if target.model is not None else None),
     }
     if path and (Path(path) / "report.json").is_file():
         try:
@@ -90,7 +94,7 @@ def target_identity(target: Target, path: str | None) -> dict[str, Any]:
 
 def drafter_identity(name: str, d: Eagle3Drafter) -> dict[str, Any]:
     c = d.config
-    return {
+    out = {
         "name": name, "path": c.source, "layout": c.layout, "variant": c.variant, "flags": c.flags(),
         "overrides": c.overrides, "assumptions": c.assumptions, "config_hash": c.config_hash(),
         "aux_layer_ids": c.aux_layer_ids, "aux_convention": c.aux_convention,
@@ -99,7 +103,11 @@ def drafter_identity(name: str, d: Eagle3Drafter) -> dict[str, Any]:
         "rope_theta": c.rope_theta, "rope_scaling": c.rope_scaling, "has_embed": c.has_embed,
         "hidden_size": c.hidden_size, "num_attention_heads": c.num_attention_heads,
         "num_key_value_heads": c.num_key_value_heads, "draft_vocab_size": c.draft_vocab_size,
+        "weights": folder_weights(c.source) if c.source else None,
     }
+    if out["weights"] is None:  # built in Python (API), not loaded from a folder
+        out["weights"] = module_weights(d)
+    return out
 
 
 @contextmanager
@@ -158,8 +166,13 @@ def capture_prompt(
     forced = teacher_forcing_data(target, ids, depth, max_new_tokens) if mode == "teacher-forced" else None
     for name, d in drafters.items():
         with Capture(d, sink=sink, keep_rows=keep_rows, seed=prompt_seed(seed, probe.id)) as cap:
-            tabs, arr, _ = capture_one(target, name, d, cap, probe, ids, depth, mode, max_new_tokens, seed,
-                                       temperature, forced, draft_sampling)
+            try:
+                tabs, arr, _ = capture_one(target, name, d, cap, probe, ids, depth, mode, max_new_tokens, seed,
+                                           temperature, forced, draft_sampling)
+            except DriftError as e:
+                if str(e).startswith("target features"):
+                    raise
+                raise DriftError(f"drafter {name!r}: {e}") from None
         for k, v in tabs.items():
             parts.setdefault(k, []).append(v)
         rows.update(arr)
@@ -171,20 +184,16 @@ def build_manifest(target: Target, target_path: str | None, models: dict[str, Ea
     """Identity of everything that shaped the numbers, and a hash that --resume checks."""
     m = {"drifttool_version": __version__, "target": target_identity(target, target_path),
          "drafters": [drafter_identity(n, d) for n, d in models.items()], "capture": capture_settings, **(extra or {})}
-    m["settings_hash"] = _hash({
-        # the probe file counts by content (sha256), not by the path it was given as
-        "capture": {k: ({kk: vv for kk, vv in v.items() if kk != "path"} if k == "probes" else v)
-                    for k, v in capture_settings.items() if k != "device"},
-        "drafters": [(d["name"], d["config_hash"], d["overrides"]) for d in m["drafters"]],
-        "target": m["target"]["config_hash"],
-    })
+    m["identity"] = flat_identity(m, sorted(extra or {}))
+    m["settings_hash"] = _hash(m["identity"])
     return m
 
 
-def check_run_args(depth: int, drafters: list[DrafterSpec], device: str) -> None:
+def check_run_args(depth: int, drafters: list[DrafterSpec], device: str, max_new_tokens: int = 1,
+                   temperature: float = 0.0, seed: int = 0, keep_rows: int = 0, limit: int | None = None,
+                   sink: SinkSpec | None = None) -> None:
     """Argument checks shared by every engine, done before anything is loaded or written."""
-    if depth < 1:
-        raise DriftError(f"--depth: {depth} is invalid; expected a speculation depth >= 1")
+    run_settings(depth, max_new_tokens, temperature, seed, keep_rows, limit, sink)
     if not drafters:
         raise DriftError("--drafter: give at least one drafter checkpoint folder")
     names = [d.name for d in drafters]
@@ -240,7 +249,7 @@ def run_capture(
 ) -> Path:
     """Capture every probe with every drafter into the trace `out`; returns its path. `draft_sampling`
     (temperature > 0 only): "greedy" as vLLM drafts by default, or "probabilistic" (see loop.DRAFT_SAMPLING)."""
-    check_run_args(depth, drafters, device)
+    check_run_args(depth, drafters, device, max_new_tokens, temperature, seed, keep_rows, limit, sink)
     if mode not in MODES:  # checked before anything is loaded or written (speculate checks too late for that)
         raise DriftError(f"--mode: {mode!r}; expected one of {', '.join(MODES)}")
     if mode == "teacher-forced" and temperature > 0:
@@ -259,6 +268,7 @@ def run_capture(
     token_ids = {}  # every probe checked before anything is written; the error names the file and the probe
     for probe in suite:
         try:
+            check_text_length(probe, tgt, max_new_tokens + depth + 1)
             ids = probe.tokens(tgt)
             _check_prompt(ids, tgt, len(ids) + (probe.max_new_tokens or max_new_tokens) + depth + 1)
         except DriftError as e:
@@ -273,23 +283,23 @@ def run_capture(
     if any(p.messages is not None for p in suite):
         capture_settings["chat_format"] = tgt.chat_format
     manifest = build_manifest(tgt, tgt_path, models, capture_settings, extra_manifest)
-    writer = TraceWriter(out, manifest, resume=resume, overwrite=overwrite)
-    tok = Path(tgt_path) / "tokenizer.json" if tgt_path else None
-    if tok is not None and tok.is_file():  # lets the dashboard show token text without reading other folders
-        shutil.copyfile(tok, writer.path / "tokenizer.json")
-    todo = [p for p in suite if p.id not in writer.done]
-    from .progress import progress_bar
+    with TraceWriter(out, manifest, resume=resume, overwrite=overwrite) as writer:  # lock released on any exit
+        tok = Path(tgt_path) / "tokenizer.json" if tgt_path else None
+        if tok is not None and tok.is_file():  # lets the dashboard show token text without reading other folders
+            shutil.copyfile(tok, writer.path / "tokenizer.json")
+        todo = [p for p in suite if p.id not in writer.done]
+        from .progress import progress_bar
 
-    with _sigterm_as_interrupt(), progress_bar(len(todo), len(models), enabled=progress) as bar:
-        for probe in todo:
-            ids = token_ids[probe.id]
-            mnt = probe.max_new_tokens or max_new_tokens
-            try:
-                tables, rows = capture_prompt(tgt, models, probe, ids, depth, mode, mnt, sink, seed, keep_rows,
-                                              temperature, draft_sampling)
-            except DriftError as e:  # e.g. NaN/inf target features: name the target and the probe
-                raise DriftError(f"{tgt_path or tgt.name}: probe {probe.id!r}: {e}") from None
-            writer.add(probe.id, tables, rows)
-            bar.advance(probe.id, int(len(tables.get("rounds", []))))
-    writer.finish()
+        with _sigterm_as_interrupt(), progress_bar(len(todo), len(models), enabled=progress) as bar:
+            for probe in todo:
+                ids = token_ids[probe.id]
+                mnt = probe.max_new_tokens or max_new_tokens
+                try:
+                    tables, rows = capture_prompt(tgt, models, probe, ids, depth, mode, mnt, sink, seed, keep_rows,
+                                                  temperature, draft_sampling)
+                except DriftError as e:  # e.g. NaN/inf target features: name the target and the probe
+                    raise DriftError(f"{tgt_path or tgt.name}: probe {probe.id!r}: {e}") from None
+                writer.add(probe.id, tables, rows)
+                bar.advance(probe.id, int(len(tables.get("rounds", []))))
+        writer.finish()
     return writer.path

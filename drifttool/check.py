@@ -159,7 +159,7 @@ def run_check(trace: TraceData, rules: list[str], baseline: TraceData | None = N
             results.append({"rule": r.text, "drafter": dname, "metric": r.metric, "depth": r.depth, "op": r.op,
                             "threshold": r.threshold, "value": v if math.isfinite(v) else None,
                             "passed": r.holds(v)})
-    base_rows, notes = [], [n for n in cur.cmp.notes if "no drafted rounds" in n]
+    base_rows, notes = [], [n for n in cur.cmp.notes if "no drafted rounds" in n or "non-finite" in n]
     if baseline is not None:
         check_compatible([baseline, trace])
         base = Values(baseline)

@@ -117,6 +117,7 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
             )
         raise DriftError(f"{path}: no *.safetensors (or pytorch_model.bin) weights found")
     out: dict[str, torch.Tensor] = {}
+    seen: dict[str, Path] = {}
     for f in files or bins:
         if f.stat().st_size == 0:
             raise DriftError(f"{f}: empty file (expected {'safetensors' if files else 'PyTorch'} weights)")
@@ -128,7 +129,11 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
             except (SafetensorError, OSError, ValueError, RuntimeError) as e:
                 raise DriftError(f"{f}: corrupt safetensors file ({str(e).splitlines()[0]})") from None
         for k, v in part.items():
-            out[_canonical(k)] = v
+            key = _canonical(k)
+            if key in out:
+                raise DriftError(f"{f}: tensor {k!r} is also in {seen[key].name} (as {key!r}); a tensor may be given "
+                                 "once (which copy is meant?)")
+            out[key], seen[key] = v, f
     return out
 
 
@@ -163,6 +168,12 @@ def validate(cfg: DrafterConfig, sd: dict[str, torch.Tensor], path: Path) -> Non
         tgt = torch.arange(cfg.draft_vocab_size) + sd["d2t"].long()
         if tgt.min() < 0 or tgt.max() >= cfg.vocab_size:
             raise DriftError(f"{path}: 'd2t' maps draft ids outside the target vocabulary [0, {cfg.vocab_size})")
+        uniq, counts = torch.unique(tgt, return_counts=True)
+        if len(uniq) < len(tgt):
+            tok = int(uniq[counts > 1][0])
+            ids = (tgt == tok).nonzero()[:, 0].tolist()
+            raise DriftError(f"{path}: 'd2t' maps draft ids {ids[:3]} all to target token {tok}; a draft vocabulary "
+                             "maps one-to-one into the target's")
 
 
 def load_drafter(

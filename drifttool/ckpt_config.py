@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .cfgcheck import REQUIRED, aux_ids, pos_float, pos_int, rope_scaling, strict_bool
 from .config import AUX_CONVENTIONS, FLAG_NAMES, DrafterConfig
 from .errors import DriftError
 from .target import Target, default_aux_layer_ids
@@ -38,23 +39,17 @@ def detect_layout(cfg: dict[str, Any], keys: set[str] | None = None) -> str:
     )
 
 
-def _rope(layer: dict[str, Any], where: Path) -> tuple[float, dict | None, str]:
+def _rope(layer: dict[str, Any], where: str) -> tuple[float, dict | None, str]:
     """rope_theta / rope_scaling (v4) or rope_parameters (v5); the draft config's own values."""
     params = layer.get("rope_parameters")
     if isinstance(params, dict):
-        theta = float(params.get("rope_theta", layer.get("rope_theta", 10000.0)))
+        theta = pos_float(params if "rope_theta" in params else layer, "rope_theta", where, 10000.0)
         kind = params.get("rope_type", "default")
         scaling = None if kind == "default" else {k: v for k, v in params.items() if k != "rope_theta"}
-        return theta, scaling, "rope_parameters"
+        return theta, rope_scaling(scaling, where), "rope_parameters"
     if "rope_theta" in layer:
-        return float(layer["rope_theta"]), layer.get("rope_scaling"), "rope_theta"
-    return 10000.0, layer.get("rope_scaling"), "absent (default 10000)"
-
-
-def _need(d: dict[str, Any], key: str, where: str) -> Any:
-    if key not in d or d[key] is None:
-        raise DriftError(f"{where}: missing required field {key!r}")
-    return d[key]
+        return pos_float(layer, "rope_theta", where, 10000.0), rope_scaling(layer.get("rope_scaling"), where), "rope_theta"
+    return 10000.0, rope_scaling(layer.get("rope_scaling"), where), "absent (default 10000)"
 
 
 def _window(layer: dict[str, Any], where: str, assumptions: dict[str, str]) -> int | None:
@@ -77,14 +72,14 @@ def _window(layer: dict[str, Any], where: str, assumptions: dict[str, str]) -> i
     return None
 
 
-def _use_aux(raw: dict[str, Any], assumptions: dict[str, str]) -> bool:
+def _use_aux(raw: dict[str, Any], assumptions: dict[str, str], where: str) -> bool:
     """vLLM reads use_aux_hidden_state from eagle_config only (absent: true); a top-level one is honoured too,
     and that is recorded."""
     eagle = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
     if eagle.get("use_aux_hidden_state") is not None:
-        val = bool(eagle["use_aux_hidden_state"])
+        val = strict_bool(eagle["use_aux_hidden_state"], "use_aux_hidden_state", where)
     elif raw.get("use_aux_hidden_state") is not None:
-        val = bool(raw["use_aux_hidden_state"])
+        val = strict_bool(raw["use_aux_hidden_state"], "use_aux_hidden_state", where)
         assumptions["use_aux_hidden_state"] = f"{val} from the top level (vLLM reads it inside eagle_config only)"
     else:
         return True
@@ -94,7 +89,7 @@ def _use_aux(raw: dict[str, Any], assumptions: dict[str, str]) -> bool:
     return val
 
 
-def _flags(layout: str, top: dict, layer: dict, eagle: dict, assumptions: dict[str, str]) -> dict[str, bool]:
+def _flags(layout: str, top: dict, layer: dict, eagle: dict, assumptions: dict[str, str], where: str) -> dict[str, bool]:
     """The four EAGLE flags as vLLM reads them. speculators: top level only (vLLM ignores copies inside
     transformer_layer_config), norm_before_residual defaulting to true; other layouts: the flat config
     (NVIDIA's eagle_config first for norm_before_fc), every flag defaulting to false."""
@@ -102,8 +97,9 @@ def _flags(layout: str, top: dict, layer: dict, eagle: dict, assumptions: dict[s
     for name in FLAG_NAMES:
         default = layout == "speculators" and name == "norm_before_residual"
         srcs = (top,) if layout == "speculators" else ((eagle, top) if name == "norm_before_fc" else (top,))
-        val = next((bool(src[name]) for src in srcs if src.get(name) is not None), None)
-        if name == "fc_norm" and not val and top.get("use_aux_norm"):  # SGLang's legacy name for fc_norm
+        val = next((strict_bool(src[name], name, where) for src in srcs if src.get(name) is not None), None)
+        if name == "fc_norm" and not val and top.get("use_aux_norm") is not None \
+                and strict_bool(top["use_aux_norm"], "use_aux_norm", where):  # SGLang's legacy name for fc_norm
             val = True
             assumptions["fc_norm"] = "from use_aux_norm (the legacy name SGLang reads as fc_norm)"
         if val is None:
@@ -133,22 +129,26 @@ def normalise_config(raw: dict[str, Any], path: Path, target: Target | None) -> 
     if model_type not in MODEL_TYPES + MLA_TYPES:
         raise DriftError(f"{layer_where}: model_type {model_type!r} unsupported (expected one of "
                          f"{', '.join(MODEL_TYPES + MLA_TYPES)})")
-    if layer.get("attention_bias"):
+    if layer.get("attention_bias") is not None and strict_bool(layer["attention_bias"], "attention_bias", layer_where):
         raise DriftError(f"{layer_where}: attention_bias true is unsupported (EAGLE-3 draft layers have no biases)")
-    h = int(_need(layer, "hidden_size", layer_where))
-    nh = int(_need(layer, "num_attention_heads", layer_where))
-    nkv = int(layer.get("num_key_value_heads") or nh)
-    hd = int(layer.get("head_dim") or h // nh)
+    h = pos_int(layer, "hidden_size", layer_where)
+    nh = pos_int(layer, "num_attention_heads", layer_where)
+    nkv = pos_int(layer, "num_key_value_heads", layer_where, default=nh)
+    hd = pos_int(layer, "head_dim", layer_where, default=h // nh)
     mla = None
     if model_type in MLA_TYPES:  # heads are decompressed per query head: nkv = nh, head dim = nope + rope
-        mla = {k: layer.get(k) for k in MLA_FIELDS}
-        for k in MLA_FIELDS[1:]:
-            _need(layer, k, layer_where)
-        nkv, hd = nh, int(mla["qk_nope_head_dim"]) + int(mla["qk_rope_head_dim"])
-    inter = int(_need(layer, "intermediate_size", layer_where))
-    vocab = int(_need(layer, "vocab_size", layer_where))
-    dvocab = int(top.get("draft_vocab_size") or layer.get("draft_vocab_size") or vocab)
-    ht = top.get("target_hidden_size") or layer.get("target_hidden_size")
+        # q_lora_rank may be null (queries not low-rank); the others are required
+        mla = {k: pos_int(layer, k, layer_where, default=None if k == MLA_FIELDS[0] else REQUIRED)
+               for k in MLA_FIELDS}
+        nkv, hd = nh, mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
+    inter = pos_int(layer, "intermediate_size", layer_where)
+    vocab = pos_int(layer, "vocab_size", layer_where)
+    dvocab = pos_int(top if top.get("draft_vocab_size") is not None else layer, "draft_vocab_size", where,
+                     default=vocab)
+    if dvocab > vocab:
+        raise DriftError(f"{where}: draft_vocab_size {dvocab} exceeds vocab_size {vocab} (the target vocabulary)")
+    ht = pos_int(top if top.get("target_hidden_size") is not None else layer, "target_hidden_size", where,
+                 default=None)
     if ht is None:
         # SafeAILab/vLLM size fc from hidden_size when target_hidden_size is absent; a target of another
         # width is then reported by _check_target rather than as an fc.weight shape mismatch.
@@ -158,7 +158,7 @@ def normalise_config(raw: dict[str, Any], path: Path, target: Target | None) -> 
     if nh % nkv:
         raise DriftError(f"{layer_where}: num_attention_heads {nh} is not a multiple of num_key_value_heads {nkv}")
     aux = top.get("eagle_aux_hidden_state_layer_ids") or (eagle or {}).get("eagle_aux_hidden_state_layer_ids")
-    use_aux = _use_aux(raw, assumptions)
+    use_aux = _use_aux(raw, assumptions, where)
     if not use_aux:
         aux = []
         if ht != h:
@@ -171,17 +171,18 @@ def normalise_config(raw: dict[str, Any], path: Path, target: Target | None) -> 
             )
         aux = default_aux_layer_ids(target.num_layers)
         assumptions["aux_layer_ids"] = f"absent: vLLM default {aux} for a {target.num_layers}-layer target"
-    theta, scaling, rope_src = _rope(layer, path)
+    theta, scaling, rope_src = _rope(layer, layer_where)
     assumptions["rope"] = f"from {rope_src}"
     cfg = DrafterConfig(
         hidden_size=h, num_attention_heads=nh, num_key_value_heads=nkv, head_dim=hd, intermediate_size=inter,
-        vocab_size=vocab, draft_vocab_size=dvocab, target_hidden_size=ht, aux_layer_ids=[int(i) for i in aux],
-        rms_norm_eps=float(layer.get("rms_norm_eps", 1e-6)), rope_theta=theta, rope_scaling=scaling,
-        max_position_embeddings=int(layer.get("max_position_embeddings", 2048)),
+        vocab_size=vocab, draft_vocab_size=dvocab, target_hidden_size=ht,
+        aux_layer_ids=aux_ids(aux, where) if use_aux else [],
+        rms_norm_eps=pos_float(layer, "rms_norm_eps", layer_where, 1e-6), rope_theta=theta, rope_scaling=scaling,
+        max_position_embeddings=pos_int(layer, "max_position_embeddings", layer_where, default=2048),
         hidden_act=str(layer.get("hidden_act", "silu")),
         sliding_window=_window(layer, layer_where, assumptions), model_type=model_type,
         qk_norm=model_type == "qwen3", mla=mla, use_aux_hidden_state=use_aux,
-        **_flags(layout, top, layer, eagle or {}, assumptions),
+        **_flags(layout, top, layer, eagle or {}, assumptions, where),
         layout=layout, assumptions=assumptions, source=str(path),
     )
     if cfg.hidden_act not in ("silu", "swish"):

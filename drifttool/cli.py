@@ -127,8 +127,11 @@ def info(trace: str = typer.Argument(..., help="NAME.drift folder"), as_json: bo
     from .trace.schema import TABLES
 
     for tab in TABLES:
-        t.table(tab)  # validates every listed shard is readable
-    c.print("tables: all listed shards readable")
+        t.table(tab)  # validates every listed shard: readable, typed, values in range
+    n_rows = t.check_rows()
+    for note in t.notes:
+        c.print(f"note: {note}", markup=False)
+    c.print(f"tables: all listed shards readable and valid; {n_rows} sampled attention rows readable")
 
 
 @app.command()
@@ -211,11 +214,25 @@ def dashboard_command(traces: list[str], port: int) -> list[str]:
                          "(pip install -e . from the repository)")
     if importlib.util.find_spec("streamlit") is None:
         raise DriftError("streamlit is not installed; pip install 'drifttool[app]'")
+    from importlib.metadata import version
+
+    have = version("streamlit")
+    if tuple(int(x) for x in have.split(".")[:2] if x.isdigit()) < STREAMLIT_MIN:
+        raise DriftError(f"streamlit {have} lacks server.allowedHosts (DNS-rebinding protection for the dashboard); "
+                         f"pip install 'streamlit>={'.'.join(map(str, STREAMLIT_MIN))}'")
     if not 1 <= port <= 65535:
         raise DriftError(f"--port {port}: expected 1..65535")
     return [sys.executable, "-m", "streamlit", "run", str(script), "--server.address", "127.0.0.1",
             "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal",
-            "--", *[str(Path(t).absolute()) for t in traces]]
+            *ORIGIN_GUARD, "--", *[str(Path(t).absolute()) for t in traces]]
+
+
+# Binding to 127.0.0.1 does not stop DNS rebinding (a page on evil.example.com whose name now resolves to
+# 127.0.0.1): Streamlit's own checks refuse a WebSocket whose Host is not a local name, or whose Origin is
+# foreign, so no trace name or number streams to such a page.
+STREAMLIT_MIN = (1, 67)  # the release these options are tested with (tests/test_dashboard_origin.py)
+ORIGIN_GUARD = ["--server.allowedHosts", "localhost", "--server.allowedHosts", "127.0.0.1",
+                "--server.enableCORS", "true", "--server.enableXsrfProtection", "true"]
 
 
 @app.command()

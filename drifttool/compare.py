@@ -7,6 +7,7 @@ slots, SPEC §7) over depths 2..K; `feature_growth` is RMS(layer input at depth 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,12 +29,42 @@ class Series:
     drafter: str
 
 
+def check_distinct(traces: list[TraceData]) -> list[str]:
+    """One folder given twice would count its data twice: refused. An unchanged copy (same trace id and shards)
+    is a note: it is another series, under its own label."""
+    seen: dict = {}
+    notes = []
+    for t in traces:
+        where = t.path.resolve()
+        if where in seen:
+            raise DriftError(f"{t.path}: the same trace as {seen[where].path} (given twice); give each trace once")
+        seen[where] = t
+        copy = ("copy", t.manifest.get("trace_id"), json.dumps(t.manifest["shards"], sort_keys=True))
+        if copy[1] is not None and copy in seen:
+            notes.append(f"{t.path}: an unchanged copy of {seen[copy].path} (same trace id and shards)")
+        seen.setdefault(copy, t)
+    return notes
+
+
+def trace_labels(traces: list[TraceData]) -> list[str]:
+    """Folder names, extended by parent folders until unique (a/x.drift and b/x.drift: 'a/x', 'b/x')."""
+    parts = [t.path.resolve().with_name(t.name).parts for t in traces]
+    for n in range(1, max(len(p) for p in parts) + 1):
+        labels = ["/".join(p[-n:]) for p in parts]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [str(t.path) for t in traces]
+
+
 def series_of(traces: list[TraceData]) -> list[Series]:
+    """One series per (trace, drafter), each with its own label: a drafter name shared by several traces is
+    prefixed by the trace's label, so no two series pool their data under one label."""
+    check_distinct(traces)
     out: list[Series] = []
     names = [d["name"] for t in traces for d in t.manifest["drafters"]]
-    for t in traces:
+    for t, tl in zip(traces, trace_labels(traces)):
         for d in t.manifest["drafters"]:
-            label = d["name"] if names.count(d["name"]) == 1 else f"{t.name}:{d['name']}"
+            label = d["name"] if names.count(d["name"]) == 1 else f"{tl}:{d['name']}"
             out.append(Series(label, t, d["name"]))
     return out
 
@@ -90,11 +121,14 @@ class Comparison:
     def of(cls, traces: list[TraceData]) -> Comparison:
         notes = check_compatible(traces)
         ser = series_of(traces)
+        notes += check_distinct(traces)
         rounds = _frame(ser, "rounds")
         notes += [f"{s.label}: no drafted rounds in {s.trace.path.name} (empty trace, or every prompt ended before "
                   "a round, e.g. max_new_tokens 1); its tables are empty" for s in ser
                   if not (rounds["series"] == s.label).any()]
-        return cls(ser, _frame(ser, "depths"), rounds, notes)
+        depths = _frame(ser, "depths")
+        notes += [n for t in traces for n in t.notes]  # NaN/inf counts met while reading: one note per trace
+        return cls(ser, depths, rounds, notes)
 
     @property
     def depth(self) -> int:

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .errors import DriftError
 from .sinks import SinkSpec
 
 # per head and depth; max_prob = the head's largest attention weight (1/z: after subtracting the row max the
@@ -306,6 +307,9 @@ class Capture:
         if keep:
             packed = torch.cat([packed, row.flatten()])
         host = packed.cpu().numpy()  # the one host transfer of the round
+        if not np.isfinite(host).all():  # checked on the host copy: no extra device sync
+            raise DriftError(f"drafter activations: NaN or inf in round {record.round} (attention or hidden states "
+                             "overflow; check rms_norm_eps, the weights' scale, or try --dtype float32)")
         o1 = heads.numel()
         o2 = o1 + hidden.numel()
         o3 = o2 + aux.numel()

@@ -12,6 +12,7 @@ from typing import Protocol
 
 import torch
 
+from .argcheck import need_int, need_number, token_ids
 from .drafter import DraftStep, Eagle3Drafter, KVCache
 from .errors import DriftError
 from .target import Target
@@ -95,15 +96,16 @@ def speculate(
 ) -> SpecResult:
     """Speculatively decode from `prompt_ids`; greedy when temperature == 0 (lossless w.r.t. the target).
     With temperature > 0 both `draft_sampling` modes (DRAFT_SAMPLING) preserve the target's distribution."""
-    if depth < 1:
-        raise DriftError(f"--depth: {depth} is invalid; expected a speculation depth >= 1")
+    need_int("--depth", depth, 1, "a speculation depth >= 1")
+    need_int("--max-new-tokens", max_new_tokens, 1)
+    need_number("--temperature", temperature, 0.0, "a finite temperature >= 0 (0 = greedy)")
     if mode not in MODES:
         raise DriftError(f"--mode: {mode!r}; expected one of {', '.join(MODES)}")
     if mode == "teacher-forced" and temperature > 0:
         raise DriftError("--mode teacher-forced: needs greedy decoding (temperature 0)")
     if draft_sampling not in DRAFT_SAMPLING:
         raise DriftError(f"--draft-sampling: {draft_sampling!r}; expected one of {', '.join(DRAFT_SAMPLING)}")
-    prompt_ids = [int(i) for i in prompt_ids]
+    prompt_ids = token_ids(prompt_ids)
     _check_prompt(prompt_ids, target, len(prompt_ids) + max_new_tokens + depth + 1)
     dev = target.device
     gen = torch.Generator(device="cpu").manual_seed(seed)

@@ -10,11 +10,14 @@ question at the end survives), `max_new_tokens`, `tags` (list of strings)."""
 from __future__ import annotations
 
 import json
+import re
+import sys
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .argcheck import is_int
 from .chat import check_messages
 from .errors import DriftError
 
@@ -42,18 +45,28 @@ class Probe:
         return ids
 
 
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def stdlib_source(name: Any, where: str) -> Path:
+    """The source file of a standard-library module given by its dotted name, and nothing else: no paths, no
+    third-party or local modules (a probe suite must not pull arbitrary files into a shareable trace)."""
+    if not isinstance(name, str) or not _MODULE.fullmatch(name) or name.split(".")[0] not in sys.stdlib_module_names:
+        raise DriftError(f"{where}: field 'source.stdlib_module' is {name!r}; expected the dotted name of a standard "
+                         "library module, e.g. 'difflib' or 'email.parser'")
+    base = Path(sysconfig.get_paths()["stdlib"]).resolve()
+    rel = name.replace(".", "/")
+    for p in (base / f"{rel}.py", base / rel / "__init__.py"):
+        if p.is_file() and p.resolve().is_relative_to(base) and "site-packages" not in p.resolve().parts:
+            return p
+    raise DriftError(f"{where}: stdlib module {name!r} has no Python source under {base}")
+
+
 def resolve_source(src: Any, where: str) -> str:
     if not isinstance(src, dict):
         raise DriftError(f"{where}: field 'source' must be an object like {{\"stdlib_module\": \"difflib\"}}")
     if "stdlib_module" in src:
-        name = str(src["stdlib_module"])
-        base = Path(sysconfig.get_paths()["stdlib"])
-        p = base / (name.replace(".", "/") + ".py")
-        if not p.is_file():
-            p = base / name.replace(".", "/") / "__init__.py"
-        if not p.is_file():
-            raise DriftError(f"{where}: stdlib module {name!r} not found under {base}")
-        return p.read_text(encoding="utf-8", errors="replace")
+        return stdlib_source(src["stdlib_module"], where).read_text(encoding="utf-8", errors="replace")
     if "file" in src:
         p = Path(src["file"])
         if not p.is_file():
@@ -66,7 +79,7 @@ def parse_line(obj: Any, where: str) -> list[Probe]:
     if not isinstance(obj, dict):
         raise DriftError(f"{where}: expected a JSON object per line")
     pid = obj.get("id")
-    if not isinstance(pid, (str, int)) or str(pid) == "":
+    if not isinstance(pid, (str, int)) or isinstance(pid, bool) or str(pid) == "":
         raise DriftError(f"{where}: field 'id' missing (expected a non-empty string)")
     kinds = [k for k in KINDS if k in obj]
     if len(kinds) != 1:
@@ -83,10 +96,10 @@ def parse_line(obj: Any, where: str) -> list[Probe]:
         text = resolve_source(obj["source"], where)
     else:
         ids = obj["token_ids"]
-        if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and i >= 0 for i in ids):
+        if not isinstance(ids, list) or not ids or not all(is_int(i) and i >= 0 for i in ids):
             raise DriftError(f"{where}: field 'token_ids' must be a non-empty list of non-negative integers")
     mnt = obj.get("max_new_tokens")
-    if mnt is not None and (not isinstance(mnt, int) or mnt < 1):
+    if mnt is not None and (not is_int(mnt) or mnt < 1):
         raise DriftError(f"{where}: field 'max_new_tokens' must be a positive integer")
     tags = obj.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
@@ -98,9 +111,26 @@ def parse_line(obj: Any, where: str) -> list[Probe]:
     if cuts is None:
         return [Probe(str(pid), text, ids, mnt, tags, messages=msgs)]
     cuts = cuts if isinstance(cuts, list) else [cuts]
-    if not cuts or not all(isinstance(c, int) and c > 0 for c in cuts):
+    if not cuts or not all(is_int(c) and c > 0 for c in cuts):
         raise DriftError(f"{where}: field 'cut' must be a positive integer or a list of them")
     return [Probe(f"{pid}@{c}", text, ids, mnt, tags, c, keep == "end", msgs) for c in cuts]
+
+
+def check_text_length(probe: Probe, target, extra: int) -> None:
+    """Refuse, before tokenizing, a text that cannot fit: every token covers at most the target vocabulary's
+    longest token string, so a text longer than that many characters per position (x2 for normalisers) needs
+    more positions than the target has. Probes with `cut` keep only part of their text and are not refused;
+    `messages` probes are measured as the target renders them (its chat template)."""
+    if probe.cut is not None:
+        return
+    text = target.render_chat(probe.messages) if probe.messages is not None else probe.text
+    if text is None:
+        return
+    limit = 2 * target.max_token_chars * max(target.max_positions - extra, 0)
+    if len(text) > limit:
+        raise DriftError(f"text of {len(text)} characters needs more than the target's max_position_embeddings "
+                         f"{target.max_positions} (at most {target.max_token_chars} characters per token); "
+                         "shorten it or give it a 'cut'")
 
 
 def load_suite(path) -> list[Probe]:

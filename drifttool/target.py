@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .cfgcheck import check_target_config
 from .config import FINAL_HIDDEN
 from .errors import DriftError
 from .jsonfile import read_json_object
@@ -88,6 +89,14 @@ class Target:
     @property
     def max_positions(self) -> int:
         return int(getattr(self.config, "max_position_embeddings", 1 << 30))
+
+    @property
+    def max_token_chars(self) -> int:
+        """Characters of the longest token in the vocabulary (a bound for a text's length check)."""
+        if getattr(self, "_max_token_chars", None) is None:
+            vocab = self.tokenizer.get_vocab() if hasattr(self.tokenizer, "get_vocab") else {}
+            self._max_token_chars = max((len(t) for t in vocab), default=0) or 1 << 20
+        return self._max_token_chars
 
     @property
     def device(self) -> torch.device:
@@ -206,6 +215,25 @@ class Target:
         return self.tokenizer.decode(ids) if self.tokenizer is not None else " ".join(map(str, ids))
 
 
+def check_weight_files(p: Path) -> None:
+    """Every *.safetensors header readable (garbage and truncated files caught here, by name) and no tensor in
+    two files (one of the copies would silently win)."""
+    from safetensors import safe_open
+
+    seen: dict[str, str] = {}
+    for f in sorted(p.glob("*.safetensors")):
+        try:
+            with safe_open(str(f), "pt") as st:
+                keys = list(st.keys())
+        except Exception as e:  # noqa: BLE001 - SafetensorError, OSError, ...: a corrupt file either way
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise DriftError(f"{f}: corrupt or truncated safetensors file ({msg})") from None
+        for k in keys:
+            if k in seen:
+                raise DriftError(f"{f}: tensor {k!r} is also in {seen[k]}; a tensor may be given once")
+            seen[k] = f.name
+
+
 def load_target(
     path,
     aux_layer_ids: list[int] | None = None,
@@ -224,7 +252,7 @@ def load_target(
     p = Path(path)
     if not p.is_dir():
         raise DriftError(f"{p}: target folder does not exist (expected an HF model folder with config.json)")
-    read_json_object(p / "config.json", "expected an HF model config")
+    check_target_config(read_json_object(p / "config.json", "expected an HF model config"), str(p / "config.json"))
     if not list(p.glob("*.safetensors")):
         if list(p.glob("*.bin")) or list(p.glob("*.pt")):
             raise DriftError(
@@ -232,14 +260,16 @@ def load_target(
                 "unpickling can run arbitrary code. Convert with safetensors first."
             )
         raise DriftError(f"{p}: no *.safetensors weights found")
+    check_weight_files(p)
     from transformers import AutoModelForCausalLM
 
     try:
         model = AutoModelForCausalLM.from_pretrained(
             p, dtype=dtype, trust_remote_code=trust_remote_code, use_safetensors=True
         )
-    except (OSError, ValueError, KeyError) as e:
-        raise DriftError(f"{p}: cannot load as an HF causal LM: {str(e).splitlines()[0]}") from None
+    except Exception as e:  # noqa: BLE001 - transformers' config validation and loaders raise many kinds
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DriftError(f"{p}: cannot load as an HF causal LM ({type(e).__name__}: {msg})") from None
     model.to(device)
     tok = None
     if (p / "tokenizer.json").is_file():

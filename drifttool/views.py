@@ -14,7 +14,7 @@ import pandas as pd
 
 from .compare import Comparison
 from .metrics import context_bucket
-from .trace.reader import TraceData, read_table
+from .trace.reader import TraceData, member, read_table
 
 HEAD_METRICS = ("sink_mass", "draft_mass", "own_mass", "self_mass", "prompt_mass", "entropy")
 _EAGER = ("prompts", "rounds", "depths", "aux")
@@ -25,8 +25,8 @@ class LoadedTrace(TraceData):
 
     def __init__(self, path):
         super().__init__(path)
-        self._tables = {n: read_table(self.path, n, self.manifest) for n in _EAGER}
-        h = read_table(self.path, "heads", self.manifest)
+        self._tables = {n: read_table(self.path, n, self.manifest, nonfinite=self.nonfinite) for n in _EAGER}
+        h = read_table(self.path, "heads", self.manifest, nonfinite=self.nonfinite)
         self.head_sums = h.groupby(["drafter", "prompt_id", "depth", "head"], observed=True)[list(HEAD_METRICS)] \
             .sum().join(h.groupby(["drafter", "prompt_id", "depth", "head"], observed=True).size().rename("n")) \
             .reset_index()
@@ -223,7 +223,7 @@ def round_detail(trace: TraceData, drafter: str, prompt_id: str, round: int) -> 
 
 def token_decoder(trace: TraceData):
     """A token-id -> text function from a `tokenizer.json` stored inside the trace folder, else None."""
-    f = trace.path / "tokenizer.json"
+    f = member(trace.path, "tokenizer.json")  # refused when it links outside the trace folder
     if not f.is_file():
         return None
     try:

@@ -219,5 +219,5 @@ def test_interrupt_mid_shard_leaves_no_unlisted_files(tmp_path, monkeypatch):
         w.add("b", {"prompts": df, "rounds": pd.DataFrame({c: [1] for c in TABLES["rounds"]})})
     monkeypatch.undo()
     files = sorted(p.relative_to(w.path).as_posix() for p in w.path.rglob("*") if p.is_file())
-    assert files == ["manifest.json", "prompts/part-00000.parquet"]
+    assert files == [".lock", "manifest.json", "prompts/part-00000.parquet"]  # .lock: the writer's lock file
     assert read_manifest(w.path)["prompts_done"] == ["a"]

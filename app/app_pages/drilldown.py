@@ -4,6 +4,7 @@ import dashlib
 import streamlit as st
 
 from drifttool import plots
+from drifttool.errors import DriftError
 from drifttool.views import round_detail, token_decoder
 
 st.title("Prompt drill-down")
@@ -16,17 +17,26 @@ if not ids:
     st.info("No prompt passes the current filters.")
     st.stop()
 pid = c2.selectbox("Prompt", ids, key="dd_prompt")
-idx = trace.rows_index()
+try:
+    idx = trace.rows_index()
+except DriftError as e:  # a damaged rows_index/: one line, the other pages keep working
+    st.error(str(e))
+    st.stop()
 sampled = sorted(idx.loc[(idx["drafter"] == drafter) & (idx["prompt_id"] == pid), "round"].astype(int))
 if not sampled:
     st.info("No attention rows were sampled for this prompt (capture with --keep-rows N).")
     st.stop()
 rnd = c3.selectbox("Sampled round", sampled, key="dd_round")
-row, slots = trace.attention_row(drafter, pid, rnd)
+try:
+    row, slots = trace.attention_row(drafter, pid, rnd)
+    decode = token_decoder(trace)
+except DriftError as e:  # missing, corrupt or linked-out rows/ file: checked at every read
+    st.error(str(e))
+    st.stop()
 ctx = int(idx.loc[(idx["drafter"] == drafter) & (idx["prompt_id"] == pid) & (idx["round"] == rnd),
                   "context_len"].iloc[0])
 sinks = plots.sink_slots(trace.manifest["capture"].get("sink"), ctx, slots)
-dashlib.chart(plots.attention_row_heatmap(row, slots, ctx, sinks, token_decoder(trace),
+dashlib.chart(plots.attention_row_heatmap(row, slots, ctx, sinks, decode,
                                           title=f"{series} / {pid} / round {rnd}: head-mean attention"),
               "attention rows")
 st.caption("Green triangles: sink slots; shaded: the chain's own draft slots; crosses: each depth's query slot.")

@@ -520,7 +520,7 @@ def run_capture_vllm(
 
     One vLLM engine per drafter (vLLM serves one drafter at a time); shards are keyed `DRAFTER:PROMPT`.
     `device`/`dtype` apply to vLLM (dtype) and to the replay drafter (device, dtype)."""
-    check_run_args(depth, drafters, device)
+    check_run_args(depth, drafters, device, max_new_tokens, temperature, seed, keep_rows, limit, sink)
     if draft_sampling != "greedy":
         raise DriftError(f"--draft-sampling {draft_sampling}: the vllm engine records vLLM's own drafts, drawn with "
                          "its default draft_sample_method greedy")
@@ -565,20 +565,20 @@ def run_capture_vllm(
                      "draft queries against the round's final key cache (no L x L maps); acceptance from vLLM",
     }
     manifest = build_manifest(info, str(target), models, capture_settings, extra_manifest)
-    writer = TraceWriter(out, manifest, resume=resume, overwrite=overwrite)
-    work = [(d, [p for p in suite if f"{d.name}:{p.id}" not in writer.done]) for d in drafters]
-    from ..progress import progress_bar
+    with TraceWriter(out, manifest, resume=resume, overwrite=overwrite) as writer:  # lock released on any exit
+        work = [(d, [p for p in suite if f"{d.name}:{p.id}" not in writer.done]) for d in drafters]
+        from ..progress import progress_bar
 
-    with _sigterm_as_interrupt(), progress_bar(sum(len(t) for _, t in work), len(models), enabled=progress) as bar:
-        for spec, todo in work:
-            if todo:
-                _run_drafter(vllm, SamplingParams, writer, bar, info, str(target), spec, models[spec.name],
-                             plans[spec.name][0], todo, depth, max_new_tokens, vdtype, sink, seed, keep_rows,
-                             temperature, user_kw, device)
-                gc.collect()
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
-    writer.finish()
+        with _sigterm_as_interrupt(), progress_bar(sum(len(t) for _, t in work), len(models), enabled=progress) as bar:
+            for spec, todo in work:
+                if todo:
+                    _run_drafter(vllm, SamplingParams, writer, bar, info, str(target), spec, models[spec.name],
+                                 plans[spec.name][0], todo, depth, max_new_tokens, vdtype, sink, seed, keep_rows,
+                                 temperature, user_kw, device)
+                    gc.collect()
+                    if torch.cuda.is_available():
+                        torch.cuda.empty_cache()
+        writer.finish()
     for f in writer.manifest.get("flags", []):
         print(f"drifttool: warning: {f['key']}: {f['message']}", file=sys.stderr)
     return writer.path

@@ -12,6 +12,7 @@ import pandas as pd
 from ..errors import DriftError
 from ..jsonfile import read_json_object
 from .schema import KEY, ROWS_INDEX, SCHEMA_VERSION, TABLES
+from .validate import check_prompts, check_types, check_values, nonfinite_note
 
 
 def read_manifest(path) -> dict[str, Any]:
@@ -34,11 +35,56 @@ def read_manifest(path) -> dict[str, Any]:
     for key, typ in (("shards", list), ("drafters", list), ("capture", dict), ("status", str)):
         if not isinstance(m.get(key), typ):
             raise DriftError(f"{mf}: field {key!r} missing or not a {typ.__name__}")
-    for s in m["shards"]:
-        if not isinstance(s, dict) or not isinstance(s.get("index"), int):
-            raise DriftError(f"{mf}: field 'shards' has an entry without an integer 'index'")
+    _check_shards(mf, m["shards"])
     _check_fields(mf, m)
     return m
+
+
+def _check_shards(mf: Path, shards: list) -> None:
+    """Each shard listed once, each prompt in one shard: a duplicate entry would count its rounds twice."""
+    seen: dict[str, int] = {}
+    for s in shards:
+        if not isinstance(s, dict) or not _is(s.get("index"), int) or s["index"] < 0:
+            raise DriftError(f"{mf}: field 'shards' has an entry without a non-negative integer 'index'")
+        prompts = s.get("prompts", [])
+        if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
+            raise DriftError(f"{mf}: field 'shards' entry {s['index']}: 'prompts' must be a list of prompt ids")
+        for p in [f"#{s['index']}", *prompts]:
+            if p in seen:
+                what = f"shard {s['index']}" if p.startswith("#") else f"prompt {p!r}"
+                raise DriftError(f"{mf}: field 'shards' lists {what} twice; its rounds would be counted twice")
+            seen[p] = s["index"]
+
+
+def member(root: Path, rel: str) -> Path:
+    """`root/rel`, refused when it (or a link on the way) resolves outside the trace folder. Checked at every
+    read, so a file swapped for a link after the trace was first opened is refused too."""
+    f = root / rel
+    if not f.resolve().is_relative_to(root.resolve()):
+        raise DriftError(f"{f}: a link to {f.resolve()}, outside the trace folder {root}; refused")
+    return f
+
+
+def shard_file(root: Path, table: str, index: int, ext: str = "parquet") -> Path:
+    """A listed shard's file; a commit interrupted before its rename leaves it under its hidden temporary
+    name (the manifest is the commit point; --resume completes the rename)."""
+    name = f"part-{index:05d}.{ext}"
+    f = member(root, f"{table}/{name}")
+    if not f.exists():
+        tmp = member(root, f"{table}/.{name}.tmp")
+        if tmp.is_file():
+            return tmp
+    return f
+
+
+def shard_prompts(m: dict[str, Any], shard: dict[str, Any]) -> list[str] | None:
+    """The prompt ids a shard's rows may hold: its listed prompts, less the `DRAFTER:` prefix of the vLLM
+    engine's shard keys."""
+    prompts, engine = shard.get("prompts"), m["capture"].get("vllm")
+    if prompts is None or not isinstance(engine, dict) or engine.get("shard_key") != "DRAFTER:PROMPT":
+        return prompts
+    names = [d["name"] for d in m["drafters"]]
+    return [p[len(n) + 1:] for p in prompts for n in names if p.startswith(n + ":")]
 
 
 def _is(value: Any, typ: type) -> bool:
@@ -48,7 +94,8 @@ def _is(value: Any, typ: type) -> bool:
 # Optional manifest fields the readers (info, compare, check, dashboard, resume) use, and their JSON types.
 _OPTIONAL = {"target": dict, "counts": dict, "prompts_done": list, "flags": list}
 _CAPTURE = {"depth": int, "mode": str, "probes": dict, "sink": dict}
-_DRAFTER = {"flags": dict, "overrides": dict, "assumptions": dict, "rope_scaling": dict, "max_position_embeddings": int}
+_DRAFTER = {"flags": dict, "overrides": dict, "assumptions": dict, "rope_scaling": dict, "max_position_embeddings": int,
+            "sliding_window": int, "aux_convention": str, "model_type": str}
 
 
 def _check_fields(mf: Path, m: dict[str, Any]) -> None:
@@ -87,9 +134,10 @@ def _check_fields(mf: Path, m: dict[str, Any]) -> None:
         raise DriftError(f"{mf}: field 'drafters' has duplicate names {names}")
 
 
-def _read_shard(f: Path, name: str, required: list[str], columns: list[str] | None = None):
+def _read_shard(f: Path, name: str, required: list[str], columns: list[str] | None = None,
+                prompts: list[str] | None = None, depth: int | None = None, nonfinite: dict | None = None):
     """One shard as an Arrow table, checked on its own: concatenating shards would silently fill a column that one
-    shard lacks (or holds only as nulls) with nulls."""
+    shard lacks (or holds only as nulls) with nulls. Types and ranges: validate.check_shard."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -104,11 +152,17 @@ def _read_shard(f: Path, name: str, required: list[str], columns: list[str] | No
                                                        or c in KEY and part.column(c).null_count)]
     if nulls:
         raise DriftError(f"{f}: columns {nulls} hold nulls (table {name!r})")
+    check_types(f, name, part)
+    check_prompts(f, part, prompts)
+    if nonfinite is not None:  # a lone shard (rows_index): its values here; tables: once, concatenated
+        check_values(f, name, part, depth, nonfinite)
     return part
 
 
-def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns: list[str] | None = None) -> pd.DataFrame:
-    """Concatenate the shards the manifest lists for one table."""
+def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns: list[str] | None = None,
+               nonfinite: dict[str, int] | None = None) -> pd.DataFrame:
+    """Concatenate the shards the manifest lists for one table (each validated); NaN/inf counts of the lenient
+    float columns go to `nonfinite`."""
     import pyarrow as pa
 
     p = Path(path)
@@ -117,17 +171,32 @@ def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns:
         raise DriftError(f"table {name!r}: unknown; expected one of {', '.join(TABLES)}")
     files = []
     for s in m["shards"]:
-        f = p / name / f"part-{s['index']:05d}.parquet"
+        f = shard_file(p, name, s["index"])
         if not f.is_file():
             raise DriftError(f"{f}: missing (table {name!r} of shard {s['index']}); the trace is damaged")
-        files.append(f)
+        files.append((f, shard_prompts(m, s)))
+    depth = m["capture"].get("depth")
     # many small shards: per-file overhead dominates, and Arrow releases the GIL while decoding
     with ThreadPoolExecutor(max_workers=4) as pool:
-        parts = list(pool.map(lambda f: _read_shard(f, name, columns or TABLES[name], columns), files))
+        parts = list(pool.map(lambda fp: _read_shard(fp[0], name, columns or TABLES[name], columns, fp[1]), files))
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in (columns or TABLES[name])})
     try:
-        df = pa.concat_tables(parts, promote_options="default").to_pandas()
+        tbl = pa.concat_tables(parts, promote_options="default")
+    except (pa.ArrowException, ValueError) as e:
+        raise DriftError(f"{p / name}: shards are corrupt or have incompatible columns ({str(e).splitlines()[0]})") from None
+    counts: dict[str, int] = {}
+    try:
+        check_values(p / name, name, tbl, depth, counts)  # once over all shards; on failure, find the shard
+    except DriftError:
+        for (f, _), part in zip(files, parts):
+            check_values(f, name, part, depth, {})
+        raise
+    if nonfinite is not None:
+        for k, v in counts.items():
+            nonfinite[k] = nonfinite.get(k, 0) + v
+    try:
+        df = tbl.to_pandas()
     except (pa.ArrowException, ValueError) as e:
         raise DriftError(f"{p / name}: shards are corrupt or have incompatible columns ({str(e).splitlines()[0]})") from None
     need = [c for c in (columns or TABLES[name]) if c not in df.columns]
@@ -142,13 +211,20 @@ class TraceData:
     def __init__(self, path):
         self.path = Path(path)
         self.manifest = read_manifest(self.path)
+        self.nonfinite: dict[str, int] = {}  # table.column -> NaN/inf count, filled as tables are read
+
+    @property
+    def notes(self) -> list[str]:
+        """One note on non-finite values in the tables read so far (none: empty)."""
+        n = nonfinite_note(self.path, self.nonfinite)
+        return [n] if n else []
 
     @property
     def name(self) -> str:
         return self.path.name.removesuffix(".drift")
 
     def table(self, name: str) -> pd.DataFrame:
-        return read_table(self.path, name, self.manifest)
+        return read_table(self.path, name, self.manifest, nonfinite=self.nonfinite)
 
     @cached_property
     def prompts(self) -> pd.DataFrame:
@@ -176,16 +252,39 @@ class TraceData:
 
         parts = []
         for s in self.manifest["shards"]:
-            f = self.path / "rows_index" / f"part-{s['index']:05d}.parquet"
-            if s.get("rows") and f.is_file():
-                try:
-                    t = _read_shard(f, "rows_index", ROWS_INDEX).to_pandas()
-                except (pa.ArrowException, ValueError) as e:  # ValueError: e.g. undecodable strings
-                    raise DriftError(f"{f}: corrupt Parquet ({str(e).splitlines()[0]})") from None
-                t["shard"] = s["index"]
-                parts.append(t)
+            if not s.get("rows"):
+                continue
+            f = shard_file(self.path, "rows_index", s["index"])
+            if not f.is_file():
+                raise DriftError(f"{f}: missing (sampled-rows index of shard {s['index']}); the trace is damaged")
+            try:
+                t = _read_shard(f, "rows_index", ROWS_INDEX, prompts=shard_prompts(self.manifest, s),
+                                depth=self.manifest["capture"].get("depth"), nonfinite={}).to_pandas()
+            except (pa.ArrowException, ValueError) as e:  # ValueError: e.g. undecodable strings
+                raise DriftError(f"{f}: corrupt Parquet ({str(e).splitlines()[0]})") from None
+            t["shard"] = s["index"]
+            parts.append(t)
         return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
             columns=["drafter", "prompt_id", "round", "context_len", "tensor", "slot_tokens", "shard"])
+
+    def check_rows(self) -> int:
+        """Every sampled-rows file the index names opens and holds its tensors; returns how many rows."""
+        from safetensors import safe_open
+
+        idx = self.rows_index()
+        for shard, sub in idx.groupby("shard"):
+            f = shard_file(self.path, "rows", int(shard), "safetensors")
+            if not f.is_file():
+                raise DriftError(f"{f}: missing (sampled rows of shard {shard}); the trace is damaged")
+            try:
+                with safe_open(str(f), "np") as st:
+                    keys = set(st.keys())
+            except Exception as e:  # noqa: BLE001 - any corruption is a user-facing data error
+                raise DriftError(f"{f}: corrupt sampled rows ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+            lost = sorted(set(sub["tensor"]) - keys)
+            if lost:
+                raise DriftError(f"{f}: lacks the sampled row {lost[0]!r} that rows_index lists")
+        return len(idx)
 
     def attention_row(self, drafter: str, prompt_id: str, round: int):
         """[K, L] head-mean attention rows for a sampled round, and the token id held by each slot."""
@@ -197,11 +296,11 @@ class TraceData:
             have = idx[(idx.drafter == drafter) & (idx.prompt_id == prompt_id)]["round"].tolist()
             raise ValueError(f"no sampled attention row for {drafter}/{prompt_id} round {round}; sampled rounds: {have}")
         r = hit.iloc[0]
-        f = self.path / "rows" / f"part-{int(r.shard):05d}.safetensors"
+        f = shard_file(self.path, "rows", int(r.shard), "safetensors")
         try:
             arr = load_file(str(f))[r.tensor]
         except Exception as e:  # noqa: BLE001 - any corruption is a user-facing data error
-            raise DriftError(f"{f}: cannot read sampled rows ({e})") from None
+            raise DriftError(f"{f}: cannot read sampled rows ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
         return arr, list(r.slot_tokens)
 
 

@@ -1,14 +1,19 @@
-"""Crash-safe, resumable trace writing: one Parquet shard per completed prompt, then an atomic manifest.
+"""Crash-safe, resumable trace writing: one Parquet shard per completed prompt, committed by an atomic manifest.
 
-A shard file is written under a dot-name (ignored by Parquet dataset readers) and renamed into place;
-the manifest, rewritten atomically after every shard, lists exactly the shards that are complete. A crash
-or Ctrl-C therefore leaves a readable trace marked `partial`; `resume=True` continues it."""
+Every file of a shard is first written under a hidden name (`.part-N.parquet.tmp`, which Parquet folder readers
+such as `pandas.read_parquet("x.drift/depths")` skip); then the manifest is rewritten atomically to list the
+shard (the commit point); only then are the files renamed into place. So a reader without drifttool never sees
+rows of an uncommitted prompt, even after kill -9; drifttool's reader takes a listed shard's file under its hidden
+name until `--resume` finishes the rename. One lock per trace folder (`.lock`, released by the OS when the
+process dies) keeps a second writer out in every mode (new, --resume, --overwrite)."""
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import json
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +22,8 @@ import pandas as pd
 
 from ..errors import DriftError
 from .schema import SCHEMA_VERSION, TABLES
+
+LOCK = ".lock"
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -31,21 +38,55 @@ def _now() -> str:
 
 class TraceWriter:
     def __init__(self, path, manifest: dict[str, Any], resume: bool = False, overwrite: bool = False):
-        from .reader import read_manifest
-
         self.path = Path(path)
         if self.path.suffix != ".drift":
             raise DriftError(f"--out {self.path}: a trace folder name must end in .drift")
         mf = self.path / "manifest.json"
+        if resume and not mf.is_file():
+            raise DriftError(f"--resume {self.path}: no manifest.json there; nothing to resume")
+        self._lock = self._acquire()
+        try:
+            self._open(manifest, resume, overwrite)
+        except BaseException:
+            self.close()
+            raise
+
+    def _acquire(self):
+        from filelock import FileLock, Timeout
+
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(self.path / LOCK, timeout=0)
+            lock.acquire()
+        except Timeout:
+            raise DriftError(f"--out {self.path}: another capture is writing this trace (lock {LOCK} held); "
+                             "wait for it to finish or choose another --out") from None
+        except OSError as e:
+            raise DriftError(f"--out {self.path}: cannot create the trace folder ({e.strerror})") from None
+        return lock
+
+    def close(self) -> None:
+        """Release the trace's lock (idempotent); finish() calls it."""
+        lock, self._lock = getattr(self, "_lock", None), None
+        if lock is not None:
+            lock.release()
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _open(self, manifest: dict[str, Any], resume: bool, overwrite: bool) -> None:
+        from ..identity import identity_diff
+        from .reader import read_manifest
+
+        mf = self.path / "manifest.json"
         if resume:
-            if not mf.is_file():
-                raise DriftError(f"--resume {self.path}: no manifest.json there; nothing to resume")
             old = read_manifest(self.path)
-            if old.get("settings_hash") != manifest.get("settings_hash"):
-                raise DriftError(
-                    f"--resume {self.path}: the trace was captured with different settings "
-                    "(drafters, probes, depth, mode, sink or seed); rerun without --resume into a new folder"
-                )
+            diff = identity_diff(old, manifest)
+            if diff:
+                raise DriftError(f"--resume {self.path}: {diff}; rerun without --resume into a new folder")
             counts = old.get("counts")
             if not isinstance(old.get("prompts_done"), list) or not isinstance(counts, dict) or not all(
                     isinstance(counts.get(k), int) for k in ("prompts", "rounds")):
@@ -53,12 +94,11 @@ class TraceWriter:
                                  "(prompts, rounds); cannot resume it; capture into a new folder")
             self.manifest = old
             self.manifest["status"] = "partial"
-            self._drop_orphans()
+            self._settle()
         else:
             if mf.exists() and not overwrite:
                 raise DriftError(f"--out {self.path}: a trace already exists there (use --resume or --overwrite)")
             try:
-                self.path.mkdir(parents=True, exist_ok=True)
                 if overwrite:
                     for p in self.path.rglob("*"):
                         if p.is_file() and (p.suffix in (".parquet", ".safetensors", ".tmp") or p.name == "manifest.json"):
@@ -68,7 +108,7 @@ class TraceWriter:
             self.manifest = dict(manifest)
             self.manifest.update(
                 schema_version=SCHEMA_VERSION, status="partial", created=_now(), shards=[], prompts_done=[],
-                counts={"prompts": 0, "rounds": 0},
+                counts={"prompts": 0, "rounds": 0}, trace_id=uuid.uuid4().hex,
             )
         self._save_manifest()
 
@@ -76,17 +116,25 @@ class TraceWriter:
     def done(self) -> set[str]:
         return set(self.manifest["prompts_done"])
 
-    def _drop_orphans(self) -> None:
+    def _settle(self) -> None:
+        """After a crash: finish the renames of listed (committed) shards, delete files of unlisted ones."""
         listed = {s["index"] for s in self.manifest["shards"]}
-        for p in self.path.rglob("*"):
-            if p.is_file() and p.name.startswith("part-"):
-                idx = p.name.split("-")[1].split(".")[0]
-                if not idx.isdigit():  # not a shard file of ours (e.g. "part-00001 (copy).parquet"): leave it
-                    continue
-                if int(idx) not in listed:
+        for p in list(self.path.rglob("*")):
+            if not p.is_file() or p.parent == self.path:
+                if p.parent == self.path and p.name.endswith(".tmp"):  # e.g. an interrupted manifest write
                     p.unlink()
-            elif p.is_file() and p.name.endswith(".tmp"):
+                continue
+            tmp = p.name.startswith(".part-") and p.name.endswith(".tmp")
+            name = p.name[1:-4] if tmp else p.name
+            idx = name.split("-")[1].split(".")[0] if name.startswith("part-") else ""
+            if not idx.isdigit():  # not a shard file of ours (e.g. "part-00001 (copy).parquet"): leave it
+                if p.name.endswith(".tmp"):
+                    p.unlink()
+                continue
+            if int(idx) not in listed:
                 p.unlink()
+            elif tmp:
+                os.replace(p, p.with_name(name))
 
     def _save_manifest(self) -> None:
         try:
@@ -97,14 +145,10 @@ class TraceWriter:
     def _discard(self, written: list[Path]) -> None:
         for p in written:
             p.unlink(missing_ok=True)
-        for p in self.path.rglob(".*.tmp"):
-            p.unlink(missing_ok=True)
 
-    def add(self, prompt_id: str, tables: dict[str, pd.DataFrame], rows: dict[str, np.ndarray] | None = None) -> None:
-        """Write one completed prompt (all drafters) as a shard, then commit it in the manifest."""
-        idx = len(self.manifest["shards"])
-        name = f"part-{idx:05d}"
-        written: list[Path] = []
+    def _stage(self, name: str, tables: dict[str, pd.DataFrame], rows: dict[str, np.ndarray] | None) -> list[Path]:
+        """Write every file of one shard under its hidden temporary name; returns those paths."""
+        staged: list[Path] = []
         try:
             for table, df in tables.items():
                 missing = [c for c in TABLES.get(table, []) if c not in df.columns]
@@ -112,38 +156,65 @@ class TraceWriter:
                     raise ValueError(f"table {table!r} lacks columns {missing}")
                 d = self.path / table
                 d.mkdir(exist_ok=True)
-                tmp, final = d / f".{name}.parquet.tmp", d / f"{name}.parquet"
-                df.to_parquet(tmp, index=False, compression="zstd")  # ~2x smaller than snappy here
-                os.replace(tmp, final)
-                written.append(final)
+                staged.append(d / f".{name}.parquet.tmp")
+                df.to_parquet(staged[-1], index=False, compression="zstd")  # ~2x smaller than snappy here
             if rows:
                 from safetensors.numpy import save_file
 
                 d = self.path / "rows"
                 d.mkdir(exist_ok=True)
-                tmp, final = d / f".{name}.safetensors.tmp", d / f"{name}.safetensors"
-                save_file({k: np.ascontiguousarray(v) for k, v in rows.items()}, str(tmp))
-                os.replace(tmp, final)
-                written.append(final)
+                staged.append(d / f".{name}.safetensors.tmp")
+                save_file({k: np.ascontiguousarray(v) for k, v in rows.items()}, str(staged[-1]))
         except OSError as e:
-            self._discard(written)
+            self._discard(staged)
             raise DriftError(
                 f"{self.path}: cannot write shard {name} ({e.strerror or e}); the {len(self.manifest['shards'])} "
                 "completed prompts are kept and --resume continues"
             ) from None
-        except BaseException:
-            # Ctrl-C / SIGTERM mid-shard: leave no unlisted part files, which Parquet folder readers
-            # (pd.read_parquet(trace / "depths")) would otherwise read as if they were complete.
-            self._discard(written)
+        except BaseException:  # Ctrl-C / SIGTERM mid-shard: nothing of the shard stays behind
+            self._discard(staged)
             raise
+        return staged
+
+    def add(self, prompt_id: str, tables: dict[str, pd.DataFrame], rows: dict[str, np.ndarray] | None = None) -> None:
+        """Write one completed prompt (all drafters) as a shard: stage its files, commit it in the manifest,
+        then rename the files into place."""
+        idx = len(self.manifest["shards"])
+        name = f"part-{idx:05d}"
+        staged = self._stage(name, tables, rows)
         n_rounds = int(len(tables["rounds"])) if "rounds" in tables else 0
+        before = copy.deepcopy(self.manifest)
         self.manifest["shards"].append({"index": idx, "prompts": [prompt_id], "rounds": n_rounds,
                                         "rows": bool(rows)})
         self.manifest["prompts_done"].append(prompt_id)
         self.manifest["counts"]["prompts"] += 1
         self.manifest["counts"]["rounds"] += n_rounds
         self.manifest["updated"] = _now()
-        self._save_manifest()
+        late: BaseException | None = None
+        try:
+            self._save_manifest()  # the commit point
+        except BaseException as e:
+            if not self._committed(idx):
+                self.manifest = before
+                self._discard(staged)
+                raise
+            late = e  # committed after all: finish the renames first
+        # kill -9 here leaves hidden files of a committed shard: readers and --resume take them; Ctrl-C waits
+        while staged:
+            try:
+                os.replace(staged[0], staged[0].with_name(staged[0].name[1:-4]))
+                staged.pop(0)
+            except KeyboardInterrupt as e:
+                late = e
+        if late is not None:
+            raise late
+
+    def _committed(self, idx: int) -> bool:
+        try:
+            m = json.loads((self.path / "manifest.json").read_text())
+            return any(s.get("index") == idx for s in m.get("shards", []))
+        except (OSError, ValueError, AttributeError):
+            return False
 
     def flag(self, key: str, check: str, message: str) -> None:
         """Mark a written prompt as failing a faithfulness check (`manifest.flags`; info/compare/dashboard show it)."""
@@ -153,4 +224,7 @@ class TraceWriter:
     def finish(self) -> None:
         self.manifest["status"] = "complete"
         self.manifest["finished"] = _now()
-        self._save_manifest()
+        try:
+            self._save_manifest()
+        finally:
+            self.close()

@@ -1,0 +1,129 @@
+"""Column types and value ranges of every table, checked per shard on read, so a well-formed Parquet file with
+wrong types or impossible values (a mass of -5, strings for numbers) is refused with one line instead of
+reaching the statistics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import DriftError
+
+_MASSES = ("sink_mass", "draft_mass", "own_mass", "self_mass", "prompt_mass")
+_MAGNITUDES = ("rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post", "l2_post", "rms_before", "rms_after")
+_INTS = ("round", "depth", "context_len", "position", "input_id", "draft_id", "target_id", "head", "chunk",
+         "layer_id", "prompt_len", "n_generated", "n_rounds", "accepted_total", "bonus", "attn_window_start")
+_BOOLS = ("match", "reached", "massive", "beyond_window")
+_STRINGS = ("drafter", "prompt_id", "tags", "tensor")
+_FLOATS = (*_MASSES, *_MAGNITUDES, "entropy", "mean_acceptance_length", "wall_s", "draft_s", "verify_s")
+# floats that must be finite (a NaN mass is no measurement); other float columns may be NaN (e.g. verify_s when
+# teacher-forced) and are reported as one note by the readers
+FINITE = (*_MASSES, "entropy")
+# masses are float32 sums of probabilities: allow their rounding error, nothing more
+_TOL = 1e-4
+
+
+def _kind(table: str, col: str) -> str:
+    if col == "accepted":
+        return "int" if table == "rounds" else "bool"
+    if col == "slot_tokens":
+        return "list"
+    for kind, cols in (("int", _INTS), ("bool", _BOOLS), ("str", _STRINGS), ("float", _FLOATS)):
+        if col in cols:
+            return kind
+    return "any"
+
+
+def _type_ok(kind: str, t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return {
+        "int": pa.types.is_integer(t),
+        "float": pa.types.is_floating(t) or pa.types.is_integer(t),
+        "bool": pa.types.is_boolean(t),
+        "str": pa.types.is_string(t) or pa.types.is_large_string(t),
+        "list": (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_integer(t.value_type),
+        "any": True,
+    }[kind]
+
+
+def _range(table: str, col: str, depth: int | None) -> tuple[float | None, float | None]:
+    if col in _MASSES:
+        return -_TOL, 1 + _TOL
+    if col == "entropy":
+        return -_TOL, None
+    if col == "depth":
+        return 1, depth
+    if col == "accepted" and table == "rounds":
+        return 0, depth
+    if col in _INTS or col in _MAGNITUDES or col in ("wall_s", "draft_s", "verify_s"):
+        return 0, None
+    if col == "mean_acceptance_length":
+        return 1, None
+    return None, None
+
+
+def check_types(f: Path, table: str, part: pa.Table) -> None:
+    """Column types of one shard, and no nulls outside the float columns (checked per file: cheap, schema only)."""
+    for c in part.column_names:
+        col, kind = part.column(c), _kind(table, c)
+        if not _type_ok(kind, col.type):
+            raise DriftError(f"{f}: column {c!r} is stored as {col.type}; expected {kind} (table {table!r})")
+        if kind != "float" and col.null_count:
+            raise DriftError(f"{f}: column {c!r} holds {col.null_count} nulls (table {table!r})")
+
+
+def check_prompts(f: Path, part: pa.Table, prompts: list[str] | None) -> None:
+    """A shard holds rows of the prompts the manifest lists for it only (a file copied over another does not)."""
+    if prompts is not None and "prompt_id" in part.column_names and part.num_rows:
+        extra = sorted(set(pc.unique(part.column("prompt_id")).to_pylist()) - set(prompts))
+        if extra:
+            raise DriftError(f"{f}: rows of prompt {extra[0]!r}, which the manifest does not list for this shard "
+                             f"(it lists {prompts}); the trace is damaged")
+
+
+def check_values(f: Path, table: str, tbl: pa.Table, depth: int | None, nonfinite: dict[str, int]) -> None:
+    """Value ranges of a (concatenated or single-shard) table; NaN/inf/null of the lenient float columns are
+    counted into `nonfinite` (table.column -> count), of the strict ones refused."""
+    if not tbl.num_rows:
+        return
+    for c in tbl.column_names:
+        col, kind = tbl.column(c), _kind(table, c)
+        if kind not in ("int", "float"):
+            continue
+        if kind == "float":  # pandas writes NaN as null: both are "no value" here
+            bad = col.null_count
+            col = col.drop_null()
+            if pa.types.is_floating(col.type):
+                fin = pc.is_finite(col)
+                n_fin = pc.sum(fin).as_py() or 0
+                if n_fin < len(col):
+                    bad += len(col) - n_fin
+                    col = pc.filter(col, fin)
+            if bad and c in FINITE:
+                raise DriftError(f"{f}: column {c!r} holds {bad} NaN/inf/null values (table {table!r}); "
+                                 "the capture produced no valid measurement there; re-capture")
+            if bad:
+                nonfinite[f"{table}.{c}"] = nonfinite.get(f"{table}.{c}", 0) + bad
+            if not len(col):
+                continue
+        lo, hi = _range(table, c, depth)
+        if lo is None and hi is None:
+            continue
+        mm = pc.min_max(col).as_py()
+        if (lo is not None and mm["min"] < lo) or (hi is not None and mm["max"] > hi):
+            want = f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
+            raise DriftError(f"{f}: column {c!r} has values in [{mm['min']}, {mm['max']}]; expected {want} "
+                             f"(table {table!r})")
+
+
+def nonfinite_note(path: Path, counts: dict[str, Any]) -> str | None:
+    """One note for every NaN/inf value found in the lenient columns (no per-value warnings)."""
+    counts = {k: v for k, v in counts.items() if k not in ("rounds.draft_s", "rounds.verify_s")}
+    if not counts:
+        return None
+    parts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    return f"{path.name}: non-finite values (NaN/inf/null) in {parts}; statistics over those columns show as empty"
