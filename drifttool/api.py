@@ -74,6 +74,15 @@ class Trace:
         rest = [o for o in (other, *more) if o is not None]
         return self.comparison(*rest).summary()
 
+    def where(self, *others: Trace) -> pd.DataFrame:
+        """Per series x depth: where heads look hardest (position 0, early, recent, own draft slots, other)
+        and their mean largest weight — the drafter's own sinks, whatever they are."""
+        return self.comparison(*others).where()
+
+    def top_positions(self, depth: int = 1, k: int = 5) -> pd.DataFrame:
+        """The key slots that most often hold a head's largest weight at one depth, per series."""
+        return self.comparison().top_positions(depth, k)
+
     def attention_row(self, drafter: str, prompt_id: str, round: int):
         """Sampled [K, L] head-mean attention rows of one round and the token id held by each slot."""
         if drafter not in self.drafters:

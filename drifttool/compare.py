@@ -219,6 +219,13 @@ class Comparison:
 
         return top_positions(self.heads(), self.rounds, depth, k)
 
+    def _where_json(self, rec) -> dict:
+        try:
+            return {"by_depth": rec(self.where()),
+                    "top_positions": {d: rec(self.top_positions(d)) for d in (1, self.depth)}}
+        except DriftError as e:  # the heads table is unreadable: the other statistics still stand
+            return {"error": str(e)}
+
     def to_json(self, breakeven: float | None = None) -> dict:
         from .decay import any_beyond, context_curve, decay_table, window_split, windows
         from .metrics import ACCEPTANCE_DEFINITIONS
@@ -233,8 +240,7 @@ class Comparison:
             "long_context_decay": {"trend": rec(decay_table(self, breakeven)), "by_context": rec(context_curve(self))},
             "trained_window": {"windows": windows(self), "any_beyond": any_beyond(self),
                                "split": rec(window_split(self))},
-            "where_attention": {"by_depth": rec(self.where()), "top_positions": {
-                d: rec(self.top_positions(d)) for d in (1, self.depth)}},
+            "where_attention": self._where_json(rec),
             "acceptance_definitions": ACCEPTANCE_DEFINITIONS,
             "definitions": {
                 "drift_score": "mean self mass (draft + own slot attention) over depths 2..K",

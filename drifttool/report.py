@@ -144,9 +144,14 @@ def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool =
 
 def print_where(c: Console, cmp: Comparison) -> None:
     """Where each head's largest weight sits, by depth: the drafter's own sinks, whatever they are."""
+    from .errors import DriftError
     from .where_attention import CATEGORIES, DEFINITIONS
 
-    w = cmp.where()
+    try:
+        w = cmp.where()
+    except DriftError as e:
+        c.print(f"[yellow]note:[/yellow] where-attention statistics unavailable: {_e(str(e))}", emoji=False)
+        return
     if w.empty:
         c.print("[yellow]note:[/yellow] where-attention statistics not recorded (trace from an older drifttool)")
         return

@@ -36,3 +36,19 @@ def test_old_traces_without_columns_give_empty():
     rounds = pd.DataFrame({"drafter": "d", "prompt_id": "p", "round": [0], "context_len": [5]})
     heads = pd.DataFrame({"drafter": "d", "prompt_id": "p", "round": [0], "depth": [1], "head": [0]})
     assert attention_targets(heads, rounds).empty
+
+
+def test_notebook_and_json_carry_where(tmp_path):
+    """End to end on a real capture: the notebook view and compare --json report where heads look."""
+    import drifttool as dt
+    from drifttool.tiny import tiny_drafter, tiny_target
+
+    target = tiny_target(vocab=64, hidden=32, max_pos=256)
+    d = tiny_drafter(target)
+    with dt.capture(d, target, depth=3) as live:
+        live.run(list(range(1, 40)), max_new_tokens=8)
+    w = dt.load(live.to_trace(tmp_path / "t.drift")).where()
+    assert not w.empty and set(w["depth"]) == {1, 2, 3}
+    cats = ["pos0", "early", "recent", "self", "other"]
+    np.testing.assert_allclose(w[cats].sum(axis=1), 1.0)
+    assert (w.loc[w.depth == 1, "self"] == 0).all()  # depth 1 has no draft slot to look at
