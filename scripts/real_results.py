@@ -32,7 +32,7 @@ def per_suite(root: Path) -> None:
         k = cmp.depth
         for n in s.index:
             r = s.loc[n]
-            v = lambda m, i, n=n: d.loc[(n, i), m]  # noqa: E731
+            v = lambda m, i, n=n, d=d: d.loc[(n, i), m]  # noqa: E731
             print(f"| {suite.removesuffix('-tf')} | {mode} | {n} | {int(r.prompts)} | {r.mean_acceptance_length:.2f} "
                   f"[{r.al_lo:.2f}, {r.al_hi:.2f}] | {v('acceptance_rate', 1):.3f} | {v('sink_mass', 1):.3f} → "
                   f"{v('sink_mass', k):.3f} | {v('self_mass', 2):.2f} → {v('self_mass', k):.2f} | "
