@@ -215,7 +215,7 @@ def metric_by_depth(per_depth: pd.DataFrame, metrics: Sequence[str], title: str,
         fig.update_xaxes(title_text="depth", dtick=1, row=r, col=c)
         if m in logs:
             cols_m = [x for x in (m, f"{m}_lo", f"{m}_hi") if x in per_depth]
-            fig.update_yaxes(type="log", tickformat=".2~g", range=log_range(per_depth[cols_m].to_numpy()),
+            fig.update_yaxes(type="log", tickformat=".2~g", dtick="D2", range=log_range(per_depth[cols_m].to_numpy()),
                              title_text="log scale" if c == 1 else None, row=r, col=c)
         elif y_range:
             fig.update_yaxes(range=list(y_range), row=r, col=c)
