@@ -21,6 +21,9 @@ DEPTH_METRICS = ("sink_mass", "self_mass", "prompt_mass", "draft_mass", "own_mas
 PREDICTORS = ("sink_mass", "self_mass", "rms_in")
 
 
+# Per-depth statistics over fewer rounds (chains reaching the depth) than this are greyed in charts and starred
+# in the terminal report; rank correlations over fewer are not shown.
+MIN_N = 20
 NEAR_ZERO = 1e-3  # a sink mass below this is "no sink": ratios of two such numbers are noise, not a result
 
 

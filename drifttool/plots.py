@@ -6,8 +6,6 @@ Every series (one drafter of one trace) keeps the same colour in every figure.""
 from __future__ import annotations
 
 import math
-import re
-import zlib
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -16,25 +14,14 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
-# One fixed style per drafter kind, in every figure of the dashboard and the notebook (Okabe-Ito colours,
-# readable by colour-blind readers). Any other drafter name gets a colour from PALETTE chosen by a hash of
-# its name, so it too keeps its colour whatever else is on the chart.
-KIND_STYLES = {
-    "eagle3": {"color": "#0072B2", "dash": "solid"},         # EAGLE-3: blue, solid
-    "eagle3.1": {"color": "#D55E00", "dash": "solid"},       # EAGLE-3.1: vermillion, solid
-    "what-if": {"color": "#009E73", "dash": "dash"},         # EAGLE-3 weights + a 3.1 flag (post-norm): green, dashed
-}
-PALETTE = ["#CC79A7", "#E69F00", "#56B4E9", "#882255", "#999933", "#44AA99", "#332288", "#AA4499", "#117733",
-           "#6699CC"]
-DASHES = ["solid", "dot", "dashdot", "longdash"]
+from .compare import MIN_N
+from .styles import DASHES, KIND_STYLES, PALETTE, drafter_kind, series_style, split_label  # noqa: F401
+
 # Traces of one chart are told apart by marker symbol (colour and dash stay the drafter's).
 SYMBOLS = ["circle", "square", "diamond", "triangle-up", "cross", "x", "star", "pentagon", "hexagon", "triangle-down"]
-# Per-depth statistics over fewer rounds than this are drawn as hollow grey points without a line or CI band
+# Per-depth statistics over fewer than MIN_N rounds are drawn as hollow grey points without a line or CI band
 # (and left out of rank-correlation charts): a depth reached by a handful of chains reads n-alpha 1.00.
-MIN_N = 20
 SMALL_N_COLOR = "#BBBBBB"
-# Ratios whose denominator is below this are not shown (sink retention of two ~0 sink masses is noise).
-NEAR_ZERO = 1e-3
 LABELS = {
     "sink_mass": "sink mass", "self_mass": "self mass (draft + own)", "prompt_mass": "prompt mass",
     "draft_mass": "draft mass", "own_mass": "own-slot mass", "entropy": "entropy (nats)",
@@ -50,36 +37,6 @@ TITLE_FONT = {"size": 13}
 def label(metric: str) -> str:
     """Human-readable name of a metric column."""
     return LABELS.get(metric, metric.replace("_", " "))
-
-
-def split_label(series: str) -> tuple[str | None, str]:
-    """'trace:drafter' -> (trace, drafter); a bare drafter label -> (None, drafter)."""
-    t, sep, d = str(series).rpartition(":")
-    return (t, d) if sep else (None, d)
-
-
-def drafter_kind(series: str) -> str | None:
-    """'eagle3', 'eagle3.1', 'what-if' (EAGLE-3 weights with a 3.1 normalisation flag switched on), or None.
-
-    Read from the drafter part of the label: drifttool's own names (eagle3, eagle3.1, eagle3+norm_output)
-    and the usual short forms (e3, e31, eagle-3.1, e3post, ...)."""
-    d = split_label(series)[1].lower()
-    if "+" in d or "norm_output" in d or "post" in d or "what" in d:
-        return "what-if"
-    if re.search(r"(?:eagle|^e)[-_ ]?3(?:\.|_|-)?1\b", d) or re.search(r"(?:eagle|^e)[-_ ]?3\.1", d):
-        return "eagle3.1"
-    if re.search(r"(?:eagle|^e)[-_ ]?3(?![\d.])", d):
-        return "eagle3"
-    return None
-
-
-def series_style(series: str) -> dict[str, str]:
-    """{'color', 'dash'} of a series: fixed per drafter kind; other drafters by a stable hash of the name."""
-    k = drafter_kind(series)
-    if k:
-        return dict(KIND_STYLES[k])
-    h = zlib.crc32(split_label(series)[1].encode())
-    return {"color": PALETTE[h % len(PALETTE)], "dash": DASHES[(h // len(PALETTE)) % len(DASHES)]}
 
 
 def series_styles(series: Sequence[str]) -> dict[str, dict[str, str]]:
