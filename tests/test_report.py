@@ -48,7 +48,7 @@ def test_long_trace_labels_wrap_after_the_colon(dash_traces, tmp_path):
     cmp = Comparison.of([read_trace(dash_traces["a"]), read_trace(tmp_path / "second_trace_long.drift")])
     text = _render(cmp)
     assert max(map(len, text.splitlines())) <= 80 and "…" not in text
-    assert re.search(r"^second_trace_long:\s", text, re.M) and "second_trace_long:e3" not in text  # broken at ":"
+    assert re.search(r"^second_trace_long:\s", text, re.M) and not re.search(r"^second_trace_long:e", text, re.M)
     assert re.search(r"^\s*e31\s", text, re.M)  # the drafter part on its own line, whole
 
 
