@@ -3,7 +3,7 @@ which measured quantity tracks rejections.
 
 Every (trace, drafter) pair is one *series*, labelled by the drafter name (prefixed by the trace name when
 names collide). The one-number **drift score** is the mean self mass (attention on the chain's own drafted
-slots, SPEC §7) over depths 2..K; `feature_growth` is RMS(layer input at depth K) / RMS(at depth 1)."""
+slots) over depths 2..K; `feature_growth` is RMS(layer input at depth K) / RMS(at depth 1)."""
 
 from __future__ import annotations
 
