@@ -142,6 +142,58 @@ def server(request, dash_traces, tmp_path_factory):
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+def _visit_pages(page, view: str, url: str | None, traces, tmp_path, problems: list[str], seen: dict) -> dict:
+    """Open every page (through the sidebar after the first), check it, screenshot it; returns render times."""
+    timings = {}
+    for path, title, n_charts in PAGES:
+        t0 = time.perf_counter()
+        if not path and url:  # open the app once; then navigate like a user, through the sidebar
+            page.goto(url, wait_until="domcontentloaded")
+        else:
+            page.get_by_test_id("stSidebarNavLink").filter(has_text=title).first.click()
+            page.wait_for_url(f"**/{path}" if path else "**/")
+        page.wait_for_function(READY, arg=[title, n_charts], timeout=180_000)
+        page.wait_for_timeout(300)  # plotly lays out annotations after the first paint
+        timings[path or "overview"] = round(time.perf_counter() - t0, 2)
+        assert page.locator("[data-testid='stException']").count() == 0, f"{view}: exception on page /{path}"
+        assert page.locator("[data-testid='stAlertContentError']").count() == 0, f"{view}: error on page /{path}"
+        charts_boxes, charts_colours = page.evaluate(BOXES), page.evaluate(COLOURS)
+        seen["boxes"] += sum(map(len, charts_boxes))
+        seen["colours"] += sum(map(len, charts_colours))
+        for i, boxes in enumerate(charts_boxes):
+            problems += [f"{view} /{path} chart {i}: titles overlap: {a!r} / {b!r}" for a, b in overlaps(boxes)]
+        for drafter, cols in drafter_colours(charts_colours).items():
+            if len(cols) > 1:
+                problems.append(f"{view} /{path}: {drafter} drawn in {len(cols)} colours: {sorted(cols)}")
+        shot = tmp_path / f"{view}_{path or 'overview'}.png"
+        page.screenshot(path=str(shot), full_page=True)
+        assert shot.stat().st_size > 10_000
+        if UPDATE and view == "default":
+            (REPO / "docs" / "dashboard").mkdir(parents=True, exist_ok=True)
+            shutil.copy(shot, REPO / "docs" / "dashboard" / f"{path or 'overview'}.png")
+        if UPDATE and view == "single" and path == "depth" and traces == [str(SAMPLE)]:
+            shutil.copy(shot, REPO / "docs" / "screenshot_depth.png")  # the README screenshot
+    return timings
+
+
+def _select_all_traces(page) -> int:
+    """Add every trace in the sidebar's 'Traces shown' multiselect, as a user would; returns how many."""
+    box = page.locator("[data-testid='stSidebar'] [data-testid='stMultiSelect']").first
+    for _ in range(50):
+        box.locator("input").click()
+        opts = page.get_by_role("option")
+        if opts.count() == 0 or "No results" in opts.first.inner_text():
+            page.keyboard.press("Escape")
+            break
+        opts.first.click()
+        page.wait_for_function(READY_ANY, timeout=180_000)
+    return box.inner_text().count("drafters")
+
+
+READY_ANY = """() => { const app = document.querySelector('[data-testid="stApp"]');
+  return app && app.getAttribute('data-test-script-state') === 'notRunning'; }"""
+
+
 def test_every_page_renders_in_chromium(server, tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -156,40 +208,16 @@ def test_every_page_renders_in_chromium(server, tmp_path):
             page = browser.new_page(viewport={"width": 1400, "height": 1700})
             page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-            for path, title, n_charts in PAGES:
-                t0 = time.perf_counter()
-                if not path:  # open the app once; then navigate like a user, through the sidebar
-                    page.goto(url, wait_until="domcontentloaded")
-                else:
-                    page.get_by_test_id("stSidebarNavLink").filter(has_text=title).first.click()
-                    page.wait_for_url(f"**/{path}")
-                page.wait_for_function(READY, arg=[title, n_charts], timeout=180_000)
-                page.wait_for_timeout(300)  # plotly lays out annotations after the first paint
-                timings[path or "overview"] = time.perf_counter() - t0
-                assert page.locator("[data-testid='stException']").count() == 0, f"exception on page /{path}"
-                assert page.locator("[data-testid='stAlertContentError']").count() == 0, f"error on page /{path}"
-                charts_boxes, charts_colours = page.evaluate(BOXES), page.evaluate(COLOURS)
-                seen["boxes"] += sum(map(len, charts_boxes))
-                seen["colours"] += sum(map(len, charts_colours))
-                for i, boxes in enumerate(charts_boxes):
-                    problems += [f"/{path} chart {i}: titles overlap: {a!r} / {b!r}" for a, b in overlaps(boxes)]
-                for drafter, cols in drafter_colours(charts_colours).items():
-                    if len(cols) > 1:
-                        problems.append(f"/{path}: {drafter} drawn in {len(cols)} colours: {sorted(cols)}")
-                shot = tmp_path / f"{view}_{path or 'overview'}.png"
-                page.screenshot(path=str(shot), full_page=True)
-                assert shot.stat().st_size > 10_000
-                if UPDATE and view == "default":
-                    (REPO / "docs" / "dashboard").mkdir(parents=True, exist_ok=True)
-                    shutil.copy(shot, REPO / "docs" / "dashboard" / f"{path or 'overview'}.png")
-                if UPDATE and view == "single" and path == "depth" and traces == [str(SAMPLE)]:
-                    shutil.copy(shot, REPO / "docs" / "screenshot_depth.png")  # the README screenshot
+            timings[view] = _visit_pages(page, view, url, traces, tmp_path, problems, seen)
             if view == "default":  # one trace (3 drafters) shown by default, the others one click away
                 picked = page.locator("[data-testid='stSidebar'] [data-testid='stMultiSelect']").first.inner_text()
                 assert picked.count("drafters") == 1, picked
+                n = _select_all_traces(page)  # ... and every page still reads with all of them at once
+                assert n == len(list((REPO / "sample_traces").glob("*.drift"))) > 1, n
+                timings["all"] = _visit_pages(page, "all", None, traces, tmp_path, problems, seen)
         finally:
             browser.close()
-    print(f"{view} view render times (s):", {k: round(v, 2) for k, v in timings.items()})
+    print("render times (s):", timings)
     assert not errors, errors
     assert seen["boxes"] > 20 and seen["colours"] > 20, seen  # the checks saw the charts' titles and series
     assert not problems, "\n".join(problems)
