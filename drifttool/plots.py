@@ -208,6 +208,35 @@ def acceptance_per_depth(per_depth: pd.DataFrame, min_n: int = MIN_N) -> go.Figu
                            min_n=min_n)
 
 
+def metric_by_trace(per_depth: pd.DataFrame, metric: str = "self_mass", max_cols: int = 4,
+                    min_n: int = MIN_N) -> go.Figure:
+    """Small multiples for several traces: one panel per trace (wrapped at max_cols), one line per drafter in its
+    fixed style, all panels on one y axis. Reads at a glance where one chart of every series would not."""
+    title = f"{label(metric)} by depth, one panel per trace"
+    if per_depth.empty or metric not in per_depth:
+        return _empty(title)
+    df = per_depth.assign(_trace=[split_label(s)[0] or "" for s in per_depth["series"]])
+    traces = list(dict.fromkeys(df["_trace"]))
+    styles = series_styles(df["series"])
+    fig, rows, cols = _subplots(traces, max_cols=max_cols, shared_yaxes="all", shared_xaxes=True)
+    shown: set[str] = set()
+    for j, t in enumerate(traces):
+        r, c = _rc(j, cols)
+        for s, sub in df[df["_trace"] == t].groupby("series", sort=False):
+            d = split_label(s)[1]
+            st = dict(styles[s], symbol="circle")
+            _line_with_band(fig, sub, "depth", metric, d, st, r, c, showlegend=d not in shown,
+                            n_col=N_COLUMN.get(metric, "n_rounds"), min_n=min_n)
+            shown.add(d)
+        fig.update_xaxes(title_text="depth" if j + cols >= len(traces) else None, dtick=1, row=r, col=c)
+    if metric == "sink_mass":
+        fig.update_yaxes(type="log", tickformat=".2~g", dtick="D2",
+                         range=log_range(df[[x for x in (metric, f"{metric}_lo", f"{metric}_hi") if x in df]].to_numpy()))
+    fig.update_yaxes(title_text=label(metric), col=1)
+    fig.update_layout(title=title, template=TEMPLATE, height=260 * rows + 90, legend_title_text="drafter")
+    return fig
+
+
 def acceptance_length_bars(summary: pd.DataFrame) -> go.Figure:
     """Mean acceptance length per series (bonus token included) with its 95% CI.
 

@@ -202,3 +202,15 @@ def test_many_series_wrap_into_a_grid_with_one_axis_title_per_column():
     titles = [fig.layout[k].title.text for k in axes if fig.layout[k].title.text]
     assert len(axes) == 8 and titles == ["head"] * 3  # not "headheadhead..." under 8 squeezed panels
     assert fig.layout.height >= 3 * 250
+
+
+def test_several_traces_get_one_panel_each_with_one_line_per_drafter():
+    series = [f"t{i}:{d}" for i in range(5) for d in ("eagle3", "eagle3.1", "eagle3+norm_output")]
+    pdp = _per_depth(series, self_mass=lambda s, d: 0.1 * d)
+    fig = plots.metric_by_trace(pdp, "self_mass")
+    assert [a.text for a in fig.layout.annotations][:5] == [f"t{i}" for i in range(5)]
+    lines = [t for t in fig.data if t.mode == "lines+markers"]
+    assert len(lines) == 15 and {t.name for t in lines} == {"eagle3", "eagle3.1", "eagle3+norm_output"}
+    assert sum(t.showlegend is not False for t in lines) == 3  # one legend entry per drafter, not per series
+    assert {t.line.color for t in lines if t.name == "eagle3.1"} == {plots.KIND_STYLES["eagle3.1"]["color"]}
+    assert plots.grid(5, 4) == (2, 4) and fig.layout.height >= 2 * 250
