@@ -128,6 +128,8 @@ def trace_selector(keys: list[tuple[str, float]]) -> list[tuple[str, float]]:
         return keys
     traces = [_load(*k) for k in keys]
     labels = [trace_label(t) for t in traces]
+    if len(set(labels)) < len(labels):  # same folder name in two places: tell them apart by their parent folder
+        labels = [f"{lab} in {t.path.parent}" for lab, t in zip(labels, traces)]
     if "flt_traces" not in st.session_state or not set(st.session_state["flt_traces"]) <= set(labels):
         st.session_state["flt_traces"] = [labels[i] for i in default_selection([len(t.manifest["drafters"])
                                                                                  for t in traces])]
