@@ -143,13 +143,17 @@ class Comparison:
         # accepted, not match: under sampled verification a draft != the target's argmax can be accepted
         dr = d[d["reached"].astype(bool)].assign(cond=lambda x: x["accepted"].astype(float))
         parts.append(cluster_mean(dr, "cond", keys).rename(columns=lambda c: c.replace("cond", "n_alpha")))
-        # sample sizes: rounds drafting this depth, chains that reached it (n-alpha's n), prompts
-        parts.append(d.assign(reached_=d["reached"].astype(int)).groupby(keys, observed=True).agg(
-            n_rounds=("depth", "size"), n_reached=("reached_", "sum"), n_prompts=("prompt_id", "nunique"))
-            .reset_index())
         out = parts[0]
         for p in parts[1:]:
             out = out.merge(p, on=keys, how="outer")
+        # sample sizes: rounds drafting this depth, chains that reached it (n-alpha's n), prompts
+        if len(d):
+            n = d.assign(reached_=d["reached"].astype(int)).groupby(keys, observed=True).agg(
+                n_rounds=("depth", "size"), n_reached=("reached_", "sum"), n_prompts=("prompt_id", "nunique"))
+            out = out.merge(n.reset_index(), on=keys, how="left")
+        else:
+            out = out.assign(n_rounds=pd.Series(dtype="int64"), n_reached=pd.Series(dtype="int64"),
+                             n_prompts=pd.Series(dtype="int64"))
         return out.sort_values(keys).reset_index(drop=True)
 
     def summary(self) -> pd.DataFrame:
