@@ -1,6 +1,7 @@
 """drifttool dashboard (entry). `streamlit run app/dashboard.py -- A.drift B.drift`, or `drifttool dashboard`.
 
-Reads only the trace folders named on the command line (default: every sample_traces/*.drift).
+Reads only the trace folders named on the command line (default: every sample_traces/*.drift). The sidebar
+picks which of them the pages show: all of them when they hold at most 6 series together, else the first.
 The page scripts live in app_pages/, not pages/: a folder named pages/ next to the entry script switches
 Streamlit to its legacy multipage mode, which runs page files without this entry (no loading, no filters)."""
 

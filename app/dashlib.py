@@ -17,6 +17,9 @@ from drifttool.views import Filters, LoadedTrace, View, build_view, load_trace
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_traces"
 FILTER_KEYS = ("flt_prompts", "flt_tags", "flt_depth", "flt_heads")
+# Show every given trace at once only while they hold at most this many series together; else the first trace
+# (a selector adds the others). 24 series on one chart is a hairball, 3-6 reads at a glance.
+MAX_DEFAULT_SERIES = 6
 
 
 def trace_paths(argv: list[str] | None = None) -> list[Path]:
@@ -88,7 +91,8 @@ def _view(keys: tuple[tuple[str, float], ...], f: Filters) -> View:
 
 
 def load_traces() -> list[tuple[str, float]]:
-    """Check every trace once (cached by path + manifest mtime); each failure is one st.error line."""
+    """Check every trace once (cached by path + manifest mtime); each failure is one st.error line.
+    Then the sidebar's trace selector decides which of them the pages show (st.session_state.trace_keys)."""
     keys = []
     for p in trace_paths():
         k = _key(p)
@@ -97,8 +101,45 @@ def load_traces() -> list[tuple[str, float]]:
             st.error(f"Trace skipped: {err}")
         else:
             keys.append(k)
-    st.session_state["trace_keys"] = keys
-    return keys
+    st.session_state["trace_keys"] = trace_selector(keys) if keys else []
+    return st.session_state["trace_keys"]
+
+
+def default_selection(n_series: list[int]) -> list[int]:
+    """Indices of the traces shown first: all of them while they hold <= MAX_DEFAULT_SERIES series together,
+    else only the first (one trace = one target x suite, all its drafters)."""
+    if not n_series:
+        return []
+    return list(range(len(n_series))) if sum(n_series) <= MAX_DEFAULT_SERIES else [0]
+
+
+def trace_label(t: LoadedTrace) -> str:
+    """'name (suite, N drafters[, mode])' for the trace selector."""
+    from drifttool.compare import suite_name
+
+    cap = t.manifest["capture"]
+    mode = "" if cap.get("mode", "generate") == "generate" else f", {cap.get('mode')}"
+    return f"{t.name} ({suite_name(t)}, {len(t.manifest['drafters'])} drafters{mode})"
+
+
+def trace_selector(keys: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """Sidebar multiselect of the loaded traces (default: see default_selection); returns the chosen keys."""
+    if len(keys) == 1:
+        return keys
+    traces = [_load(*k) for k in keys]
+    labels = [trace_label(t) for t in traces]
+    if len(set(labels)) < len(labels):  # same folder name in two places: tell them apart by their parent folder
+        labels = [f"{lab} in {t.path.parent}" for lab, t in zip(labels, traces)]
+    if "flt_traces" not in st.session_state or not set(st.session_state["flt_traces"]) <= set(labels):
+        st.session_state["flt_traces"] = [labels[i] for i in default_selection([len(t.manifest["drafters"])
+                                                                                 for t in traces])]
+    sb = st.sidebar
+    sb.header("Traces")
+    chosen = sb.multiselect("Traces shown", labels, key="flt_traces", placeholder="pick one or more traces")
+    sb.caption(f"{len(keys)} traces loaded. Each chart draws one colour per drafter (EAGLE-3 blue, EAGLE-3.1 "
+               "vermillion, what-if green dashed) and one marker per trace. Compare drafters within one suite; "
+               "add traces of other suites to compare suites.")
+    return [keys[labels.index(c)] for c in chosen]
 
 
 def sidebar_filters(keys: list[tuple[str, float]]) -> None:
@@ -112,7 +153,7 @@ def sidebar_filters(keys: list[tuple[str, float]]) -> None:
     if k > 1:
         sb.slider("Depth range", 1, k, value=st.session_state.get("flt_depth", (1, k)), key="flt_depth")
     sb.multiselect("Heads", o["heads"], key="flt_heads", placeholder="all heads")
-    sb.caption(f"{len(keys)} trace(s): " + ", ".join(o["names"]))
+    sb.caption(f"showing {len(keys)} trace(s): " + ", ".join(o["names"]))
 
 
 def filters() -> Filters:
@@ -126,7 +167,10 @@ def view() -> View:
     """The current view (all traces, current filters); stops the page with a message when there is none."""
     keys = st.session_state.get("trace_keys") or []
     if not keys:
-        st.info(f"No trace to show. Run `drifttool dashboard A.drift [B.drift ...]`, or put traces in {SAMPLES}.")
+        if st.session_state.get("flt_traces") == []:
+            st.info("No trace selected: pick one under Traces in the sidebar.")
+        else:
+            st.info(f"No trace to show. Run `drifttool dashboard A.drift [B.drift ...]`, or put traces in {SAMPLES}.")
         st.stop()
     f = filters()
     try:

@@ -37,7 +37,10 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    """The public names and the loaded submodules (not this file's own imports: sys, importlib, types)."""
+    subs = {n for n, v in globals().items() if isinstance(v, types.ModuleType) and not n.startswith("_")
+            and getattr(v, "__name__", "").startswith(__name__ + ".")}
+    return sorted(set(__all__) | subs)
 
 
 class _Package(types.ModuleType):

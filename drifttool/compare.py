@@ -3,7 +3,7 @@ which measured quantity tracks rejections.
 
 Every (trace, drafter) pair is one *series*, labelled by the drafter name (prefixed by the trace name when
 names collide). The one-number **drift score** is the mean self mass (attention on the chain's own drafted
-slots, SPEC §7) over depths 2..K; `feature_growth` is RMS(layer input at depth K) / RMS(at depth 1)."""
+slots) over depths 2..K; `feature_growth` is RMS(layer input at depth K) / RMS(at depth 1)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,19 @@ from .trace.reader import TraceData
 DEPTH_METRICS = ("sink_mass", "self_mass", "prompt_mass", "draft_mass", "own_mass", "entropy", "rms_in", "rms_pre",
                  "rms_post")
 PREDICTORS = ("sink_mass", "self_mass", "rms_in")
+
+
+# Per-depth statistics over fewer rounds (chains reaching the depth) than this are greyed in charts and starred
+# in the terminal report; rank correlations over fewer are not shown.
+MIN_N = 20
+NEAR_ZERO = 1e-3  # a sink mass below this is "no sink": ratios of two such numbers are noise, not a result
+
+
+def ratio(num: float, den: float, floor: float = NEAR_ZERO) -> float:
+    """num / den, or NaN when den (or both) is below `floor` (sink retention of two ~0 sink masses is not 1254)."""
+    if not (np.isfinite(num) and np.isfinite(den)) or abs(den) < floor:
+        return float("nan")
+    return float(num / den)
 
 
 @dataclass
@@ -86,13 +99,33 @@ def check_compatible(traces: list[TraceData]) -> list[str]:
                     f"{t.path}: capture {key} {c.get(key)!r} differs from {traces[0].path}'s {base.get(key)!r}; "
                     "traces must share depth, mode and sink definition to be compared"
                 )
-        if c.get("probes", {}).get("sha256") != base.get("probes", {}).get("sha256"):
-            notes.append(f"{t.path.name}: captured on a different probe suite than {traces[0].path.name}")
+    notes += suite_notes(traces)
     for t in traces:
         if t.manifest["status"] != "complete":
             notes.append(f"{t.path.name}: partial trace ({len(t.manifest['shards'])} prompts)")
         notes += flag_notes(t.manifest, t.path.name)
     return notes
+
+
+def suite_name(t: TraceData) -> str:
+    """The probe suite a trace was captured on: its file name without .jsonl (else its hash)."""
+    pr = t.manifest["capture"].get("probes", {}) or {}
+    path = str(pr.get("path") or "")
+    return path.rsplit("/", 1)[-1].removesuffix(".jsonl") if path else str(pr.get("sha256") or "?")
+
+
+def suite_notes(traces: list[TraceData]) -> list[str]:
+    """One note when the traces were captured on more than one probe suite (none otherwise)."""
+    by: dict[str, list[str]] = {}
+    for t in traces:
+        key = str((t.manifest["capture"].get("probes", {}) or {}).get("sha256"))
+        by.setdefault(key, []).append(t)
+    if len(by) < 2:
+        return []
+    suites = ", ".join(f"{suite_name(ts[0])} ({len(ts)} trace{'s' * (len(ts) > 1)})" for ts in by.values())
+    return [f"mixed probe suites: these {len(traces)} traces cover {len(by)} suites ({suites}). Numbers of "
+            "different suites differ by prompt content and length as well as by drafter; compare drafters within "
+            "a suite."]
 
 
 def flag_notes(manifest: dict, name: str) -> list[str]:
@@ -147,6 +180,14 @@ class Comparison:
         out = parts[0]
         for p in parts[1:]:
             out = out.merge(p, on=keys, how="outer")
+        # sample sizes: rounds drafting this depth, chains that reached it (n-alpha's n), prompts
+        if len(d):
+            n = d.assign(reached_=d["reached"].astype(int)).groupby(keys, observed=True).agg(
+                n_rounds=("depth", "size"), n_reached=("reached_", "sum"), n_prompts=("prompt_id", "nunique"))
+            out = out.merge(n.reset_index(), on=keys, how="left")
+        else:
+            out = out.assign(n_rounds=pd.Series(dtype="int64"), n_reached=pd.Series(dtype="int64"),
+                             n_prompts=pd.Series(dtype="int64"))
         return out.sort_values(keys).reset_index(drop=True)
 
     def summary(self) -> pd.DataFrame:
@@ -172,8 +213,8 @@ class Comparison:
                 "iid_acceptance_length": acc.get("iid_acceptance_length", np.nan), "iid_p": acc.get("iid_p", np.nan),
                 "drift_score": drift, "drift_lo": dlo, "drift_hi": dhi,
                 "feature_growth": float(by_depth["rms_in"].iloc[-1] / by_depth["rms_in"].iloc[0]) if len(by_depth) else np.nan,
-                "sink_retention": float(by_depth["sink_mass"].iloc[-1] / by_depth["sink_mass"].iloc[0])
-                if len(by_depth) and by_depth["sink_mass"].iloc[0] > 0 else np.nan,
+                "sink_retention": ratio(by_depth["sink_mass"].iloc[-1], by_depth["sink_mass"].iloc[0])
+                if len(by_depth) else np.nan,
                 "per_position_rate": acc.get("per_position_rate"), "n_alpha": acc.get("n_alpha"),
             })
         return pd.DataFrame(rows)

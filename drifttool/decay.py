@@ -75,23 +75,36 @@ def cost_ratio(rounds: pd.DataFrame, k: int) -> float:
     return float(d[ok].sum() / k / v[ok].sum())
 
 
-def crossing(fit: dict[str, float], level: float, lo: float, hi: float) -> tuple[float | None, str]:
-    """Context length where the fitted AL trend falls to `level`, and how to read it."""
+def crossing(fit: dict[str, float], level: float, lo: float, hi: float,
+             measured: float | None = None) -> tuple[float | None, str]:
+    """Context length where the fitted AL trend falls to `level`, and how to read it.
+
+    `measured` (the mean acceptance length over the measured range) overrides the fit's verdict on which side
+    of break-even the measurements lie: a noisy fit never makes "below break-even" out of an AL above it."""
     a, b = fit["intercept"], fit["slope"]
     if not math.isfinite(level):
         return None, "no break-even: timing not recorded (pass --breakeven)"
+    above = measured is not None and math.isfinite(measured) and measured >= level
+    below = measured is not None and math.isfinite(measured) and measured < level
     if not (math.isfinite(a) and math.isfinite(b)):
+        if below:
+            return None, "below break-even (measured); no trend: too few distinct context lengths"
         return None, "no trend: too few distinct context lengths"
     at_lo = a + b * math.log2(max(lo, 1.0))
     if b >= 0:
-        return None, ("below break-even already; trend not falling" if at_lo < level
-                      else "trend not falling: no crossing")
+        if below or (not above and at_lo < level):
+            return None, "below break-even already; trend not falling"
+        return None, "trend not falling: no crossing"
     e = (level - a) / b
     if e > 62:
         return None, "crossing beyond 2^62 tokens"
     at = float(2.0 ** e)
     if at <= lo:
+        if above:
+            return at, "above break-even on average; the fitted trend (a poor fit) dips below it"
         return at, "below break-even over the whole measured range"
+    if at > hi and below:
+        return at, "below break-even on average already; the fitted trend crosses beyond the measured range"
     return at, "within measured range" if at <= hi else "extrapolated beyond measured range"
 
 
@@ -150,14 +163,15 @@ def decay_table(cmp: Comparison, breakeven: float | None = None) -> pd.DataFrame
         else:
             be, src = math.nan, "unavailable: no draft_s/verify_s timing in this trace"
         lo, hi = float(sub["context_len"].min()), float(sub["context_len"].max())
-        at, status = crossing(fa, be, lo, hi)
+        measured = float(sub["acceptance_length"].mean())
+        at, status = crossing(fa, be, lo, hi, measured)
         rows.append({
             "series": s.label, "rounds": int(len(sub)), "context_min": int(lo), "context_max": int(hi),
             "al_per_doubling": fa["slope"], "al_per_doubling_se": fa["slope_se"], "al_intercept": fa["intercept"],
             "al_r2": fa["r2"], "al_fit_at_min": predict(fa, lo), "al_fit_at_max": predict(fa, hi),
             "drift_per_doubling": fd["slope"], "drift_per_doubling_se": fd["slope_se"],
             "cost_ratio": c, "breakeven_al": be, "breakeven_source": src,
-            "breakeven_context": at, "breakeven_status": status,
+            "breakeven_context": at, "breakeven_status": status, "measured_al": measured,
         })
     return pd.DataFrame(rows)
 

@@ -34,11 +34,47 @@ def target_of(specimen: str, models: Path) -> str:
     return str(models / "target")
 
 
-def probes_dir(specimen: str = "sink") -> Path:
-    p = REPO / "probes" / ("real" if specimen == REAL else "")
-    if not p.is_dir():
-        raise DriftError(f"{p}: probe suites not found (run from a drifttool checkout)")
-    return p
+def probes_dir() -> Path:
+    """The bundled probe suites: probes/ of a source checkout, else the copy inside an installed wheel."""
+    for p in (REPO / "probes", Path(__file__).resolve().parent / "_probes"):
+        if p.is_dir():
+            return p
+    raise DriftError(f"{REPO / 'probes'}: probe suites not found (neither a checkout nor a full install)")
+
+
+def bundled_suite(name: str) -> Path | None:
+    """A bundled suite by name ('long_code', 'real/doc_qa', ...), or None."""
+    try:
+        d = probes_dir()
+    except DriftError:
+        return None
+    p = d / (name if name.endswith(".jsonl") else f"{name}.jsonl")
+    return p if p.is_file() else None
+
+
+def sample_traces(build: bool = True, log=print) -> list[Path]:
+    """The dashboard's default traces: a checkout's sample_traces/*.drift; in an installed wheel (no sample
+    traces shipped) the demo trace in the cache ($DRIFTTOOL_CACHE, else ~/.cache/drifttool), captured on
+    first use from the bundled models and the quick suite (about a minute on CPU)."""
+    found = sorted((REPO / "sample_traces").glob("*.drift"))
+    if found:
+        return found
+    from .zoo.smollm2 import cache_root
+
+    out = cache_root() / "samples" / "demo.drift"
+    mf = out / "manifest.json"
+    if mf.is_file():
+        import json
+
+        try:
+            if json.loads(mf.read_text()).get("status") == "complete":
+                return [out]
+        except (OSError, ValueError):
+            pass
+    if not build:
+        return []
+    log(f"no sample traces in this install: capturing the demo trace once into {out} (about a minute on CPU)")
+    return [run_demo(str(out), progress=True)]
 
 
 def _tiny_models(where: Path) -> Path:
@@ -58,7 +94,7 @@ def run_demo(out: str = "runs/demo.drift", specimen: str = "smollm2", suite: str
     if specimen not in SPECIMENS:
         raise DriftError(f"--specimen {specimen!r}: expected one of {', '.join(SPECIMENS)}")
     models = bundled(specimen)
-    probes = probes_dir(specimen) / f"{suite}.jsonl"
+    probes = probes_dir() / ("real" if specimen == REAL else "") / f"{suite}.jsonl"
     if not probes.is_file():
         raise DriftError(f"--suite {suite!r}: {probes} not found")
     note = {}

@@ -84,7 +84,7 @@ def speculate(
     target: Target,
     drafter: Eagle3Drafter,
     prompt_ids: list[int],
-    depth: int = 4,
+    depth: int = 8,
     max_new_tokens: int = 64,
     mode: str = "generate",
     temperature: float = 0.0,

@@ -1,75 +1,169 @@
-"""Rich terminal rendering of a Comparison (what `drifttool compare` and `drifttool demo` print)."""
+"""Rich terminal rendering of a Comparison (what `drifttool compare` and `drifttool demo` print).
+
+Every table fits 80 columns: a 95% CI sits on the line under its value, long series labels wrap inside
+their cell (never cut with an ellipsis), and per-depth tables keep the drafters of one depth on adjacent
+rows. The report ends with a plain-language summary of what differs between the drafters and by how much."""
 
 from __future__ import annotations
 
+import math
+
+import pandas as pd
+from rich import box
 from rich.console import Console
 from rich.markup import escape as _e  # names, paths and notes are data, not rich markup
 from rich.table import Table
 
-from .compare import Comparison
+from .compare import MIN_N, Comparison
+from .styles import drafter_kind, split_label
+
+SERIES_WIDTH = 18  # series labels longer than this wrap inside their cell
 
 
 def _f(v, lo=None, hi=None, d=3) -> str:
+    """'v', or 'v' and '[lo, hi]' on the next line."""
     if v is None or v != v:
         return "-"
     s = f"{v:.{d}f}"
     if lo is not None and hi is not None and lo == lo and hi == hi:
-        s += f" [{lo:.{d}f}, {hi:.{d}f}]"
+        s += f"\n[{lo:.{d}f}, {hi:.{d}f}]"
     return s
 
 
-def _list(v, d=2) -> str:
-    if v is None or isinstance(v, float):
-        return "-"
-    return " ".join(_f(x, d=d) for x in v)
+def _table(title: str, *cols: str, widths: dict[str, int] | None = None) -> Table:
+    """A compact table: no outer padding or vertical rules, cells fold instead of being cut. `widths`: the
+    minimum width of some columns (the series column's is its longest label, up to SERIES_WIDTH)."""
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1),
+              show_edge=False)
+    widths = widths or {}
+    for c in cols:
+        if c == "series":
+            t.add_column(c, min_width=widths.get(c), max_width=SERIES_WIDTH, overflow="fold")
+        else:
+            t.add_column(c, overflow="fold", min_width=widths.get(c),
+                         justify="left" if c in ("depth", "context", "side", "contexts") else "right")
+    return t
 
 
-def print_acceptance(c: Console, s) -> None:
-    """Every acceptance definition by name (docs/acceptance.md), measured beside the i.i.d. estimate."""
+def _lab(series: str) -> str:
+    """A series label for a table cell: 'trace:drafter' breaks after the colon when it is too long."""
+    s = _e(str(series))
+    return s.replace(":", ":\n", 1) if len(s) > SERIES_WIDTH and ":" in s else s
+
+
+def _sw(labels) -> dict[str, int]:
+    """min width of the series column: its longest label, up to SERIES_WIDTH."""
+    parts = [p for x in labels for p in (str(x).split(":", 1) if len(str(x)) > SERIES_WIDTH else [str(x)])]
+    return {"series": min(SERIES_WIDTH, max((len(p) for p in parts), default=6))}
+
+
+def _order(cmp: Comparison) -> dict[str, int]:
+    return {s.label: i for i, s in enumerate(cmp.series)}
+
+
+def _n(v, n, min_n: int = MIN_N, d: int = 2) -> str:
+    """A value over n rounds; starred and dimmed when n < min_n (a handful of chains is not a rate)."""
+    s = _f(v, d=d)
+    if s != "-" and n == n and n < min_n:
+        return f"[dim]{s}*[/dim]"
+    return s
+
+
+def print_acceptance(c: Console, s: pd.DataFrame) -> None:
+    """Acceptance under each definition by name (docs/acceptance.md), measured beside the i.i.d. estimate.
+    The per-depth definitions (per-position rate, n-alpha) are in the acceptance-by-depth table."""
     from .metrics import ACCEPTANCE_DEFINITIONS as D
 
-    t = Table(title="Acceptance, every definition (docs/acceptance.md)")
-    t.add_column("definition")
-    for label in s.series:
-        t.add_column(_e(label))
-    rows = [
-        (D["mean_acceptance_length"]["name"], lambda r: _f(r.mean_acceptance_length, r.al_lo, r.al_hi, 2)),
-        (D["iid_acceptance_length"]["name"] + " (p)",
-         lambda r: f"{_f(r.iid_acceptance_length, d=2)} (p={_f(r.iid_p, d=2)})"),
-        ("measured - i.i.d.", lambda r: _f(r.mean_acceptance_length - r.iid_acceptance_length, d=2)),
-        (D["draft_acceptance_rate"]["name"], lambda r: _f(r.draft_acceptance_rate)),
-        (D["per_position_rate"]["name"] + ", depth 1..K", lambda r: _list(r.per_position_rate)),
-        (D["n_alpha"]["name"] + ", depth 1..K", lambda r: _list(r.n_alpha)),
-    ]
-    for name, fn in rows:
-        t.add_row(name, *[fn(r) for _, r in s.iterrows()])
+    t = _table("Acceptance (95% CI over prompts)", "series", "prompts", "drafts", "mean acc.\nlength",
+               "i.i.d.\n(p)", "meas. -\ni.i.d.", "draft\nacc.\nrate",
+               widths={**_sw(s["series"]), "mean acc.\nlength": 12})
+    for _, r in s.iterrows():
+        t.add_row(_lab(r.series), str(r.prompts), str(r.drafts), _f(r.mean_acceptance_length, r.al_lo, r.al_hi, 2),
+                  f"{_f(r.iid_acceptance_length, d=2)}\n(p={_f(r.iid_p, d=2)})",
+                  _f(r.mean_acceptance_length - r.iid_acceptance_length, d=2), _f(r.draft_acceptance_rate))
     c.print(t)
+    names = "; ".join(D[k]["name"] for k in ("mean_acceptance_length", "iid_acceptance_length",
+                                            "draft_acceptance_rate", "per_position_rate", "n_alpha"))
+    c.print(f"Definitions (docs/acceptance.md): {names}.", markup=False)
+
+
+def print_drift(c: Console, s: pd.DataFrame) -> None:
+    t = _table("Drift and feature growth (95% CI over prompts)", "series", "drift score", "feature\ngrowth",
+               "sink\nretention", widths={**_sw(s["series"]), "drift score": 14})
+    for _, r in s.iterrows():
+        t.add_row(_lab(r.series), _f(r.drift_score, r.drift_lo, r.drift_hi), _f(r.feature_growth, d=2),
+                  _f(r.sink_retention, d=2))
+    c.print(t)
+    c.print("drift score: mean self mass over depths 2..K. feature growth: RMS(layer input) at depth K / "
+            "depth 1. sink retention: sink mass at depth K / depth 1 ('-' when the depth-1 sink mass is "
+            "below 0.001: no sink to retain).", markup=False)
+
+
+def print_per_depth(c: Console, cmp: Comparison) -> None:
+    """Two per-depth tables (attention, acceptance), rows by depth then drafter."""
+    pd_ = cmp.per_depth()
+    if pd_.empty:
+        return
+    pd_ = pd_.assign(_o=pd_["series"].map(_order(cmp))).sort_values(["depth", "_o"])
+    t = _table("Per depth: attention mass and layer-input RMS (95% CI over prompts)", "depth", "series", "sink",
+               "self", "prompt", "rms_in", widths={**_sw(pd_["series"]), "sink": 14, "self": 14})
+    last = None
+    for _, r in pd_.iterrows():
+        if last is not None and r.depth != last:
+            t.add_section()
+        last = r.depth
+        t.add_row(str(int(r.depth)), _lab(r.series), _f(r.sink_mass, r.sink_mass_lo, r.sink_mass_hi),
+                  _f(r.self_mass, r.self_mass_lo, r.self_mass_hi), _f(r.prompt_mass), _f(r.rms_in, d=2))
+    c.print(t)
+    t = _table("Per depth: acceptance (95% CI over prompts)", "depth", "series", "rounds", "reached",
+               "per-position\nrate (vLLM)", "n-alpha\n(EAGLE)",
+               widths={**_sw(pd_["series"]), "per-position\nrate (vLLM)": 14})
+    last, small = None, False
+    for _, r in pd_.iterrows():
+        if last is not None and r.depth != last:
+            t.add_section()
+        last = r.depth
+        small |= bool(r.n_reached < MIN_N)
+        t.add_row(str(int(r.depth)), _lab(r.series), str(int(r.n_rounds)), str(int(r.n_reached)),
+                  _f(r.acceptance_rate, r.acceptance_rate_lo, r.acceptance_rate_hi), _n(r.n_alpha, r.n_reached))
+    c.print(t)
+    if small:
+        c.print(f"* n-alpha over fewer than {MIN_N} chains reaching the depth: too few to read as a rate.",
+                markup=False)
 
 
 def print_decay(c: Console, cmp: Comparison, breakeven: float | None = None) -> None:
     from .decay import context_curve, decay_table
 
     cc = context_curve(cmp)
-    t = Table(title="Long-context decay: by context length (power-of-two buckets)")
-    for col in ("series", "context", "rounds", "acc. length", "draft acc. rate", "drift score", "sink", "rms_in"):
-        t.add_column(col)
+    if cc.empty:
+        return
+    cc = cc.assign(_o=cc["series"].map(_order(cmp))).sort_values(["bucket_lo", "_o"])
+    t = _table("Long-context decay: by context length (power-of-two buckets)", "context", "series", "rounds",
+               "acc.\nlength", "draft\nacc.\nrate", "drift\nscore", "sink", "rms_in", widths=_sw(cc["series"]))
+    last = None
     for _, r in cc.iterrows():
-        t.add_row(_e(r.series), r.context_bucket, str(r.rounds), _f(r.acceptance_length, d=2),
+        if last is not None and r.bucket_lo != last:
+            t.add_section()
+        last = r.bucket_lo
+        t.add_row(r.context_bucket, _lab(r.series), str(r.rounds), _f(r.acceptance_length, d=2),
                   _f(r.draft_acceptance_rate), _f(r.drift_score), _f(r.sink_mass), _f(r.rms_in, d=2))
     c.print(t)
     dt = decay_table(cmp, breakeven)
-    t = Table(title="Long-context decay: trend vs log2(context), break-even")
-    for col in ("series", "contexts", "AL / doubling", "drift / doubling", "cost ratio c", "break-even AL",
-                "stops paying at"):
-        t.add_column(col)
+    t = _table("Long-context decay: trend vs log2(context), break-even", "series", "contexts", "AL /\ndoub-\nling",
+               "drift /\ndoub-\nling", "cost\nratio\nc", "break-\neven\nAL", "stops\npaying\nat",
+               widths=_sw(dt["series"]))
     for _, r in dt.iterrows():
-        se = f" ± {r.al_per_doubling_se:.3f}" if r.al_per_doubling_se == r.al_per_doubling_se else ""
+        se = f"\n± {r.al_per_doubling_se:.3f}" if r.al_per_doubling_se == r.al_per_doubling_se else ""
         at = r.breakeven_context
-        t.add_row(_e(r.series), f"{r.context_min}-{r.context_max}", _f(r.al_per_doubling) + se, _f(r.drift_per_doubling),
-                  _f(r.cost_ratio), _f(r.breakeven_al, d=2), "-" if at is None or at != at else f"{at:,.0f}")
+        t.add_row(_lab(r.series), f"{r.context_min}-{r.context_max}", _f(r.al_per_doubling) + se,
+                  _f(r.drift_per_doubling), _f(r.cost_ratio), _f(r.breakeven_al, d=2),
+                  "-" if at is None or at != at else f"{at:,.0f}")
     c.print(t)
     for _, r in dt.iterrows():
-        c.print(f"  {_e(r.series)}: {r.breakeven_status}; break-even from {r.breakeven_source}")
+        be = r.breakeven_al
+        side = "" if be != be else f"measured AL {r.measured_al:.2f} vs break-even {be:.2f}: "
+        c.print(f"  {r.series}: {side}{r.breakeven_status}; break-even from {r.breakeven_source}", markup=False)
     c.print("Break-even AL = 1 + K*c, c = drafter step cost / target verify cost (docs/acceptance.md).")
 
 
@@ -79,14 +173,86 @@ def print_window(c: Console, cmp: Comparison) -> None:
     if not any_beyond(cmp):
         return
     ws = window_split(cmp)
-    t = Table(title="Trained window: rounds inside vs beyond the drafter's trained context (all metrics: --json)")
-    for col in ("series", "side", "window", "drafts", "acc. length", "draft acc. rate", "drift score",
-                "feature growth"):
-        t.add_column(col)
+    t = _table("Trained window: rounds inside vs beyond the drafter's trained context (all metrics: --json)",
+               "series", "side", "window", "drafts", "acc.\nlength", "draft\nacc.\nrate", "drift\nscore",
+               "feature\ngrowth", widths=_sw(ws["series"]))
     for _, r in ws.iterrows():
-        t.add_row(_e(r.series), r.side, str(r.window), str(r.drafts), _f(r.mean_acceptance_length, d=2),
+        t.add_row(_lab(r.series), r.side, str(r.window), str(r.drafts), _f(r.mean_acceptance_length, d=2),
                   _f(r.draft_acceptance_rate), _f(r.drift_score), _f(r.feature_growth, d=2))
     c.print(t)
+
+
+def print_predictors(c: Console, cmp: Comparison, bins: int = 4) -> None:
+    pr = cmp.predictors(bins)
+    if not len(pr):
+        return
+    g = pr.groupby(["series", "metric", "depth"], sort=False).agg(rho=("spearman", "first"), n=("n", "sum"))
+    rho = g["rho"].unstack("metric")
+    n = g["n"].groupby(["series", "depth"]).first()
+    order = _order(cmp)
+    keys = sorted(rho.index, key=lambda k: (k[1], order.get(k[0], 0)))
+    metrics = list(rho.columns)
+    t = _table("What tracks rejection: rank correlation with acceptance (reached depths)", "depth", "series", "n",
+               *metrics, widths=_sw([k[0] for k in keys]))
+    last, hidden = None, False
+    for label, depth in keys:
+        if last is not None and depth != last:
+            t.add_section()
+        last = depth
+        nn = int(n.loc[(label, depth)])
+        few = nn < MIN_N
+        hidden |= few
+        t.add_row(str(depth), _lab(label), str(nn),
+                  *[f"[dim]n<{MIN_N}[/dim]" if few else _f(rho.loc[(label, depth), m], d=2) for m in metrics])
+    c.print(t)
+    c.print("Negative correlation: higher values go with more rejections. Binned rates: compare --json."
+            + (f" Depths reached by fewer than {MIN_N} chains: not shown." if hidden else ""))
+
+
+def _pct(a: float, b: float) -> str:
+    return f", {100 * (a - b) / b:+.0f}%" if b and math.isfinite(a) and math.isfinite(b) and abs(b) > 1e-9 else ""
+
+
+def plain_summary(cmp: Comparison, s: pd.DataFrame | None = None) -> list[str]:
+    """Sentences: per trace, every drafter against the EAGLE-3 one (else the first): acceptance length with
+    whether the CIs overlap, drift score, feature growth."""
+    s = cmp.summary() if s is None else s
+    if s.empty:
+        return []
+    rows = {r.series: r for _, r in s.iterrows()}
+    groups: dict[str | None, list[str]] = {}
+    for ser in cmp.series:
+        groups.setdefault(split_label(ser.label)[0], []).append(ser.label)
+    out = []
+    for trace, labels in groups.items():
+        labels = [x for x in labels if x in rows]
+        if not labels:
+            continue
+        base = next((x for x in labels if drafter_kind(x) == "eagle3"), labels[0])
+        b = rows[base]
+        where = f" ({trace})" if len(groups) > 1 else ""
+        if len(labels) == 1:
+            out.append(f"{base}{where}: acceptance length {b.mean_acceptance_length:.2f} tokens/round, drift score "
+                       f"{b.drift_score:.3f}, feature RMS x{b.feature_growth:.2f} from depth 1 to {cmp.depth}.")
+            continue
+        for x in labels:
+            if x == base:
+                continue
+            r = rows[x]
+            a1, a0 = r.mean_acceptance_length, b.mean_acceptance_length
+            if all(v == v for v in (r.al_lo, r.al_hi, b.al_lo, b.al_hi)):
+                sep = r.al_lo > b.al_hi or b.al_lo > r.al_hi
+                ci = "95% CIs do not overlap" if sep else "95% CIs overlap: not a clear difference"
+            else:
+                ci = "no CI (one prompt)"
+            diff = (f"{abs(a1 - a0):.2f} {'more' if a1 > a0 else 'fewer'} accepted tokens per round"
+                    if round(abs(a1 - a0), 2) > 0 else "the same acceptance length")
+            out.append(
+                f"{split_label(x)[1]} vs {split_label(base)[1]}{where}: {diff} "
+                f"({a1:.2f} vs {a0:.2f}{_pct(a1, a0)}; {ci}); drift score {r.drift_score:.3f} vs "
+                f"{b.drift_score:.3f}; feature RMS x{r.feature_growth:.2f} vs x{b.feature_growth:.2f} from depth 1 "
+                f"to {cmp.depth}.")
+    return out
 
 
 def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool = True,
@@ -94,52 +260,34 @@ def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool =
     for n in cmp.notes:
         c.print(f"[bold red]{_e(n)}[/bold red]" if n.startswith("FLAGGED") else f"[yellow]note:[/yellow] {_e(n)}", emoji=False)
     s = cmp.summary()
-    t = Table(title="Summary (95% CI over prompts)")
-    for col in ("series", "prompts", "drafts", "mean acceptance length (vLLM)", "i.i.d. estimate", "draft acc. rate",
-                "drift score", "feature growth", "sink retention"):
-        t.add_column(col)
-    for _, r in s.iterrows():
-        t.add_row(_e(r.series), str(r.prompts), str(r.drafts), _f(r.mean_acceptance_length, r.al_lo, r.al_hi, 2),
-                  _f(r.iid_acceptance_length, d=2), _f(r.draft_acceptance_rate), _f(r.drift_score, r.drift_lo, r.drift_hi),
-                  _f(r.feature_growth, d=2), _f(r.sink_retention, d=2))
-    c.print(t)
     print_acceptance(c, s)
-    pd_ = cmp.per_depth()
-    t = Table(title="Per depth: attention mass, layer-input RMS, acceptance (95% CI over prompts)")
-    for col in ("series", "depth", "sink", "self", "prompt", "rms_in", "per-position rate (vLLM)", "n-alpha (EAGLE)"):
-        t.add_column(col)
-    for _, r in pd_.iterrows():
-        t.add_row(_e(r.series), str(int(r.depth)), _f(r.sink_mass, r.sink_mass_lo, r.sink_mass_hi),
-                  _f(r.self_mass, r.self_mass_lo, r.self_mass_hi), _f(r.prompt_mass), _f(r.rms_in, d=2),
-                  _f(r.acceptance_rate, r.acceptance_rate_lo, r.acceptance_rate_hi), _f(r.n_alpha))
-    c.print(t)
+    print_drift(c, s)
+    print_per_depth(c, cmp)
     if context:
         bc = cmp.by_context()
         agg = bc.groupby(["series", "context_bucket"], observed=True).agg(
             self_mass=("self_mass", "mean"), sink_mass=("sink_mass", "mean"), rms_in=("rms_in", "mean"),
             acceptance_rate=("acceptance_rate", "mean")).reset_index()
-        t = Table(title="By context length (means over depths)")
-        for col in ("series", "context", "sink", "self", "rms_in", "mean acc. rate"):
-            t.add_column(col)
+        t = _table("By context length (means over depths)", "context", "series", "sink", "self", "rms_in",
+                   "mean acc.\nrate", widths=_sw(agg["series"]))
+        agg = agg.assign(_o=agg["series"].map(_order(cmp))).sort_values(["context_bucket", "_o"])
+        last = None
         for _, r in agg.iterrows():
-            t.add_row(_e(r.series), str(r.context_bucket), _f(r.sink_mass), _f(r.self_mass), _f(r.rms_in, d=2),
+            if last is not None and r.context_bucket != last:
+                t.add_section()
+            last = r.context_bucket
+            t.add_row(str(r.context_bucket), _lab(r.series), _f(r.sink_mass), _f(r.self_mass), _f(r.rms_in, d=2),
                       _f(r.acceptance_rate))
         c.print(t)
         print_decay(c, cmp, breakeven)
     print_window(c, cmp)
-    pr = cmp.predictors(bins)
-    if len(pr):
-        rho = pr.groupby(["series", "metric", "depth"]).spearman.first().unstack("metric")
-        t = Table(title="What tracks rejection: rank correlation of each metric with acceptance (reached depths)")
-        t.add_column("series")
-        t.add_column("depth")
-        for m in rho.columns:
-            t.add_column(m)
-        for (label, depth), r in rho.iterrows():
-            t.add_row(_e(label), str(depth), *[_f(r[m], d=2) for m in rho.columns])
-        c.print(t)
-        c.print("Negative correlation: higher values go with more rejections. Binned rates: compare --json.")
+    print_predictors(c, cmp, bins)
     print_where(c, cmp)
+    lines = plain_summary(cmp, s)
+    if lines:
+        c.print("[bold]In short[/bold]")
+        for line in lines:
+            c.print(f"  {line}", markup=False, emoji=False)
 
 
 def print_where(c: Console, cmp: Comparison) -> None:
@@ -155,11 +303,15 @@ def print_where(c: Console, cmp: Comparison) -> None:
     if w.empty:
         c.print("[yellow]note:[/yellow] where-attention statistics not recorded (trace from an older drifttool)")
         return
-    t = Table(title="Where heads look hardest: share of head maxima by slot kind, mean max weight")
-    for col in ("series", "depth", *CATEGORIES, "max w", "n"):
-        t.add_column(col)
+    order = _order(cmp)
+    w = w.assign(_o=w["series"].map(order).fillna(0)).sort_values(["depth", "_o"])
+    t = _table("Where heads look hardest: share of head maxima by slot kind, mean max weight", "depth", "series",
+               *CATEGORIES, "max w", widths=_sw(list(w["series"])))
+    last = None
     for _, r in w.iterrows():
-        t.add_row(_e(r.series), str(int(r.depth)), *[_f(r[k], d=2) for k in CATEGORIES], _f(r.max_prob, d=2),
-                  str(int(r.n)))
+        if last is not None and r.depth != last:
+            t.add_section()
+        last = r.depth
+        t.add_row(str(int(r.depth)), _lab(r.series), *[_f(r[k], d=2) for k in CATEGORIES], _f(r.max_prob, d=2))
     c.print(t)
     c.print("; ".join(f"{k}: {DEFINITIONS[k]}" for k in CATEGORIES), emoji=False)

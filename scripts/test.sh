@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
 ruff check .
-python -m pytest -x -q "$@"
+python -m pytest -x "$@"  # pyproject addopts: -q -rs (counts line + skip reasons)
 if [ "${DRIFTTOOL_SKIP_VLLM:-0}" != "1" ]; then
   bash scripts/test_vllm.sh
 fi

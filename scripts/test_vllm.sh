@@ -22,4 +22,4 @@ if [ ! -f "$MARK" ] || [ "$(cat "$MARK")" != "$PKG" ]; then
 fi
 "$ENV/bin/python" -m pip install -q --no-deps -e .
 "$ENV/bin/python" -m pip install -q pyarrow pandas safetensors typer rich einops tokenizers pytest pytest-timeout
-exec "$ENV/bin/python" -m pytest -q tests/test_vllm_engine.py -rs "$@"
+exec "$ENV/bin/python" -m pytest tests/test_vllm_engine.py "$@"  # pyproject addopts: -q -rs

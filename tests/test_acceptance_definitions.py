@@ -85,4 +85,4 @@ def test_compare_shows_every_definition_by_name(tmp_path):
     text = con.export_text()
     for name in NAMES:
         assert name in text
-    assert "measured - i.i.d." in text and "Long-context decay" in text
+    assert "meas. -" in text and "Long-context decay" in text  # measured - i.i.d., header on two lines

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -14,7 +15,7 @@ from drifttool.tiny import tiny_drafter, tiny_target
 def live(tmp_path_factory):
     t = tiny_target(vocab=64, hidden=64, kv_heads=2)
     d = tiny_drafter(t)
-    with dt.capture(d, t, depth=4, max_new_tokens=10) as cap:
+    with dt.capture(t, d, depth=4, max_new_tokens=10) as cap:
         cap.run(list(range(1, 30)), prompt_id="a")
         cap.run([(7 * i) % 60 + 1 for i in range(40)], prompt_id="b")
     path = cap.to_trace(tmp_path_factory.mktemp("api") / "live.drift")
@@ -97,3 +98,67 @@ def test_compare_many_and_plots(live, tmp_path):
     tr = dt.load(path)
     for fig in (tr.plot.depth(dt.load(p2)), tr.plot.rms(), tr.plot.acceptance(), tr.plot.heads(), tr.plot.context()):
         assert fig.data, "figure has no traces"
+
+
+def test_capture_and_speculate_share_argument_order_and_depth_default(live):
+    import inspect
+
+    t, d, *_ = live
+    assert inspect.signature(dt.speculate).parameters["depth"].default == 8
+    assert inspect.signature(dt.capture).parameters["depth"].default == 8
+    assert list(inspect.signature(dt.capture).parameters)[:2] == ["target", "drafter"]
+    for cap in (dt.capture(t, d), dt.capture(d, t)):  # the old (drafter, target) order still works
+        assert cap.drafter is d and cap.target.model is t.model and cap.depth == 8
+
+
+def test_attention_row_is_labelled(live):
+    t, d, cap, _ = live
+    res = cap.results[-1]
+    seq = res.prompt_ids + res.output_ids
+    for r in (0, len(res.rounds) - 1):
+        n = res.rounds[r].context_len
+        for k in (1, 3):
+            row = cap.attention(round=r, depth=k)
+            assert len(row) == n + k - 1 and list(row.positions) == list(range(n + k - 1))
+            want = ["sink"] * 4 + ["prompt"] * (n - 4) + ["draft"] * (k - 1)
+            want[n - 2 + k] = "own"  # the query's own slot (the last context slot at depth 1)
+            assert row.regions == want
+            assert row.token_ids[:n] == seq[1:n + 1] and row.token_ids[n:] == res.rounds[r].input_ids[1:k]
+            f = row.frame()
+            assert list(f.columns) == ["position", "region", "token_id", "token", "attention"]
+            np.testing.assert_array_equal(f["attention"].to_numpy(), np.asarray(row))
+            assert abs(float(row.sum()) - 1) < 1e-4  # still a plain probability vector for numpy
+
+
+def test_public_namespace_and_flat_compare(live):
+    *_, path = live
+    names = dir(dt)
+    assert not {"sys", "importlib", "types", "annotations", "TYPE_CHECKING"} & set(names)
+    assert {"capture", "load", "speculate", "compare_many", "__version__"} <= set(names)
+    tr = dt.load(path)
+    s = tr.compare()
+    assert not any(s[c].map(lambda v: isinstance(v, (list, tuple))).any() for c in s.columns)
+    raw = tr.comparison().summary().iloc[0]
+    assert [s.iloc[0][f"per_position_rate_d{i}"] for i in range(1, 5)] == pytest.approx(raw["per_position_rate"])
+    assert [s.iloc[0][f"n_alpha_d{i}"] for i in range(1, 5)] == pytest.approx(raw["n_alpha"], nan_ok=True)
+    assert list(dt.compare_many([path]).columns) == list(s.columns)
+
+
+def test_target_tokenizer_is_callable_like_hf(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from drifttool.target import TextTokenizer, load_target
+
+    vocab = {"[UNK]": 0, "hello": 1, "world": 2, "again": 3}
+    raw = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    t = tiny_target(vocab=64, hidden=64, kv_heads=2)
+    t.model.save_pretrained(tmp_path / "target")
+    raw.save(str(tmp_path / "target" / "tokenizer.json"))
+    tgt = load_target(tmp_path / "target")
+    tok = tgt.tokenizer
+    assert isinstance(tok, TextTokenizer)
+    assert tok("hello world")["input_ids"] == [1, 2] == tok.encode("hello world") == tgt.encode("hello world")
+    assert tok(["hello", "again world"])["input_ids"] == [[1], [3, 2]]
+    assert tok.decode([1, 2]) == "hello world" and tok.convert_ids_to_tokens([3]) == ["again"]
+    assert len(tok) == tok.vocab_size == 4 and tok.token_to_id("world") == 2  # the rest passes through

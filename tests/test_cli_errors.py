@@ -141,3 +141,15 @@ def test_real_subprocess(env):
 def test_module_entry_point():
     src = (Path(__file__).resolve().parent.parent / "drifttool" / "cli.py").read_text()
     assert 'if __name__ == "__main__":\n    sys.exit(main())' in src
+
+
+def test_zoo_help_and_bare_zoo_print_help_without_building(monkeypatch, capsys):
+    import drifttool.zoo.build as zbuild
+
+    monkeypatch.setattr(zbuild, "main", lambda argv: (_ for _ in ()).throw(AssertionError("build started")))
+    for argv in (["zoo"], ["zoo", "--help"], ["zoo", "-h"]):
+        assert main(argv) == 0, argv
+        out = capsys.readouterr().out
+        assert "fetch smollm2" in out and "build" in out
+    assert main(["zoo", "bogus"]) == 2
+    assert "zoo --help" in capsys.readouterr().err

@@ -159,3 +159,19 @@ def test_cluster_mean_is_pooled_ratio():
     out = cluster_mean(df, "x", ["depth"]).set_index("depth")
     assert out.loc[1, "x"] == pytest.approx(2 / 4) and out.loc[2, "x"] == pytest.approx(1 / 2)
     assert out.loc[1, "x_lo"] <= out.loc[1, "x"] <= out.loc[1, "x_hi"]
+
+
+def test_mixed_probe_suites_make_one_note_not_one_per_trace():
+    from types import SimpleNamespace
+
+    from drifttool.compare import suite_notes
+
+    def fake(suite, sha):
+        return SimpleNamespace(manifest={"capture": {"probes": {"path": f"probes/{suite}.jsonl", "sha256": sha}}})
+
+    same = [fake("long_code", "a"), fake("long_code", "a")]
+    assert suite_notes(same) == []
+    mixed = [fake(s, s) for s in ("long_code", "doc_qa", "short_chat", "agent_traces")] * 2
+    notes = suite_notes(mixed)
+    assert len(notes) == 1 and "8 traces cover 4 suites" in notes[0]
+    assert "long_code (2 traces)" in notes[0] and "doc_qa (2 traces)" in notes[0]

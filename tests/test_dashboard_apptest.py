@@ -106,3 +106,36 @@ def test_no_loadable_trace_is_a_message(monkeypatch, dash_traces):
     assert not at.exception
     assert len(at.error) == 1
     assert at.info and "No trace to show" in at.info[0].value
+
+
+def test_many_traces_open_on_the_first_with_a_selector(monkeypatch, dash_traces, tmp_path):
+    """Four traces x 2 drafters (8 series > 6): the pages show the first trace only; the sidebar adds others."""
+    import shutil
+
+    copies = []
+    for i in range(4):
+        shutil.copytree(dash_traces["a"], tmp_path / f"t{i}.drift")
+        copies.append(tmp_path / f"t{i}.drift")
+    at = _app(monkeypatch, *copies)
+    assert not at.exception and not at.error
+    sel = at.sidebar.multiselect(key="flt_traces")
+    assert len(sel.options) == 4 and sel.value == [sel.options[0]] and sel.value[0].startswith("t0 (")
+    assert sorted(at.dataframe[0].value["series"]) == ["e3", "e31"]
+    sel.set_value(sel.options[:2]).run()
+    assert not at.exception
+    assert sorted(at.dataframe[0].value["series"]) == ["t0:e3", "t0:e31", "t1:e3", "t1:e31"]
+    at.switch_page("app_pages/depth.py").run()
+    assert not at.exception and len(at.get("plotly_chart")) >= 3
+    assert _chart_series(at) >= {"t0:e3", "t1:e31"}
+    at.sidebar.multiselect(key="flt_traces").set_value([]).run()
+    assert not at.exception and any("No trace selected" in i.value for i in at.info)
+
+
+def test_default_selection_rule():
+    sys.path.insert(0, str(APP.parent))
+    import dashlib
+
+    assert dashlib.default_selection([3]) == [0]
+    assert dashlib.default_selection([2, 1]) == [0, 1]  # a 2-trace comparison stays whole
+    assert dashlib.default_selection([3] * 8) == [0]  # the 8 sample traces: one trace, 3 drafters
+    assert dashlib.default_selection([]) == []

@@ -1,7 +1,10 @@
 """The dashboard in a real headless browser: `drifttool dashboard` on a free local port, every page opened
-in Debian's chromium through playwright, plotly charts rendered, no console errors, a screenshot of the
-Depth page (written to docs/ only with DRIFTTOOL_UPDATE_SCREENSHOT=1). Malformed traces are covered by the
-AppTest suite (test_dashboard_apptest.py)."""
+in Debian's chromium through playwright, in two views: the default (no argument: every sample trace, the
+sidebar showing the first) and a single trace. On every page: plotly charts rendered, no console errors, no
+two titles of a chart overlapping (bounding boxes), each drafter drawn in one colour on every chart, and a
+full-page screenshot. DRIFTTOOL_UPDATE_SCREENSHOT=1 copies the default view's screenshots to
+docs/dashboard/ (and the Depth page of the single sample trace to docs/screenshot_depth.png). Malformed
+traces are covered by the AppTest suite (test_dashboard_apptest.py)."""
 
 from __future__ import annotations
 
@@ -67,15 +70,62 @@ def _wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float = 
     raise AssertionError(f"dashboard not healthy after {timeout}s:\n{log.read_text()[-3000:]}")
 
 
-@pytest.fixture(scope="module")
-def server(dash_traces, tmp_path_factory):
+SAMPLE = REPO / "sample_traces" / "sink-long_code.drift"
+UPDATE = os.environ.get("DRIFTTOOL_UPDATE_SCREENSHOT") == "1"
+# Every chart's title and subplot titles / annotations as boxes, and each legend series' colour.
+BOXES = """() => [...document.querySelectorAll('.js-plotly-plot')].map(el => {
+  const nodes = [...el.querySelectorAll('.infolayer .annotation, .infolayer .gtitle')];
+  return nodes.map(a => { const r = a.getBoundingClientRect();
+    return {text: a.textContent, x0: r.left, y0: r.top, x1: r.right, y1: r.bottom}; })
+    .filter(b => b.x1 > b.x0 && b.text.trim());
+})"""
+COLOURS = """() => [...document.querySelectorAll('.js-plotly-plot')].map(el => (el.data || [])
+  .filter(t => t.showlegend !== false && t.name && (t.type === 'scatter' || t.type === 'bar'))
+  .map(t => [t.name, t.type === 'bar' ? (t.marker || {}).color : (t.line || {}).color]))"""
+
+
+def overlaps(boxes: list[dict], tol: float = 1.0) -> list[tuple[str, str]]:
+    """Pairs of boxes whose intersection is wider and taller than `tol` pixels."""
+    out = []
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            w = min(a["x1"], b["x1"]) - max(a["x0"], b["x0"])
+            h = min(a["y1"], b["y1"]) - max(a["y0"], b["y0"])
+            if w > tol and h > tol:
+                out.append((a["text"], b["text"]))
+    return out
+
+
+def drafter_colours(charts: list[list[list]]) -> dict[str, set]:
+    """drafter (the part of a series label after 'trace:') -> every colour it is drawn in on the page."""
+    got: dict[str, set] = {}
+    for chart in charts:
+        for name, colour in chart:
+            if name.startswith("ctx ") or name in ("sink slots", "query slot") or not isinstance(colour, str):
+                continue
+            got.setdefault(name.rpartition(":")[2], set()).add(colour)
+    return got
+
+
+def test_overlap_and_colour_checks_catch_what_they_should():
+    a = {"text": "a", "x0": 0, "y0": 0, "x1": 100, "y1": 20}
+    assert overlaps([a, {**a, "text": "b", "x0": 50, "x1": 150}]) == [("a", "b")]
+    assert overlaps([a, {**a, "text": "b", "x0": 100, "x1": 150}]) == []
+    assert drafter_colours([[["t1:eagle3", "#1"]], [["t2:eagle3", "#2"], ["ctx 0-127", "#3"]]]) == {"eagle3": {"#1", "#2"}}
+
+
+@pytest.fixture(scope="module", params=["default", "single"])
+def server(request, dash_traces, tmp_path_factory):
     _require_browser()
+    view = request.param
+    if view == "default":
+        if not any((REPO / "sample_traces").glob("*.drift")):
+            pytest.skip("no sample_traces/*.drift in this checkout")
+        traces = []  # what a new user sees: `drifttool dashboard` with no argument
+    else:
+        traces = [str(SAMPLE if SAMPLE.is_dir() else dash_traces["a"])]
     port = _free_port()
     log = tmp_path_factory.mktemp("dashlog") / "streamlit.log"
-    traces = [str(dash_traces["a"]), str(dash_traces["b"])]
-    sample = REPO / "sample_traces" / "sink-long_code.drift"
-    if os.environ.get("DRIFTTOOL_UPDATE_SCREENSHOT") == "1" and sample.is_dir():
-        traces = [str(sample)]  # the README screenshot shows the bundled models' real result
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "drifttool.cli", "dashboard", *traces, "--port", str(port)],
@@ -83,7 +133,7 @@ def server(dash_traces, tmp_path_factory):
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, proc, log)
-        yield url
+        yield view, url, traces
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -92,36 +142,82 @@ def server(dash_traces, tmp_path_factory):
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+def _visit_pages(page, view: str, url: str | None, traces, tmp_path, problems: list[str], seen: dict) -> dict:
+    """Open every page (through the sidebar after the first), check it, screenshot it; returns render times."""
+    timings = {}
+    for path, title, n_charts in PAGES:
+        t0 = time.perf_counter()
+        if not path and url:  # open the app once; then navigate like a user, through the sidebar
+            page.goto(url, wait_until="domcontentloaded")
+        else:
+            page.get_by_test_id("stSidebarNavLink").filter(has_text=title).first.click()
+            page.wait_for_url(f"**/{path}" if path else "**/")
+        page.wait_for_function(READY, arg=[title, n_charts], timeout=180_000)
+        page.wait_for_timeout(300)  # plotly lays out annotations after the first paint
+        timings[path or "overview"] = round(time.perf_counter() - t0, 2)
+        assert page.locator("[data-testid='stException']").count() == 0, f"{view}: exception on page /{path}"
+        assert page.locator("[data-testid='stAlertContentError']").count() == 0, f"{view}: error on page /{path}"
+        charts_boxes, charts_colours = page.evaluate(BOXES), page.evaluate(COLOURS)
+        seen["boxes"] += sum(map(len, charts_boxes))
+        seen["colours"] += sum(map(len, charts_colours))
+        for i, boxes in enumerate(charts_boxes):
+            problems += [f"{view} /{path} chart {i}: titles overlap: {a!r} / {b!r}" for a, b in overlaps(boxes)]
+        for drafter, cols in drafter_colours(charts_colours).items():
+            if len(cols) > 1:
+                problems.append(f"{view} /{path}: {drafter} drawn in {len(cols)} colours: {sorted(cols)}")
+        shot = tmp_path / f"{view}_{path or 'overview'}.png"
+        page.screenshot(path=str(shot), full_page=True)
+        assert shot.stat().st_size > 10_000
+        if UPDATE and view == "default":
+            (REPO / "docs" / "dashboard").mkdir(parents=True, exist_ok=True)
+            shutil.copy(shot, REPO / "docs" / "dashboard" / f"{path or 'overview'}.png")
+        if UPDATE and view == "single" and path == "depth" and traces == [str(SAMPLE)]:
+            shutil.copy(shot, REPO / "docs" / "screenshot_depth.png")  # the README screenshot
+    return timings
+
+
+def _select_all_traces(page) -> int:
+    """Add every trace in the sidebar's 'Traces shown' multiselect, as a user would; returns how many."""
+    box = page.locator("[data-testid='stSidebar'] [data-testid='stMultiSelect']").first
+    for _ in range(50):
+        box.locator("input").click()
+        opts = page.get_by_role("option")
+        if opts.count() == 0 or "No results" in opts.first.inner_text():
+            page.keyboard.press("Escape")
+            break
+        opts.first.click()
+        page.wait_for_function(READY_ANY, timeout=180_000)
+    return box.inner_text().count("drafters")
+
+
+READY_ANY = """() => { const app = document.querySelector('[data-testid="stApp"]');
+  return app && app.getAttribute('data-test-script-state') === 'notRunning'; }"""
+
+
 def test_every_page_renders_in_chromium(server, tmp_path):
     from playwright.sync_api import sync_playwright
 
+    view, url, traces = server
     errors: list[str] = []
+    problems: list[str] = []
     timings = {}
+    seen = {"boxes": 0, "colours": 0}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1700})
             page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-            for path, title, n_charts in PAGES:
-                t0 = time.perf_counter()
-                if not path:  # open the app once; then navigate like a user, through the sidebar
-                    page.goto(server, wait_until="domcontentloaded")
-                else:
-                    page.get_by_test_id("stSidebarNavLink").filter(has_text=title).first.click()
-                    page.wait_for_url(f"**/{path}")
-                page.wait_for_function(READY, arg=[title, n_charts], timeout=120_000)
-                timings[path or "overview"] = time.perf_counter() - t0
-                assert page.locator("[data-testid='stException']").count() == 0, f"exception on page /{path}"
-                assert page.locator("[data-testid='stAlertContentError']").count() == 0, f"error on page /{path}"
-                if path == "depth":
-                    shot = tmp_path / "screenshot_depth.png"
-                    page.screenshot(path=str(shot), full_page=True)
-                    assert shot.stat().st_size > 10_000
-                    if os.environ.get("DRIFTTOOL_UPDATE_SCREENSHOT") == "1":
-                        (REPO / "docs").mkdir(exist_ok=True)
-                        shutil.copy(shot, REPO / "docs" / "screenshot_depth.png")
+            timings[view] = _visit_pages(page, view, url, traces, tmp_path, problems, seen)
+            if view == "default":  # one trace (3 drafters) shown by default, the others one click away
+                picked = page.locator("[data-testid='stSidebar'] [data-testid='stMultiSelect']").first.inner_text()
+                assert picked.count("drafters") == 1, picked
+                n = _select_all_traces(page)  # ... and every page still reads with all of them at once
+                assert n == len(list((REPO / "sample_traces").glob("*.drift"))) > 1, n
+                timings["all"] = _visit_pages(page, "all", None, traces, tmp_path, problems, seen)
         finally:
             browser.close()
-    print("render times (s):", {k: round(v, 2) for k, v in timings.items()})
+    print("render times (s):", timings)
     assert not errors, errors
+    assert seen["boxes"] > 20 and seen["colours"] > 20, seen  # the checks saw the charts' titles and series
+    assert not problems, "\n".join(problems)

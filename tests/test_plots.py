@@ -17,7 +17,7 @@ def view(dash_traces):
 
 
 def _names(fig) -> set[str]:
-    return {t.name for t in fig.data if t.name and "CI" not in t.name}
+    return {t.name for t in fig.data if t.name and "CI" not in t.name and "(n <" not in t.name}
 
 
 def test_depth_figures_have_one_line_per_series_with_bands(view):
@@ -80,3 +80,137 @@ def test_filters_and_empty_views(dash_traces):
                 plots.context_curves(empty.by_context), plots.predictor_curves(empty.predictors()),
                 plots.acceptance_length_bars(empty.summary)):
         assert fig.layout.annotations  # "no data for the current filters"
+
+
+# --- one colour per drafter (shared by every builder), sample sizes, axes ---------------------------------------
+
+def _legend_colours(fig) -> dict[str, str]:
+    """series name -> colour of its legend entry (line colour for scatter, marker colour for bars)."""
+    out = {}
+    for t in fig.data:
+        if t.showlegend is False or not t.name or t.type == "heatmap":
+            continue
+        c = t.line.color if t.type == "scatter" else t.marker.color
+        assert out.setdefault(t.name, c) == c, (t.name, out[t.name], c)
+    return out
+
+
+def _per_depth(series, depths=range(1, 9), **cols) -> pd.DataFrame:
+    rows = []
+    for s in series:
+        for d in depths:
+            r = {"series": s, "depth": d, "n_rounds": 200, "n_reached": 200, "n_prompts": 10}
+            r.update({k: (v(s, d) if callable(v) else v) for k, v in cols.items()})
+            rows.append(r)
+    return pd.DataFrame(rows)
+
+
+def test_each_drafter_has_one_fixed_style_whatever_the_order_and_chart(view):
+    kinds = {"e3": "eagle3", "e31": "eagle3.1", "e3post": "what-if", "eagle3": "eagle3", "eagle3.1": "eagle3.1",
+             "eagle3+norm_output": "what-if", "sink-long_code:eagle3.1": "eagle3.1", "EAGLE-3.1": "eagle3.1",
+             "eagle31": "eagle3.1", "my_drafter": None}
+    assert {k: plots.drafter_kind(k) for k in kinds} == kinds
+    assert len({plots.KIND_STYLES[k]["color"] for k in plots.KIND_STYLES}) == 3
+    assert plots.KIND_STYLES["what-if"]["dash"] != plots.KIND_STYLES["eagle3"]["dash"]
+    # the same drafter keeps its colour across charts, series orders and traces
+    fwd = plots.series_colors(["e3", "e31", "e3post"])
+    rev = plots.series_colors(["e3post", "e31", "e3"])
+    assert fwd == rev and len(set(fwd.values())) == 3
+    assert plots.series_colors(["b:eagle3", "a:eagle3"])["b:eagle3"] == fwd["e3"]
+    assert plots.series_style("zzz") == plots.series_style("zzz")  # hash of the name, not the order
+    want = {s: plots.series_style(s)["color"] for s in view.series}
+    figs = [plots.depth_curves(view.per_depth), plots.feature_rms(view.per_depth),
+            plots.acceptance_per_depth(view.per_depth), plots.acceptance_length_bars(view.summary),
+            plots.context_summary(view.by_context), plots.aux_rms(view.aux_summary),
+            plots.massive_flags(view.massive_by_depth, view.aux_summary),
+            plots.predictor_curves(view.predictors(), min_n=1), plots.predictor_correlations(view.predictors(), min_n=1)]
+    # a chart drawn from the rows in another order still gives every drafter its colour
+    figs.append(plots.depth_curves(view.per_depth.iloc[::-1]))
+    for fig in figs:
+        got = _legend_colours(fig)
+        assert got and got == {k: want[k] for k in got}, fig.layout.title.text
+
+
+def test_several_traces_keep_drafter_colours_and_differ_by_marker():
+    s = ["t1:eagle3", "t1:eagle3.1", "t2:eagle3", "t2:eagle3.1"]
+    st = plots.series_styles(s)
+    assert st["t1:eagle3"]["color"] == st["t2:eagle3"]["color"] != st["t1:eagle3.1"]["color"]
+    assert st["t1:eagle3"]["symbol"] != st["t2:eagle3"]["symbol"]
+    summ = pd.DataFrame({"series": s, "mean_acceptance_length": [2.0, 2.5, 1.8, 2.2], "al_lo": 1.5, "al_hi": 3.0})
+    fig = plots.acceptance_length_bars(summ)  # grouped by trace, one bar colour per drafter
+    assert [t.name for t in fig.data] == ["eagle3", "eagle3.1"] and list(fig.data[0].x) == ["t1", "t2"]
+    assert fig.data[0].marker.color == plots.KIND_STYLES["eagle3"]["color"]
+
+
+def test_small_n_depths_are_drawn_apart_and_hidden_from_correlations():
+    pdp = _per_depth(["eagle3"], acceptance_rate=0.5, n_alpha=lambda s, d: 1.0 if d >= 7 else 0.6)
+    pdp.loc[pdp.depth >= 7, "n_reached"] = 4
+    fig = plots.acceptance_per_depth(pdp)
+    main = [t for t in fig.data if t.name == "eagle3" and t.xaxis == "x2"][0]
+    small = [t for t in fig.data if t.name.startswith("eagle3 (n <") and t.xaxis == "x2"][0]
+    assert list(main.x) == [1, 2, 3, 4, 5, 6] and list(small.x) == [7, 8]
+    assert small.mode == "markers" and small.marker.line.color == plots.SMALL_N_COLOR
+    assert any("fewer than" in (a.text or "") for a in fig.layout.annotations)
+    pred = pd.DataFrame([{"series": "eagle3", "depth": d, "metric": "self_mass", "bin": b, "lo": 0, "hi": 1,
+                          "acceptance": 0.5, "n": 50 if d < 6 else 2, "spearman": -0.77} for d in (1, 6) for b in (0, 1)])
+    rho = plots.correlation_table(pred)
+    assert rho.set_index("depth")["spearman"].to_dict()[1] == pytest.approx(-0.77)
+    assert np.isnan(rho.set_index("depth")["spearman"][6]) and rho.set_index("depth")["n"][6] == 4
+    ys = [y for t in plots.predictor_correlations(pred).data for y in t.y]
+    assert ys[0] == pytest.approx(-0.77) and np.isnan(ys[1])
+
+
+def test_sink_axis_shows_a_2x_change_at_small_values_and_unit_view_is_a_toggle():
+    pdp = _per_depth(["eagle3"], sink_mass=lambda s, d: 0.004 + (0.006 * (d - 1) / 7), self_mass=0.3,
+                     prompt_mass=0.6)
+    fig = plots.depth_curves(pdp)
+    ax = fig.layout.yaxis
+    assert ax.type == "log"
+    lo, hi = ax.range
+    frac = (np.log10(0.010) - np.log10(0.004)) / (hi - lo)
+    assert frac > 0.3  # the 0.004 -> 0.010 change spans a third of the panel or more (on 0-1: under 1%)
+    assert fig.layout.yaxis2.type != "log" and fig.layout.yaxis2.range is None  # self mass auto-ranged
+    unit = plots.depth_curves(pdp, scale="unit")
+    assert unit.layout.yaxis.type != "log" and list(unit.layout.yaxis.range) == [0, 1]
+    with pytest.raises(ValueError):
+        plots.depth_curves(pdp, scale="bogus")
+
+
+def test_empty_massive_panels_say_none_flagged():
+    dep = pd.DataFrame({"series": ["eagle3"] * 2, "depth": [1, 2], "massive": [0.0, 0.0]})
+    aux = pd.DataFrame({"series": ["eagle3"], "layer_id": [3], "massive": [0.25]})
+    texts = [a.text for a in plots.massive_flags(dep, aux).layout.annotations]
+    assert texts.count(plots.NONE_FLAGGED) == 1
+    both = plots.massive_flags(dep, aux.assign(massive=0.0)).layout.annotations
+    assert [a.text for a in both].count(plots.NONE_FLAGGED) == 2
+    assert plots.NONE_FLAGGED not in [a.text for a in plots.massive_flags(dep.assign(massive=0.5), aux).layout.annotations]
+
+
+def test_sink_retention_of_near_zero_masses_is_not_a_number():
+    from drifttool.compare import ratio
+
+    assert np.isnan(ratio(0.00005, 0.00000004))  # printed 1254 before
+    assert ratio(0.2, 0.4) == pytest.approx(0.5)
+    assert np.isnan(ratio(float("nan"), 0.4))
+
+
+def test_many_series_wrap_into_a_grid_with_one_axis_title_per_column():
+    hm = pd.DataFrame([{"series": f"t{i}:eagle3", "depth": d, "head": h, "sink_mass": 0.1}
+                       for i in range(8) for d in (1, 2) for h in range(4)])
+    fig = plots.head_heatmaps(hm)
+    axes = [k for k in fig.layout if k.startswith("xaxis") and fig.layout[k].visible is not False]
+    titles = [fig.layout[k].title.text for k in axes if fig.layout[k].title.text]
+    assert len(axes) == 8 and titles == ["head"] * 3  # not "headheadhead..." under 8 squeezed panels
+    assert fig.layout.height >= 3 * 250
+
+
+def test_several_traces_get_one_panel_each_with_one_line_per_drafter():
+    series = [f"t{i}:{d}" for i in range(5) for d in ("eagle3", "eagle3.1", "eagle3+norm_output")]
+    pdp = _per_depth(series, self_mass=lambda s, d: 0.1 * d)
+    fig = plots.metric_by_trace(pdp, "self_mass")
+    assert [a.text for a in fig.layout.annotations][:5] == [f"t{i}" for i in range(5)]
+    lines = [t for t in fig.data if t.mode == "lines+markers"]
+    assert len(lines) == 15 and {t.name for t in lines} == {"eagle3", "eagle3.1", "eagle3+norm_output"}
+    assert sum(t.showlegend is not False for t in lines) == 3  # one legend entry per drafter, not per series
+    assert {t.line.color for t in lines if t.name == "eagle3.1"} == {plots.KIND_STYLES["eagle3.1"]["color"]}
+    assert plots.grid(5, 4) == (2, 4) and fig.layout.height >= 2 * 250

@@ -1,0 +1,52 @@
+"""One fixed look per drafter, shared by every chart (drifttool.plots) and the terminal report.
+
+EAGLE-3, EAGLE-3.1 and the what-if (EAGLE-3 weights with a 3.1 normalisation flag switched on) each have
+their own colour and dash; any other drafter gets a palette colour chosen by a hash of its name, so it keeps
+that colour whatever else is on the chart. No plotly here: the terminal report uses the same kinds."""
+
+from __future__ import annotations
+
+import re
+import zlib
+
+# One fixed style per drafter kind, in every figure of the dashboard and the notebook (Okabe-Ito colours,
+# readable by colour-blind readers). Any other drafter name gets a colour from PALETTE chosen by a hash of
+# its name, so it too keeps its colour whatever else is on the chart.
+KIND_STYLES = {
+    "eagle3": {"color": "#0072B2", "dash": "solid"},         # EAGLE-3: blue, solid
+    "eagle3.1": {"color": "#D55E00", "dash": "solid"},       # EAGLE-3.1: vermillion, solid
+    "what-if": {"color": "#009E73", "dash": "dash"},         # EAGLE-3 weights + a 3.1 flag (post-norm): green, dashed
+}
+PALETTE = ["#CC79A7", "#E69F00", "#56B4E9", "#882255", "#999933", "#44AA99", "#332288", "#AA4499", "#117733",
+           "#6699CC"]
+DASHES = ["solid", "dot", "dashdot", "longdash"]
+
+
+def split_label(series: str) -> tuple[str | None, str]:
+    """'trace:drafter' -> (trace, drafter); a bare drafter label -> (None, drafter)."""
+    t, sep, d = str(series).rpartition(":")
+    return (t, d) if sep else (None, d)
+
+
+def drafter_kind(series: str) -> str | None:
+    """'eagle3', 'eagle3.1', 'what-if' (EAGLE-3 weights with a 3.1 normalisation flag switched on), or None.
+
+    Read from the drafter part of the label: drifttool's own names (eagle3, eagle3.1, eagle3+norm_output)
+    and the usual short forms (e3, e31, eagle-3.1, e3post, ...)."""
+    d = split_label(series)[1].lower()
+    if "+" in d or "norm_output" in d or "post" in d or "what" in d:
+        return "what-if"
+    if re.search(r"(?:eagle|^e)[-_ ]?3(?:\.|_|-)?1\b", d) or re.search(r"(?:eagle|^e)[-_ ]?3\.1", d):
+        return "eagle3.1"
+    if re.search(r"(?:eagle|^e)[-_ ]?3(?![\d.])", d):
+        return "eagle3"
+    return None
+
+
+def series_style(series: str) -> dict[str, str]:
+    """{'color', 'dash'} of a series: fixed per drafter kind; other drafters by a stable hash of the name."""
+    k = drafter_kind(series)
+    if k:
+        return dict(KIND_STYLES[k])
+    h = zlib.crc32(split_label(series)[1].encode())
+    return {"color": PALETTE[h % len(PALETTE)], "dash": DASHES[(h // len(PALETTE)) % len(DASHES)]}

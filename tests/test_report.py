@@ -1,0 +1,94 @@
+"""The terminal report (`drifttool compare` / `demo`) at 80 columns: nothing cut, CIs whole, the drafters of
+one depth on adjacent rows, a plain-language summary whose numbers are the summary's; break-even wording
+that agrees with the measured acceptance length."""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+
+import pytest
+from rich.console import Console
+
+from drifttool import decay as dc
+from drifttool.compare import Comparison
+from drifttool.report import plain_summary, print_comparison
+from drifttool.trace.reader import read_trace
+
+
+def _render(cmp: Comparison, width: int = 80) -> str:
+    con = Console(record=True, width=width, color_system=None)
+    print_comparison(con, cmp)
+    return con.export_text()
+
+
+@pytest.fixture(scope="module")
+def three(dash_traces):
+    return Comparison.of([read_trace(dash_traces["a"]), read_trace(dash_traces["b"])])
+
+
+def test_report_fits_80_columns_without_cutting_names_or_cis(three):
+    text = _render(three)
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 80 and "…" not in text
+    s = three.summary()
+    for _, r in s.iterrows():
+        assert f"[{r.al_lo:.2f}, {r.al_hi:.2f}]" in text  # the CI whole, on the line under its value
+        assert f"[{r.drift_lo:.3f}, {r.drift_hi:.3f}]" in text
+        assert re.search(rf"^{re.escape(r.series)}\s", text, re.M)  # the label whole, at the start of a row
+    # per-depth rows: all drafters of depth 1, then of depth 2, ...: (depth, series) in that order
+    block = text[text.index("Per depth: attention"):text.index("Per depth: acceptance")]
+    rows = re.findall(r"^(\d+)\s+(e3post|e31|e3)\s", block, re.M)
+    assert rows == [(str(d), s) for d in range(1, 5) for s in ("e3", "e31", "e3post")]
+
+
+def test_long_trace_labels_wrap_after_the_colon(dash_traces, tmp_path):
+    shutil.copytree(dash_traces["a"], tmp_path / "second_trace_long.drift")
+    cmp = Comparison.of([read_trace(dash_traces["a"]), read_trace(tmp_path / "second_trace_long.drift")])
+    text = _render(cmp)
+    assert max(map(len, text.splitlines())) <= 80 and "…" not in text
+    assert re.search(r"^second_trace_long:\s", text, re.M) and not re.search(r"^second_trace_long:e", text, re.M)
+    assert re.search(r"^\s*e31\s", text, re.M)  # the drafter part on its own line, whole
+
+
+def test_plain_summary_states_the_difference_with_the_summary_numbers(three):
+    s = three.summary().set_index("series")
+    lines = plain_summary(three)
+    assert len(lines) == 2 and lines[0].startswith("e31 vs e3:") and lines[1].startswith("e3post vs e3:")
+    a1, a0 = s.loc["e31", "mean_acceptance_length"], s.loc["e3", "mean_acceptance_length"]
+    diff = round(abs(a1 - a0), 2)
+    assert (f"{diff:.2f} {'more' if a1 > a0 else 'fewer'} accepted tokens per round" if diff
+            else "the same acceptance length") in lines[0]
+    assert f"({a1:.2f} vs {a0:.2f}" in lines[0] and "CIs" in lines[0]
+    assert f"x{s.loc['e31', 'feature_growth']:.2f} vs x{s.loc['e3', 'feature_growth']:.2f}" in lines[0]
+    text = _render(three)
+    assert text.rstrip().endswith(lines[-1].split()[-1])  # the report ends with the summary
+
+
+def test_break_even_never_says_below_when_the_measured_length_is_above():
+    rising = {"intercept": 1.0, "slope": 0.1}  # fitted AL at 128 tokens: 1.7, below 2.0 ...
+    assert dc.crossing(rising, 2.0, 128, 1024)[1].startswith("below")
+    assert "below" not in dc.crossing(rising, 2.0, 128, 1024, measured=2.4)[1]  # ... but measured 2.4
+    falling = {"intercept": 3.0, "slope": -0.2}  # crosses 2.0 at 32 tokens, left of the measured range
+    at, status = dc.crossing(falling, 2.0, 128, 1024, measured=2.3)
+    assert at == pytest.approx(32) and "below" not in status.split(";")[0] and status.startswith("above")
+    assert dc.crossing(falling, 2.0, 128, 1024, measured=1.5)[1] == "below break-even over the whole measured range"
+    far = {"intercept": 3.0, "slope": -0.05}  # crosses beyond the range, yet measured is already below
+    assert dc.crossing(far, 2.4, 128, 1024, measured=2.2)[1].startswith("below break-even on average")
+    assert math.isnan(dc.crossing(falling, float("nan"), 1, 2)[0] or float("nan"))
+
+
+def test_break_even_line_names_the_measured_length(three):
+    text = _render(three)
+    dt = dc.decay_table(three, breakeven=1.5)
+    con = Console(record=True, width=80, color_system=None)
+    print_comparison(con, three, breakeven=1.5)
+    out = con.export_text()
+    for _, r in dt.iterrows():
+        side = "above" if r.measured_al >= 1.5 else "below"
+        line = next(ln for ln in out.splitlines() if ln.strip().startswith(f"{r.series}: measured AL"))
+        assert f"measured AL {r.measured_al:.2f} vs break-even 1.50" in line
+        if side == "above":
+            assert "below" not in out[out.index(line):].split(";")[0]
+    assert "Break-even AL = 1 + K*c" in text
