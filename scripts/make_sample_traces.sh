@@ -2,8 +2,8 @@
 # Regenerate sample_traces/ on the real target (SmolLM2-135M-Instruct) with the shipped drafters: for each
 # probe suite under probes/real, EAGLE-3, EAGLE-3.1 and the what-if (EAGLE-3 weights with norm_output=true)
 # in one capture, greedy, depth 8 (the drafters were trained with a 3-step TTT unroll), seed 0; plus a
-# teacher-forced capture of the long-code suite. Run only when the drafters or the trace schema change.
-# SUITES=... limits the suites; extra arguments go to every `drifttool capture`.
+# teacher-forced capture of the long-code suite. Two lanes in parallel, one torch thread each (2 cores).
+# Run only when the drafters or the trace schema change; extra arguments go to every `drifttool capture`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DT=${DT:-.venv/bin/drifttool}
@@ -11,12 +11,15 @@ DEPTH=${DEPTH:-8}
 T=$($DT zoo fetch smollm2)
 M=drifttool/zoo/models/smollm2
 D=(--drafter eagle3=$M/eagle3 --drafter eagle3.1=$M/eagle3.1 --drafter "eagle3+norm_output=$M/eagle3?norm_output=true")
-for suite in ${SUITES:-short_chat doc_qa agent_traces long_code}; do
-  $DT capture --target "$T" "${D[@]}" --probes probes/real/$suite.jsonl --depth "$DEPTH" --max-new-tokens 40 \
-    --keep-rows 2 --seed 0 --quiet --out sample_traces/smollm2-$suite.drift --overwrite "$@"
-done
-if [ -z "${SUITES:-}" ]; then
-  $DT capture --target "$T" "${D[@]}" --probes probes/real/long_code.jsonl --depth "$DEPTH" --max-new-tokens 40 \
-    --keep-rows 2 --seed 0 --quiet --mode teacher-forced --out sample_traces/smollm2-long_code-tf.drift --overwrite "$@"
-fi
+cap() {  # suite, out name, extra args...
+  local suite=$1 name=$2; shift 2
+  OMP_NUM_THREADS=1 $DT capture --target "$T" "${D[@]}" --probes probes/real/$suite.jsonl --depth "$DEPTH" \
+    --max-new-tokens 32 --keep-rows 2 --seed 0 --quiet --out sample_traces/smollm2-$name.drift --overwrite "$@"
+}
+( cap long_code long_code "$@" && cap short_chat short_chat "$@" ) &
+a=$!
+( cap agent_traces agent_traces "$@" && cap doc_qa doc_qa "$@" && cap long_code long_code-tf --mode teacher-forced "$@" ) &
+b=$!
+wait $a
+wait $b
 du -sh sample_traces

@@ -32,7 +32,7 @@ def agent_messages(seed: int, steps: int) -> list[dict[str, str]]:
 
 
 def suites() -> dict[str, list[dict]]:
-    code_mods = [m.removesuffix(".py") for m in HELD_OUT if m in ("difflib.py", "tarfile.py", "configparser.py")]
+    code_mods = [m.removesuffix(".py") for m in HELD_OUT if m in ("difflib.py", "configparser.py")]
     return {
         "long_code": [{"id": f"code-{m}", "source": {"stdlib_module": m}, "cut": CODE_CUTS,
                        "tags": ["code", "held-out-stdlib"], "max_new_tokens": 40} for m in code_mods],
