@@ -547,3 +547,28 @@ def predictor_correlations(predictors: pd.DataFrame, min_n: int = MIN_N) -> go.F
                            xref="paper", yref="paper", x=1, y=1, yshift=40, xanchor="right",
                            font={"size": 11, "color": "#777"})
     return fig
+
+
+def where_attention(where: pd.DataFrame, max_cols: int = 3) -> go.Figure:
+    """Where heads look hardest, by depth: one panel per series, stacked shares of head maxima on position 0,
+    early, recent, own draft slots and other prompt slots; the mean max weight as a black line."""
+    from .where_attention import CATEGORIES, DEFINITIONS
+
+    if where is None or where.empty:
+        return _empty("Where heads look hardest", "not recorded in these traces (drifttool before head maxima)")
+    series = list(dict.fromkeys(where["series"]))
+    fig, rows, cols = _subplots(series, max_cols=max_cols, shared_yaxes=True)
+    colors = {"pos0": "#d62728", "early": "#ff9896", "recent": "#9467bd", "self": "#ff7f0e", "other": "#c7c7c7"}
+    for i, s in enumerate(series):
+        r, c = _rc(i, cols)
+        d = where[where["series"] == s].sort_values("depth")
+        for k in CATEGORIES:
+            fig.add_trace(go.Bar(x=d["depth"], y=d[k], name=k, marker_color=colors[k], legendgroup=k,
+                                 showlegend=i == 0, hovertext=DEFINITIONS[k]), row=r, col=c)
+        fig.add_trace(go.Scatter(x=d["depth"], y=d["max_prob"], name="mean max weight", mode="lines+markers",
+                                 line={"color": "black"}, legendgroup="max", showlegend=i == 0), row=r, col=c)
+    fig.update_layout(barmode="stack", title="Where heads look hardest (share of head maxima; line: mean max weight)",
+                      height=320 * rows)
+    fig.update_yaxes(range=[0, 1])
+    fig.update_xaxes(title_text="depth", dtick=1)
+    return fig

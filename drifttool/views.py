@@ -30,6 +30,9 @@ class LoadedTrace(TraceData):
         self.head_sums = h.groupby(["drafter", "prompt_id", "depth", "head"], observed=True)[list(HEAD_METRICS)] \
             .sum().join(h.groupby(["drafter", "prompt_id", "depth", "head"], observed=True).size().rename("n")) \
             .reset_index()
+        from .where_attention import prompt_counts
+
+        self.where_counts = prompt_counts(h, self._tables["rounds"])  # empty for traces without head maxima
         self._rows_index = super().rows_index()
 
     def table(self, name: str) -> pd.DataFrame:
@@ -199,6 +202,21 @@ class View:
     @cached_property
     def aux_summary(self) -> pd.DataFrame:
         return aux_summary(self._cmp, self._keep)
+
+    @cached_property
+    def where(self) -> pd.DataFrame:
+        """Per series x depth: share of head maxima by slot kind and mean max weight (where_attention)."""
+        from .where_attention import from_counts, prompt_counts
+
+        parts = []
+        for s in self._cmp.series:
+            c = s.trace.where_counts if hasattr(s.trace, "where_counts") else \
+                prompt_counts(s.trace.table("heads"), s.trace.table("rounds"))
+            if c.empty:
+                continue
+            c = c[(c["drafter"] == s.drafter) & c["prompt_id"].isin(self._keep)]
+            parts.append(_in_depths(c, self.filters).assign(series=s.label))
+        return from_counts(pd.concat(parts, ignore_index=True)) if parts else pd.DataFrame()
 
     @cached_property
     def massive_by_depth(self) -> pd.DataFrame:

@@ -71,3 +71,26 @@ def top_positions(heads: pd.DataFrame, rounds: pd.DataFrame, depth: int, k: int 
     h = h.assign(slot=label)
     out = (h.groupby([*by, "slot"]).size() / h.groupby(list(by)).size()).rename("share").reset_index()
     return out.sort_values([*by, "share"], ascending=[True] * len(by) + [False]).groupby(list(by)).head(k)
+
+
+def prompt_counts(heads: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataFrame:
+    """Per drafter x prompt x depth: head-maxima counts per category and the max_prob sum — small enough to
+    keep for a dashboard that filters prompts, and summed exactly by `from_counts`."""
+    h = _with_context(heads, rounds)
+    if h is None:
+        return pd.DataFrame()
+    keys = ["drafter", "prompt_id", "depth"]
+    c = pd.crosstab([h[k] for k in keys], h["where"]).reindex(columns=list(CATEGORIES), fill_value=0)
+    g = h.groupby(keys)["max_prob"].agg(max_prob_sum="sum", n="size")
+    return c.join(g).reset_index()
+
+
+def from_counts(counts: pd.DataFrame, by: tuple[str, ...] = ("series",)) -> pd.DataFrame:
+    """`attention_targets` from `prompt_counts` rows (after filtering prompts)."""
+    if counts.empty:
+        return pd.DataFrame()
+    g = counts.groupby([*by, "depth"])[[*CATEGORIES, "max_prob_sum", "n"]].sum()
+    out = g[list(CATEGORIES)].div(g["n"], axis=0)
+    out["max_prob"] = g["max_prob_sum"] / g["n"]
+    out["n"] = g["n"]
+    return out.reset_index()

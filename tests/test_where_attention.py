@@ -52,3 +52,33 @@ def test_notebook_and_json_carry_where(tmp_path):
     cats = ["pos0", "early", "recent", "self", "other"]
     np.testing.assert_allclose(w[cats].sum(axis=1), 1.0)
     assert (w.loc[w.depth == 1, "self"] == 0).all()  # depth 1 has no draft slot to look at
+
+
+def test_counts_sum_to_the_same_shares():
+    """The dashboard keeps per-prompt counts; summing them gives exactly attention_targets' shares."""
+    from drifttool.where_attention import from_counts, prompt_counts
+
+    rng = np.random.default_rng(0)
+    n = 400
+    rounds = pd.DataFrame({"drafter": "d", "prompt_id": np.repeat(["a", "b"], 10), "round": np.tile(np.arange(10), 2),
+                           "context_len": rng.integers(20, 200, 20)})
+    pick = rng.integers(0, 20, n)
+    heads = pd.DataFrame({"drafter": "d", "prompt_id": rounds.prompt_id.to_numpy()[pick],
+                          "round": rounds["round"].to_numpy()[pick], "depth": rng.integers(1, 4, n),
+                          "head": rng.integers(0, 4, n), "max_prob": rng.random(n), "top_pos": rng.integers(0, 210, n)})
+    direct = attention_targets(heads.assign(series="d"), rounds.assign(series="d"))
+    summed = from_counts(prompt_counts(heads, rounds).assign(series="d"))
+    pd.testing.assert_frame_equal(direct.reset_index(drop=True)[summed.columns], summed, check_names=False,
+                                  check_dtype=False)
+
+
+def test_where_plot_builder(tmp_path):
+    from drifttool import plots
+
+    w = pd.DataFrame({"series": ["eagle3", "eagle3", "eagle3.1"], "depth": [1, 2, 1], "pos0": [0.5, 0.2, 0.1],
+                      "early": 0.0, "recent": [0.3, 0.3, 0.5], "self": [0.0, 0.4, 0.0], "other": [0.2, 0.1, 0.4],
+                      "max_prob": [0.6, 0.5, 0.4], "n": 10})
+    fig = plots.where_attention(w)
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert len(bars) == 10 and {t.name for t in bars} == {"pos0", "early", "recent", "self", "other"}
+    assert "not recorded" in plots.where_attention(pd.DataFrame()).layout.annotations[0].text

@@ -17,5 +17,9 @@ if len(v.series) >= 2:
     dashlib.chart(plots.head_diff_heatmap(v.head_means, a, b, metric), "head difference")
 else:
     st.info("A difference heatmap needs two series.")
+st.subheader("Where heads look hardest")
+st.caption("A fixed sink region can be empty for a drafter: each head's largest attention weight, by the kind of "
+           "slot it sits on (position 0 = the target's natural sink when the text starts there).")
+dashlib.chart(plots.where_attention(v.where), "where attention")
 with st.expander("Depth x head table"):
     dashlib.table(v.head_means, "head means")
