@@ -260,8 +260,12 @@ def run_capture(
     suite = load_suite(probes)
     if limit is not None:
         suite = suite[:limit]
-    tgt_path = None if isinstance(target, Target) else str(target)
-    tgt = load_target(target, device=device, dtype=dtype)
+    from .hub import resolve
+
+    # hub ids become their cached snapshot folders here, so identity, tokenizer copy and manifest see files
+    tgt_path = None if isinstance(target, (Target, torch.nn.Module)) else str(resolve(target, "target"))
+    tgt = load_target(tgt_path or target, device=device, dtype=dtype)
+    drafters = [DrafterSpec(d.name, str(resolve(d.path, "drafter")), d.overrides) for d in drafters]
     models = {d.name: load_drafter(d.path, target=tgt, overrides=d.overrides, device=device, dtype=dtype)
               for d in drafters}
     check_same_aux(models)

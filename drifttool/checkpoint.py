@@ -183,8 +183,11 @@ def load_drafter(
     device: str | torch.device = "cpu",
     dtype: torch.dtype | str = torch.float32,
 ) -> Eagle3Drafter:
-    """Load any supported layout; `overrides` (flag -> bool) answer what-if questions and are recorded."""
-    p = Path(path)
+    """Load any supported layout; `overrides` (flag -> bool) answer what-if questions and are recorded.
+    `path` may be a hub id (`org/name`) found in the local Hugging Face cache (see hub.py)."""
+    from .hub import resolve
+
+    p = resolve(path, "drafter")
     if not p.is_dir():
         raise DriftError(f"{p}: drafter folder does not exist")
     dtype = parse_dtype(dtype)

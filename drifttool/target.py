@@ -289,7 +289,9 @@ def load_target(
         return path
     if isinstance(path, nn.Module):
         return Target(path.to(device=device, dtype=dtype), aux_layer_ids)
-    p = Path(path)
+    from .hub import resolve
+
+    p = resolve(path, "target")  # a local folder, or a hub id found in the Hugging Face cache
     if not p.is_dir():
         raise DriftError(f"{p}: target folder does not exist (expected an HF model folder with config.json)")
     check_target_config(read_json_object(p / "config.json", "expected an HF model config"), str(p / "config.json"))
