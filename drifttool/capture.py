@@ -19,6 +19,7 @@ import torch
 from .argcheck import run_settings
 from .checkpoint import load_drafter
 from .drafter import Eagle3Drafter
+from .dtypes import dtype_name, parse_dtype
 from .errors import DriftError
 from .hooks import Capture
 from .identity import flat_identity, folder_weights, module_weights
@@ -219,7 +220,7 @@ def base_settings(depth: int, mode: str, max_new_tokens: int, sink: SinkSpec, se
     """The capture settings every engine records in the manifest (and --resume compares)."""
     return {
         "depth": depth, "mode": mode, "max_new_tokens": max_new_tokens, "sink": sink.to_dict(), "seed": seed,
-        "temperature": temperature, "keep_rows": keep_rows, "dtype": str(dtype), "device": device,
+        "temperature": temperature, "keep_rows": keep_rows, "dtype": dtype_name(dtype), "device": device,
         "probes": {"path": str(probes), "sha256": hashlib.sha256(Path(probes).read_bytes()).hexdigest()[:16],
                    "n_prompts": n_prompts, "limit": limit},
         "attention_window": WINDOW_NOTE,
@@ -257,6 +258,7 @@ def run_capture(
     if draft_sampling not in DRAFT_SAMPLING:
         raise DriftError(f"--draft-sampling: {draft_sampling!r}; expected one of {', '.join(DRAFT_SAMPLING)}")
     sink = sink or SinkSpec()
+    dtype = parse_dtype(dtype)  # once, before anything is loaded; recorded as its canonical name
     suite = load_suite(probes)
     if limit is not None:
         suite = suite[:limit]

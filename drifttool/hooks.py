@@ -106,6 +106,7 @@ class RoundCapture:
     aux: np.ndarray  # [A, 3] rms before, rms after, massive (depth-1 slot features)
     row: np.ndarray | None = None  # [K, L] head-mean attention rows (sampled rounds only)
     slot_tokens: list[int] | None = None
+    sink_slots: list[int] | None = None  # the context slots counted as sinks (sampled rounds only)
 
 
 @dataclass
@@ -278,7 +279,8 @@ class Capture:
         d.sub_(mx.unsqueeze(-1))
         e = d.exp()
         z = e.sum(-1)
-        sink_idx = self.sink.mask(self._context_ids(n)).nonzero()[:, 0].to(dev)  # context positions only
+        sink_pos = self.sink.index(self._context_ids(n))  # context positions only (on the host)
+        sink_idx = sink_pos.to(dev)
         sink_mass = e.index_select(-1, sink_idx).sum(-1) / z
         tail = e[..., n:] / z[..., None]  # draft slots n .. n+K-2 (inputs of depths 2..K)
         _, draft_w, own_w = self._chain_masks(k_, dev)
@@ -320,6 +322,7 @@ class Capture:
         if keep:
             rc.row = host[o3:].reshape(k_, -1).astype(np.float16)
             rc.slot_tokens = list(self._seq[1 : n + 1]) + list(record.input_ids[1:])
+            rc.sink_slots = sink_pos.tolist()  # what the sink mass summed over: the drill-down marks these
         return rc
 
     def _sample_row(self) -> bool:
@@ -334,7 +337,7 @@ class Capture:
             # replace a uniformly chosen kept row (reservoir sampling)
             victims = [r for r in self.rounds if r.row is not None]
             v = victims[self._rng.randrange(len(victims))]
-            v.row, v.slot_tokens = None, None
+            v.row, v.slot_tokens, v.sink_slots = None, None, None
             return True
         return False
 

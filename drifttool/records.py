@@ -93,5 +93,7 @@ def row_samples(drafter: str, prompt_id: str, caps: list[RoundCapture]) -> tuple
         name = f"{drafter}|{prompt_id}|{c.round}"
         arrays[name] = c.row
         idx.append({"drafter": drafter, "prompt_id": prompt_id, "round": c.round, "context_len": c.context_len,
-                    "tensor": name, "slot_tokens": [int(t) for t in c.slot_tokens]})
+                    "tensor": name, "slot_tokens": [int(t) for t in c.slot_tokens],
+                    # int64 arrays: an empty list would be stored as list<null>
+                    "sink_slots": np.array(c.sink_slots or [], dtype=np.int64)})
     return pd.DataFrame(idx), arrays

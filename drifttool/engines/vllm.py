@@ -532,9 +532,9 @@ def run_capture_vllm(
     vllm = import_vllm()
     from vllm import SamplingParams
 
-    from ..dtypes import parse_dtype
+    from ..dtypes import dtype_name
 
-    vdtype = str(parse_dtype(dtype)).removeprefix("torch.")
+    vdtype = dtype_name(dtype)
 
     sink = sink or SinkSpec()
     suite = load_suite(probes)
