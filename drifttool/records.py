@@ -29,7 +29,7 @@ def prompt_tables(
         "accepted": acc, "bonus": [r.bonus for r in records], "beyond_window": pos.max(1) >= trained_window,
         "draft_s": [r.draft_s for r in records], "verify_s": [r.verify_s for r in records],
     })
-    heads = np.stack([c.heads for c in caps])  # [R, K, nh, 6] hooks.HEAD_FIELDS
+    heads = np.stack([c.heads for c in caps])  # [R, K, nh, 6] attention_stats.HEAD_FIELDS
     hidden = np.stack([c.hidden for c in caps])  # [R, K, 7]
     sink, draft, own, ent, pmax, top = (heads[..., i] for i in range(6))
     rep = lambda a: np.repeat(a, k_)  # noqa: E731
