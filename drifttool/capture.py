@@ -23,7 +23,7 @@ from .dtypes import dtype_name, parse_dtype
 from .errors import DriftError
 from .hooks import Capture
 from .identity import flat_identity, folder_weights, module_weights
-from .loop import DRAFT_SAMPLING, MODES, _check_prompt, speculate, teacher_forcing_data
+from .loop import check_prompt, check_settings, positions_needed, speculate, teacher_forcing_data
 from .probes import Probe, check_text_length, load_suite
 from .records import prompt_tables, row_samples
 from .sinks import SinkSpec
@@ -251,12 +251,7 @@ def run_capture(
     """Capture every probe with every drafter into the trace `out`; returns its path. `draft_sampling`
     (temperature > 0 only): "greedy" as vLLM drafts by default, or "probabilistic" (see loop.DRAFT_SAMPLING)."""
     check_run_args(depth, drafters, device, max_new_tokens, temperature, seed, keep_rows, limit, sink)
-    if mode not in MODES:  # checked before anything is loaded or written (speculate checks too late for that)
-        raise DriftError(f"--mode: {mode!r}; expected one of {', '.join(MODES)}")
-    if mode == "teacher-forced" and temperature > 0:
-        raise DriftError("--mode teacher-forced: needs greedy decoding (temperature 0)")
-    if draft_sampling not in DRAFT_SAMPLING:
-        raise DriftError(f"--draft-sampling: {draft_sampling!r}; expected one of {', '.join(DRAFT_SAMPLING)}")
+    check_settings(depth, max_new_tokens, mode, temperature, draft_sampling)  # before anything is loaded or written
     sink = sink or SinkSpec()
     dtype = parse_dtype(dtype)  # once, before anything is loaded; recorded as its canonical name
     suite = load_suite(probes)
@@ -272,7 +267,7 @@ def run_capture(
         try:
             check_text_length(probe, tgt, max_new_tokens + depth + 1)
             ids = probe.tokens(tgt)
-            _check_prompt(ids, tgt, len(ids) + (probe.max_new_tokens or max_new_tokens) + depth + 1)
+            check_prompt(ids, tgt, positions_needed(len(ids), probe.max_new_tokens or max_new_tokens, depth))
         except DriftError as e:
             raise DriftError(f"{probes}: probe {probe.id!r}: {e}") from None
         token_ids[probe.id] = ids

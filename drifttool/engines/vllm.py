@@ -49,7 +49,7 @@ from ..checkpoint import detect_layout, load_drafter, save_drafter
 from ..drafter import Eagle3Drafter
 from ..errors import DriftError
 from ..hooks import Capture
-from ..loop import RoundRecord
+from ..loop import RoundRecord, refresh
 from ..probes import load_suite
 from ..records import prompt_tables, row_samples
 from ..sinks import SinkSpec
@@ -359,10 +359,9 @@ def replay_prompt(drafter: Eagle3Drafter, cap: Capture, events: list, prompt_ids
             raise _align_error(f"first pass starts at position {start} but only {cache.length} slots were seen")
         if ver is not None:
             cap.begin_round(drafter, len(records), n, depth, full[: n + 1])
-        cache.truncate(start)
         feats = prop.feats[: s + 1].to(dev, dt)
         ids = first.ids[: s + 1].to(dev)
-        step = drafter(ids[None], feats[None], pos[None], cache, hidden_is_feature=True)
+        step = refresh(drafter, cache, ids, start, feats)  # the loop's step; positions start..n-1 checked above
         vh = first.hidden[: s + 1].to(dev).float()
         stats.max_fc_diff = max(stats.max_fc_diff, float((drafter.combine(feats).float() - vh).abs().max()))
         stats.fc_scale = max(stats.fc_scale, float(vh.abs().max()))
