@@ -164,6 +164,10 @@ class Capture:
             self._handles.append(tap(mods[name], aux("_aux_post", i)))
         return self
 
+    @property
+    def attached(self) -> bool:
+        return bool(self._handles)
+
     def detach(self) -> None:
         for h in self._handles:
             h.remove()
