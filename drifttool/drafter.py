@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange, repeat
 from torch import nn
 
 from . import rope
@@ -95,13 +96,12 @@ class Eagle3Attention(nn.Module):
         self.attn_impl = "sdpa"
 
     def project(self, z: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        b, t, _ = z.shape
-        q = self.q_proj(z).view(b, t, self.nh, self.hd)
-        k = self.k_proj(z).view(b, t, self.nkv, self.hd)
+        q = rearrange(self.q_proj(z), "b t (h d) -> b t h d", d=self.hd)
+        k = rearrange(self.k_proj(z), "b t (h d) -> b t h d", d=self.hd)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)
-        v = self.v_proj(z).view(b, t, self.nkv, self.hd).transpose(1, 2)
+        q, k = rearrange(q, "b t h d -> b h t d"), rearrange(k, "b t h d -> b h t d")
+        v = rearrange(self.v_proj(z), "b t (h d) -> b h t d", d=self.hd)
         return rope.apply(q, cos, sin), rope.apply(k, cos, sin), v
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
@@ -111,8 +111,7 @@ class Eagle3Attention(nn.Module):
         q = self.hook_q(q)
         k = self.hook_k(k)
         if self.attn_impl == "eager":
-            rep = self.nh // self.nkv
-            kk, vv = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+            kk, vv = gqa_repeat(k, self.nh), gqa_repeat(v, self.nh)
             scores = (q.float() @ kk.float().transpose(-1, -2)) * self.scale
             if causal:
                 mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
@@ -123,8 +122,12 @@ class Eagle3Attention(nn.Module):
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scale,
                                                  enable_gqa=self.nkv != self.nh)
-        b, _, t, _ = out.shape
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.nh * self.vd))
+        return self.o_proj(rearrange(out, "b h t d -> b t (h d)"))
+
+
+def gqa_repeat(x: torch.Tensor, nh: int) -> torch.Tensor:
+    """[B, nkv, L, d] -> [B, nh, L, d]: query head h reads kv head h // (nh / nkv)."""
+    return repeat(x, "b g l d -> b (g r) l d", r=nh // x.shape[1])
 
 
 class Eagle3MLP(nn.Module):
@@ -294,8 +297,7 @@ class Eagle3Drafter(nn.Module):
         `logits=False` skips the lm_head (training applies it to the slots it scores only)."""
         b, t = input_ids.shape
         attn = self.layer.self_attn
-        nh, nkv, vd = attn.nh, attn.nkv, attn.vd
-        rep = nh // nkv
+        nh = attn.nh
         pos0 = torch.arange(t, device=input_ids.device).expand(b, t)
         window = self.config.sliding_window
         x = self.hook_layer_in(self.combine(features))
@@ -309,10 +311,10 @@ class Eagle3Drafter(nn.Module):
             cos, sin = rope.cos_sin(pos0 + step, self.inv_freq, z.dtype, self.rope_scale)
             q, k, v = attn.project(z, cos, sin)
             if step == 0:
-                k0, v0 = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+                k0, v0 = gqa_repeat(k, nh), gqa_repeat(v, nh)
             else:
-                diag_k.append(k.repeat_interleave(rep, 1))
-                diag_v.append(v.repeat_interleave(rep, 1))
+                diag_k.append(gqa_repeat(k, nh))
+                diag_v.append(gqa_repeat(v, nh))
             scale = attn.scale
             s0 = (q.float() @ k0.float().transpose(-1, -2)) * scale
             # the chain's rule at position t + step: step-0 keys j <= t inside the window, i.e. j > t + step - W
@@ -327,7 +329,7 @@ class Eagle3Drafter(nn.Module):
             o = probs[..., :t] @ v0.float()
             for i, dv in enumerate(diag_v):
                 o = o + probs[..., t + i : t + i + 1] * dv.float()
-            o = attn.o_proj(o.to(z.dtype).transpose(1, 2).reshape(b, t, nh * vd))
+            o = attn.o_proj(rearrange(o.to(z.dtype), "b h t d -> b t (h d)"))
             out = self.head(self.layer.finish(r0, o), logits)
             outs.append(out)
             x = self.hook_layer_in(out.feedback)
