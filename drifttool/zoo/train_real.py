@@ -95,9 +95,9 @@ def draft_vocab(shards: Shards, target_dir: Path, vocab: int, n: int, conversati
     the feature cache has grown) plus the cached responses. Returns d2t, t2d and the share of the cached
     target argmax choices the draft vocab covers (an upper bound on depth-1 acceptance)."""
     from . import real_conversations
-    from .real_features import _hf_tokenizer, render
+    from .real_features import hf_tokenizer, render
 
-    tok = _hf_tokenizer(target_dir)
+    tok = hf_tokenizer(target_dir)
     counts = torch.zeros(vocab, dtype=torch.long)
     for c in real_conversations.build(conversations, "train"):
         counts += torch.bincount(torch.tensor(render(tok, c)), minlength=vocab)[:vocab]
