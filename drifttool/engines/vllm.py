@@ -543,8 +543,8 @@ def run_capture_vllm(
     check_same_aux(models)
     user_kw = dict(vllm_kwargs or {})
     capture_settings = {
-        **st.record(probes, len(suite)), "engine": "vllm", "draft_sampling": "greedy (vLLM's draft_sample_method)" if temperature > 0 else
-        "greedy (temperature 0)",
+        **st.record(probes, len(suite)), "engine": "vllm",
+        "draft_sampling": "greedy (vLLM's draft_sample_method)" if temperature > 0 else "greedy (temperature 0)",
         "vllm": {"version": getattr(vllm, "__version__", "?"), "model_runner": "v1", "engine_args": user_kw,
                  "checkpoint_given_to_vllm": {n: ("as is" if plans[n][0] else "converted to speculators layout")
                                               for n in names},
