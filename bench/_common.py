@@ -1,8 +1,8 @@
 """Shared pieces of the benchmarks: the bench drafter, a filled KV cache, and one drafting round.
 
-`draft_round` is the drafting half of `drifttool.loop.speculate` with the target taken out: refresh the
-accepted slots with (precomputed) target features, draft K tokens by chaining K-1 single-slot steps, and
-hand the round to the observers exactly as the loop does. The context is reset to the same length every
+`draft_round` is the drafting half of `drifttool.loop.speculate` with the target taken out, calling the loop's
+own steps: `refresh` the accepted slots with (precomputed) target features, `draft_chain` K tokens by chaining
+K-1 single-slot steps, and hand the round to the observers exactly as the loop does. The context is reset to the same length every
 round (the cache is truncated back), so every round does the same work and capture on/off see identical
 inputs."""
 
@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
 from drifttool.config import DrafterConfig
-from drifttool.drafter import DraftStep, Eagle3Drafter, KVCache
-from drifttool.loop import RoundRecord, _draft_token
-
-GREEDY = torch.Generator().manual_seed(0)  # unused by greedy drafting; the loop's helper takes one
+from drifttool.drafter import Eagle3Drafter, KVCache
+from drifttool.loop import RoundRecord, draft_chain, draft_token, refresh
 
 
 @dataclass
@@ -80,26 +79,13 @@ def prefill(drafter: Eagle3Drafter, ctx: Context, shape: BenchShape, chunk: int 
 @torch.no_grad()
 def draft_round(drafter: Eagle3Drafter, cache: KVCache, ctx: Context, shape: BenchShape, r: int = 0,
                 observers=()) -> RoundRecord:
-    """One round of the drafting path (as in `speculate`, minus verification) at context n."""
+    """One round of the drafting path (the loop's `refresh` + `draft_chain`, no verification) at context n."""
     n, depth, m = ctx.n, shape.depth, shape.refresh
     seq = ctx.seq
     for o in observers:
         o.begin_round(drafter, r, n, depth, seq)
-    committed = n - m
-    cache.truncate(committed)
-    ids = torch.tensor(seq[committed + 1 : committed + 1 + m])[None]
-    pos = torch.arange(committed, committed + m)[None]
-    step = drafter(ids, ctx.feats[None, committed:n], pos, cache, hidden_is_feature=True)
-    step = DraftStep(step.logits[:, -1:], step.pre[:, -1:], step.post[:, -1:], step.feedback[:, -1:])
-    drafts, fed = [], [seq[-1]]
-    for k in range(1, depth + 1):
-        tok, _ = _draft_token(drafter, step.logits[0, -1], 0.0, GREEDY)
-        drafts.append(tok)
-        if k == depth:
-            break
-        fed.append(tok)
-        step = drafter(torch.tensor([[tok]]), step.feedback, torch.tensor([[n - 1 + k]]), cache,
-                       hidden_is_feature=False)
+    step = refresh(drafter, cache, seq[n - m + 1 :], n - m, ctx.feats[n - m : n])
+    drafts, _, fed = draft_chain(drafter, cache, step, n, depth, seq[-1], partial(draft_token, drafter))
     rec = RoundRecord(round=r, context_len=n, draft_ids=drafts, target_ids=drafts, accepted=0,
                       match=[True] * depth, bonus=0, input_ids=fed)
     for o in observers:

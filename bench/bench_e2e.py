@@ -80,7 +80,7 @@ def instrument() -> Timers:
     t.wrap(Eagle3Drafter, "forward", "drafter")
     t.wrap(Capture, "begin_round", "capture")
     t.wrap(Capture, "end_round", "capture")
-    for fn in ("prompt_tables", "row_samples"):
+    for fn in ("prompt_tables", "prompt_row", "add_rows"):
         t.wrap(dcap, fn, "tables")
     for fn in ("__init__", "add", "finish"):
         t.wrap(TraceWriter, fn, "trace write")

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from _common import median, print_table
 
-from drifttool.hooks import RoundCapture
+from drifttool.hooks import HEAD_FIELDS, RoundCapture
 from drifttool.loop import RoundRecord
 from drifttool.records import prompt_tables
 from drifttool.trace import TraceWriter, read_table
@@ -37,7 +37,7 @@ def depths_shard(rounds: int, seed: int = 0):
         recs.append(RoundRecord(round=r, context_len=512 + 2 * r, draft_ids=ids[:K], target_ids=ids[K:],
                                 accepted=acc, match=[j < acc for j in range(K)], bonus=ids[0],
                                 input_ids=ids[K:]))
-        heads = rng.random((K, 1, 4), dtype=np.float32)
+        heads = rng.random((K, 1, len(HEAD_FIELDS)), dtype=np.float32)
         heads[..., :3] /= 3  # sink, draft, own: a distribution's masses (sum <= 1), as the reader checks
         caps.append(RoundCapture(round=r, context_len=512 + 2 * r, heads=heads,
                                  hidden=rng.random((K, 7), dtype=np.float32),

@@ -13,6 +13,7 @@ from .argcheck import need_int, run_settings, token_ids
 from .capture import build_manifest, capture_one
 from .compare import Comparison
 from .drafter import Eagle3Drafter
+from .dtypes import dtype_name
 from .errors import DriftError
 from .hooks import Capture
 from .loop import MODES, SpecResult
@@ -248,7 +249,7 @@ class LiveCapture:
         self.cap.detach()
 
     def run(self, prompt: str | list[int], prompt_id: str | None = None, max_new_tokens: int | None = None) -> SpecResult:
-        if not self.cap._handles:
+        if not self.cap.attached:
             raise RuntimeError("use `with dt.capture(...) as cap:` before cap.run()")
         if max_new_tokens is not None:
             need_int("max_new_tokens", max_new_tokens, 1)
@@ -310,7 +311,7 @@ class LiveCapture:
     def to_trace(self, path, overwrite: bool = False) -> Path:
         settings = {"depth": self.depth, "mode": self.mode, "max_new_tokens": self.max_new_tokens,
                     "sink": self.sink.to_dict(), "seed": self.seed, "temperature": 0.0, "keep_rows": 0,
-                    "dtype": str(self.drafter.lm_head.weight.dtype), "device": str(self.drafter.lm_head.weight.device),
+                    "dtype": dtype_name(self.drafter.lm_head.weight.dtype), "device": str(self.drafter.lm_head.weight.device),
                     "probes": {"path": "live", "n_prompts": self._n}}
         man = build_manifest(self.target, None, {self.name: self.drafter}, settings, {"source": "notebook live capture"})
         with TraceWriter(path, man, overwrite=overwrite) as w:

@@ -1,33 +1,28 @@
-"""The capture run: probes x drafters through the speculative loop with hooks, shard by shard into a trace."""
+"""drifttool's own engine: probes x drafters through the speculative loop with the capture hooks, one shard per
+prompt (the run's shared body: runner.py); plus what identifies a run's models in the manifest."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import shutil
-import signal
 import time
-import zlib
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import torch
 
-from .argcheck import run_settings
 from .checkpoint import load_drafter
 from .drafter import Eagle3Drafter
 from .errors import DriftError
 from .hooks import Capture
 from .identity import flat_identity, folder_weights, module_weights
-from .loop import DRAFT_SAMPLING, MODES, _check_prompt, speculate, teacher_forcing_data
+from .loop import check_prompt, positions_needed, speculate, teacher_forcing_data
 from .probes import Probe, check_text_length, load_suite
-from .records import prompt_tables, row_samples
+from .records import add_rows, prompt_row, prompt_tables
+from .runner import RunSettings, check_drafters, check_same_aux, prompt_seed, write_run
 from .sinks import SinkSpec
 from .target import Target, load_target
-from .trace.writer import TraceWriter
 from .version import __version__
 
 
@@ -110,27 +105,6 @@ def drafter_identity(name: str, d: Eagle3Drafter) -> dict[str, Any]:
     return out
 
 
-@contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM behaves like Ctrl-C so the current shard boundary is respected either way."""
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
-def prompt_seed(seed: int, prompt_id: str) -> int:
-    return (seed * 1_000_003 + zlib.crc32(prompt_id.encode())) % (2**31)
-
-
 def capture_one(
     target: Target, name: str, drafter: Eagle3Drafter, cap: Capture, probe: Probe, ids: list[int], depth: int,
     mode: str, max_new_tokens: int, seed: int, temperature: float, forced=None, draft_sampling: str = "greedy",
@@ -143,15 +117,8 @@ def capture_one(
     wall = time.perf_counter() - t0
     tabs = prompt_tables(name, probe.id, res.rounds, cap.rounds, drafter.config.input_aux_layer_ids,
                          drafter.config.max_position_embeddings, drafter.config.sliding_window)
-    tabs["prompts"] = pd.DataFrame([{
-        "drafter": name, "prompt_id": probe.id, "tags": ",".join(probe.tags), "prompt_len": len(ids),
-        "n_generated": len(res.output_ids), "n_rounds": len(res.rounds),
-        "accepted_total": sum(r.accepted for r in res.rounds),
-        "mean_acceptance_length": res.mean_acceptance_length, "wall_s": wall,
-    }])
-    idx, rows = row_samples(name, probe.id, cap.rounds)
-    if len(idx):
-        tabs["rows_index"] = idx
+    tabs["prompts"] = prompt_row(name, probe, len(ids), len(res.output_ids), res.rounds, wall)
+    rows = add_rows(tabs, name, probe.id, cap.rounds)
     return tabs, rows, res
 
 
@@ -189,43 +156,6 @@ def build_manifest(target: Target, target_path: str | None, models: dict[str, Ea
     return m
 
 
-def check_run_args(depth: int, drafters: list[DrafterSpec], device: str, max_new_tokens: int = 1,
-                   temperature: float = 0.0, seed: int = 0, keep_rows: int = 0, limit: int | None = None,
-                   sink: SinkSpec | None = None) -> None:
-    """Argument checks shared by every engine, done before anything is loaded or written."""
-    run_settings(depth, max_new_tokens, temperature, seed, keep_rows, limit, sink)
-    if not drafters:
-        raise DriftError("--drafter: give at least one drafter checkpoint folder")
-    names = [d.name for d in drafters]
-    if len(set(names)) != len(names):
-        raise DriftError(f"--drafter: duplicate drafter names {names}; name them NAME=DIR")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise DriftError(f"--device {device}: CUDA is not available on this machine")
-
-
-def check_same_aux(models: dict[str, Eagle3Drafter]) -> None:
-    aux = {tuple(m.config.input_aux_layer_ids) for m in models.values()}
-    if len(aux) > 1:
-        raise DriftError(f"--drafter: drafters disagree on eagle_aux_hidden_state_layer_ids {sorted(aux)}; capture them separately")
-
-
-WINDOW_NOTE = ("a drafter with a sliding window W (drafters[].sliding_window) attends slots p with q - W < p <= q; "
-               "masses are over those slots, so sink positions outside the window get zero mass "
-               "(depths.attn_window_start = the first visible slot)")
-
-
-def base_settings(depth: int, mode: str, max_new_tokens: int, sink: SinkSpec, seed: int, temperature: float,
-                  keep_rows: int, dtype, device: str, probes: str, n_prompts: int, limit: int | None) -> dict[str, Any]:
-    """The capture settings every engine records in the manifest (and --resume compares)."""
-    return {
-        "depth": depth, "mode": mode, "max_new_tokens": max_new_tokens, "sink": sink.to_dict(), "seed": seed,
-        "temperature": temperature, "keep_rows": keep_rows, "dtype": str(dtype), "device": device,
-        "probes": {"path": str(probes), "sha256": hashlib.sha256(Path(probes).read_bytes()).hexdigest()[:16],
-                   "n_prompts": n_prompts, "limit": limit},
-        "attention_window": WINDOW_NOTE,
-    }
-
-
 def run_capture(
     target: str | Target,
     drafters: list[DrafterSpec],
@@ -249,14 +179,10 @@ def run_capture(
 ) -> Path:
     """Capture every probe with every drafter into the trace `out`; returns its path. `draft_sampling`
     (temperature > 0 only): "greedy" as vLLM drafts by default, or "probabilistic" (see loop.DRAFT_SAMPLING)."""
-    check_run_args(depth, drafters, device, max_new_tokens, temperature, seed, keep_rows, limit, sink)
-    if mode not in MODES:  # checked before anything is loaded or written (speculate checks too late for that)
-        raise DriftError(f"--mode: {mode!r}; expected one of {', '.join(MODES)}")
-    if mode == "teacher-forced" and temperature > 0:
-        raise DriftError("--mode teacher-forced: needs greedy decoding (temperature 0)")
-    if draft_sampling not in DRAFT_SAMPLING:
-        raise DriftError(f"--draft-sampling: {draft_sampling!r}; expected one of {', '.join(DRAFT_SAMPLING)}")
-    sink = sink or SinkSpec()
+    st = RunSettings.of(depth=depth, mode=mode, max_new_tokens=max_new_tokens, sink=sink, seed=seed,
+                        temperature=temperature, keep_rows=keep_rows, dtype=dtype, device=device, limit=limit,
+                        draft_sampling=draft_sampling)  # before anything is loaded or written
+    check_drafters(drafters)
     suite = load_suite(probes)
     if limit is not None:
         suite = suite[:limit]
@@ -264,9 +190,9 @@ def run_capture(
 
     # hub ids become their cached snapshot folders here, so identity, tokenizer copy and manifest see files
     tgt_path = None if isinstance(target, (Target, torch.nn.Module)) else str(resolve(target, "target"))
-    tgt = load_target(tgt_path or target, device=device, dtype=dtype)
+    tgt = load_target(tgt_path or target, device=device, dtype=st.torch_dtype)
     drafters = [DrafterSpec(d.name, str(resolve(d.path, "drafter")), d.overrides) for d in drafters]
-    models = {d.name: load_drafter(d.path, target=tgt, overrides=d.overrides, device=device, dtype=dtype)
+    models = {d.name: load_drafter(d.path, target=tgt, overrides=d.overrides, device=device, dtype=st.torch_dtype)
               for d in drafters}
     check_same_aux(models)
     token_ids = {}  # every probe checked before anything is written; the error names the file and the probe
@@ -274,36 +200,29 @@ def run_capture(
         try:
             check_text_length(probe, tgt, max_new_tokens + depth + 1)
             ids = probe.tokens(tgt)
-            _check_prompt(ids, tgt, len(ids) + (probe.max_new_tokens or max_new_tokens) + depth + 1)
+            check_prompt(ids, tgt, positions_needed(len(ids), probe.max_new_tokens or max_new_tokens, depth))
         except DriftError as e:
             raise DriftError(f"{probes}: probe {probe.id!r}: {e}") from None
         token_ids[probe.id] = ids
     capture_settings = {
-        **base_settings(depth, mode, max_new_tokens, sink, seed, temperature, keep_rows, dtype, device, probes,
-                        len(suite), limit),
+        **st.record(probes, len(suite)),
         "attention": "softmax rows of the K draft queries against the round's final key cache (no L x L maps)",
         "draft_sampling": draft_sampling if temperature > 0 else "greedy (temperature 0)",
     }
     if any(p.messages is not None for p in suite):
         capture_settings["chat_format"] = tgt.chat_format
     manifest = build_manifest(tgt, tgt_path, models, capture_settings, extra_manifest)
-    with TraceWriter(out, manifest, resume=resume, overwrite=overwrite) as writer:  # lock released on any exit
-        tok = Path(tgt_path) / "tokenizer.json" if tgt_path else None
-        if tok is not None and tok.is_file():  # lets the dashboard show token text without reading other folders
-            shutil.copyfile(tok, writer.path / "tokenizer.json")
-        todo = [p for p in suite if p.id not in writer.done]
-        from .progress import progress_bar
 
-        with _sigterm_as_interrupt(), progress_bar(len(todo), len(models), enabled=progress) as bar:
-            for probe in todo:
-                ids = token_ids[probe.id]
-                mnt = probe.max_new_tokens or max_new_tokens
-                try:
-                    tables, rows = capture_prompt(tgt, models, probe, ids, depth, mode, mnt, sink, seed, keep_rows,
-                                                  temperature, draft_sampling)
-                except DriftError as e:  # e.g. NaN/inf target features: name the target and the probe
-                    raise DriftError(f"{tgt_path or tgt.name}: probe {probe.id!r}: {e}") from None
-                writer.add(probe.id, tables, rows)
-                bar.advance(probe.id, int(len(tables.get("rounds", []))))
-        writer.finish()
+    def step(writer, bar, probe) -> None:
+        mnt = probe.max_new_tokens or max_new_tokens
+        try:
+            tables, rows = capture_prompt(tgt, models, probe, token_ids[probe.id], depth, mode, mnt, st.sink, seed,
+                                          keep_rows, temperature, draft_sampling)
+        except DriftError as e:  # e.g. NaN/inf target features: name the target and the probe
+            raise DriftError(f"{tgt_path or tgt.name}: probe {probe.id!r}: {e}") from None
+        writer.add(probe.id, tables, rows)
+        bar.advance(probe.id, int(len(tables.get("rounds", []))))
+
+    writer = write_run(out, manifest, lambda w: [(1, p) for p in suite if p.id not in w.done], step, len(models),
+                       resume, overwrite, progress, Path(tgt_path) / "tokenizer.json" if tgt_path else None)
     return writer.path

@@ -18,10 +18,10 @@ from safetensors.torch import load_file, save_file
 
 from .ckpt_config import (  # noqa: F401 - detect_layout re-exported (the vLLM engine imports it from here)
     OTHER_OVERRIDES,
-    _check_conflicts,
-    _parse_override,
+    check_conflicts,
     detect_layout,
     normalise_config,
+    parse_override,
 )
 from .config import DrafterConfig
 from .drafter import Eagle3Drafter
@@ -195,13 +195,13 @@ def load_drafter(
         target = load_target(target, device=device, dtype=dtype)
     raw = _read_json(p / "config.json")
     cfg = normalise_config(raw, p, target)
-    _check_conflicts(cfg, str(p / "config.json"))
+    check_conflicts(cfg, str(p / "config.json"))
     for k, v in (overrides or {}).items():
-        val = _parse_override(k, v)
+        val = parse_override(k, v)
         attr = OTHER_OVERRIDES.get(k, k)
         cfg.overrides[k] = {"checkpoint": getattr(cfg, attr), "override": val}
         setattr(cfg, attr, val)
-    _check_conflicts(cfg, "--override")
+    check_conflicts(cfg, "--override")
     sd = read_weights(p)
     validate(cfg, sd, p)
     if target is not None:

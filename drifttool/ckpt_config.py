@@ -195,7 +195,7 @@ def normalise_config(raw: dict[str, Any], path: Path, target: Target | None) -> 
     return cfg
 
 
-def _check_conflicts(cfg: DrafterConfig, where: str) -> None:
+def check_conflicts(cfg: DrafterConfig, where: str) -> None:
     if cfg.fc_norm and cfg.norm_before_fc:
         raise DriftError(f"{where}: fc_norm and norm_before_fc are mutually exclusive (set at most one)")
 
@@ -204,7 +204,7 @@ def _check_conflicts(cfg: DrafterConfig, where: str) -> None:
 OTHER_OVERRIDES = {"aux_ids": "aux_layer_ids", "aux_convention": "aux_convention", "sliding_window": "sliding_window"}
 
 
-def _parse_override(key: str, value: Any) -> Any:
+def parse_override(key: str, value: Any) -> Any:
     """One `--override key=value`: a flag (true/false), aux_ids (comma-separated layer ids), aux_convention
     (input|output) or sliding_window (a positive integer, or none)."""
     if key not in FLAG_NAMES and key not in OTHER_OVERRIDES:

@@ -20,12 +20,13 @@ when its config has one (the length it was trained at before the RoPE extension)
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from .compare import Comparison
+if TYPE_CHECKING:  # decay reads a Comparison; compare.to_json reads decay: no import cycle at run time
+    from .compare import Comparison
 
 SIDES = ("inside", "beyond")
 
@@ -231,7 +232,7 @@ def window_split(cmp: Comparison) -> pd.DataFrame:
         if r.empty:
             continue
         d = depths[depths["_beyond"] == val].drop(columns="_beyond")
-        sub = Comparison(cmp.series, d, r, [])
+        sub = type(cmp)(cmp.series, d, r, [])  # the same statistics over one side of the window
         s = sub.summary()
         s = s[s["drafts"] > 0]
         s.insert(1, "side", side)

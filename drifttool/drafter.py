@@ -11,120 +11,12 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 from torch import nn
 
 from . import rope
+from .attention import Eagle3Attention, HookPoint, KVCache, RMSNorm, gqa_repeat, visible  # noqa: F401 - re-exported
 from .config import DrafterConfig
-
-
-def visible(start: int, t: int, length: int, window: int | None, device) -> torch.Tensor:
-    """Bool [t, length]: query slot start+i may attend key slot j (slot = position): j <= start+i, and with a
-    sliding window W also j > start+i-W (W keys including its own, as vLLM / HF / speculators count it)."""
-    qi = torch.arange(t, device=device)[:, None] + start
-    kj = torch.arange(length, device=device)[None, :]
-    m = kj <= qi
-    return m & (kj > qi - window) if window is not None else m
-
-
-class HookPoint(nn.Identity):
-    """Marks a tensor for hooks (TransformerLens style); a no-op otherwise."""
-
-
-class RMSNorm(nn.Module):
-    """Statistics in fp32, cast back, then the weight (SPEC §3)."""
-
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
-
-
-class KVCache:
-    """Contiguous per-slot key/value cache; slots are sequence positions of the drafter's own inputs."""
-
-    def __init__(self, batch: int, nkv: int, head_dim: int, device, dtype, capacity: int = 256,
-                 v_dim: int | None = None):
-        self.k = torch.zeros(batch, nkv, capacity, head_dim, device=device, dtype=dtype)
-        self.v = torch.zeros(batch, nkv, capacity, v_dim or head_dim, device=device, dtype=dtype)
-        self.length = 0
-
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        n = k.shape[2]
-        need = self.length + n
-        if need > self.k.shape[2]:
-            cap = max(need, 2 * self.k.shape[2])
-            grow = cap - self.k.shape[2]
-            self.k = torch.cat([self.k, self.k.new_zeros(*self.k.shape[:2], grow, self.k.shape[3])], 2)
-            self.v = torch.cat([self.v, self.v.new_zeros(*self.v.shape[:2], grow, self.v.shape[3])], 2)
-        self.k[:, :, self.length : need] = k
-        self.v[:, :, self.length : need] = v
-        self.length = need
-        return self.k[:, :, :need], self.v[:, :, :need]
-
-    def truncate(self, length: int) -> None:
-        if length > self.length:
-            raise ValueError(f"cannot truncate cache of length {self.length} to {length}")
-        self.length = length
-
-    def keys(self) -> torch.Tensor:
-        return self.k[:, :, : self.length]
-
-
-class Eagle3Attention(nn.Module):
-    def __init__(self, cfg: DrafterConfig):
-        super().__init__()
-        h2 = 2 * cfg.hidden_size
-        self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        self.vd, self.scale = self.hd, self.hd**-0.5  # value head dim, softmax scale (MLA differs)
-        self.q_proj = nn.Linear(h2, self.nh * self.hd, bias=False)
-        self.k_proj = nn.Linear(h2, self.nkv * self.hd, bias=False)
-        self.v_proj = nn.Linear(h2, self.nkv * self.hd, bias=False)
-        self.o_proj = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
-        if cfg.qk_norm:  # Qwen3: RMSNorm over each head's q and k, before RoPE
-            self.q_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
-            self.k_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
-        self.qk_norm = cfg.qk_norm
-        self.hook_q = HookPoint()  # post-RoPE queries [B, nh, T, hd]
-        self.hook_k = HookPoint()  # post-RoPE keys of the whole cache the queries attend [B, nkv, L, hd]
-        self.hook_probs = HookPoint()  # eager path only: attention probabilities [B, nh, T, L]
-        self.attn_impl = "sdpa"
-
-    def project(self, z: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        b, t, _ = z.shape
-        q = self.q_proj(z).view(b, t, self.nh, self.hd)
-        k = self.k_proj(z).view(b, t, self.nkv, self.hd)
-        if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)
-        v = self.v_proj(z).view(b, t, self.nkv, self.hd).transpose(1, 2)
-        return rope.apply(q, cos, sin), rope.apply(k, cos, sin), v
-
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-               causal: bool = False) -> torch.Tensor:
-        """q [B,nh,T,hd], k/v [B,nkv,L,hd], mask bool [T,L] (True = may attend) or None (attend all);
-        `causal` (T == L, an empty cache) lets SDPA mask implicitly instead of materialising T x L."""
-        q = self.hook_q(q)
-        k = self.hook_k(k)
-        if self.attn_impl == "eager":
-            rep = self.nh // self.nkv
-            kk, vv = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-            scores = (q.float() @ kk.float().transpose(-1, -2)) * self.scale
-            if causal:
-                mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
-            if mask is not None:
-                scores = scores.masked_fill(~mask, float("-inf"))
-            probs = self.hook_probs(scores.softmax(-1))
-            out = (probs @ vv.float()).to(q.dtype)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scale,
-                                                 enable_gqa=self.nkv != self.nh)
-        b, _, t, _ = out.shape
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.nh * self.vd))
 
 
 class Eagle3MLP(nn.Module):
@@ -294,8 +186,7 @@ class Eagle3Drafter(nn.Module):
         `logits=False` skips the lm_head (training applies it to the slots it scores only)."""
         b, t = input_ids.shape
         attn = self.layer.self_attn
-        nh, nkv, vd = attn.nh, attn.nkv, attn.vd
-        rep = nh // nkv
+        nh = attn.nh
         pos0 = torch.arange(t, device=input_ids.device).expand(b, t)
         window = self.config.sliding_window
         x = self.hook_layer_in(self.combine(features))
@@ -309,10 +200,10 @@ class Eagle3Drafter(nn.Module):
             cos, sin = rope.cos_sin(pos0 + step, self.inv_freq, z.dtype, self.rope_scale)
             q, k, v = attn.project(z, cos, sin)
             if step == 0:
-                k0, v0 = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+                k0, v0 = gqa_repeat(k, nh), gqa_repeat(v, nh)
             else:
-                diag_k.append(k.repeat_interleave(rep, 1))
-                diag_v.append(v.repeat_interleave(rep, 1))
+                diag_k.append(gqa_repeat(k, nh))
+                diag_v.append(gqa_repeat(v, nh))
             scale = attn.scale
             s0 = (q.float() @ k0.float().transpose(-1, -2)) * scale
             # the chain's rule at position t + step: step-0 keys j <= t inside the window, i.e. j > t + step - W
@@ -327,7 +218,7 @@ class Eagle3Drafter(nn.Module):
             o = probs[..., :t] @ v0.float()
             for i, dv in enumerate(diag_v):
                 o = o + probs[..., t + i : t + i + 1] * dv.float()
-            o = attn.o_proj(o.to(z.dtype).transpose(1, 2).reshape(b, t, nh * vd))
+            o = attn.o_proj(rearrange(o.to(z.dtype), "b h t d -> b t (h d)"))
             out = self.head(self.layer.finish(r0, o), logits)
             outs.append(out)
             x = self.hook_layer_in(out.feedback)

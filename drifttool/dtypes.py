@@ -1,4 +1,5 @@
-"""Parse user-facing dtype names."""
+"""Parse user-facing dtype names once; record them in one canonical spelling (`bf16` and `bfloat16` are one
+setting, so a manifest written with either resumes with either)."""
 
 from __future__ import annotations
 
@@ -20,3 +21,8 @@ def parse_dtype(d) -> torch.dtype:
         return _NAMES[str(d).lower().removeprefix("torch.")]
     except KeyError:
         raise DriftError(f"--dtype: unknown dtype {d!r}; expected one of float32, bfloat16, float16") from None
+
+
+def dtype_name(d) -> str:
+    """Canonical name of a dtype given in any accepted spelling: float32, bfloat16 or float16."""
+    return str(parse_dtype(d)).removeprefix("torch.")

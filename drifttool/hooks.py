@@ -1,5 +1,5 @@
-"""Capture: forward hooks stash cheap per-step tensors; one batched computation per round turns them into
-per-depth, per-head attention masses and hidden magnitudes.
+"""Capture: forward hooks stash cheap per-step tensors; one batched computation per round (attention_stats)
+turns them into per-depth, per-head attention masses and hidden magnitudes.
 
 Per draft step the hooks only keep references (the query row, the layer input, pre, post). At the end of
 a round, the K query rows are scored against the round's final key cache with the causal chain mask in one
@@ -8,7 +8,6 @@ Adapters map hook names onto a module, so the same capture can sit on a foreign 
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass, field
 
@@ -16,13 +15,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from . import attention_stats as stats
+from .attention_stats import HEAD_FIELDS, HIDDEN_FIELDS, massive  # noqa: F401 - re-exported (public names)
 from .errors import DriftError
 from .sinks import SinkSpec
-
-# per head and depth; max_prob = the head's largest attention weight (1/z: after subtracting the row max the
-# top key's weight is exp(0)); top_pos = the key slot it sits on (slot t holds token t+1's pair at position t)
-HEAD_FIELDS = ("sink_mass", "draft_mass", "own_mass", "entropy", "max_prob", "top_pos")
-HIDDEN_FIELDS = ("rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post", "l2_post", "massive")
 
 
 @dataclass
@@ -88,13 +84,6 @@ def tap(mod: nn.Module, fn):
     return mod.register_forward_hook(lambda _m, _i, out: fn(out))
 
 
-def massive(x: torch.Tensor) -> torch.Tensor:
-    """Massive-activation flag per row: some |x| > 100 and >= 1000x the row's median |x| (SPEC §7)."""
-    a = x.abs().float()
-    med = a.median(dim=-1, keepdim=True).values
-    return ((a > 100) & (a >= 1000 * med)).any(-1)
-
-
 @dataclass
 class RoundCapture:
     """Host-side results of one round."""
@@ -106,6 +95,7 @@ class RoundCapture:
     aux: np.ndarray  # [A, 3] rms before, rms after, massive (depth-1 slot features)
     row: np.ndarray | None = None  # [K, L] head-mean attention rows (sampled rounds only)
     slot_tokens: list[int] | None = None
+    sink_slots: list[int] | None = None  # the context slots counted as sinks (sampled rounds only)
 
 
 @dataclass
@@ -132,7 +122,6 @@ class Capture:
         self._qk: dict[int, tuple[torch.Tensor, torch.Tensor, int, list[int]]] = {}
         self._final_keys: torch.Tensor | None = None
         self._ids, self._ids_of = torch.zeros(0, dtype=torch.long), None  # see _context_ids
-        self._masks: dict = {}  # see _chain_masks
         self._reset_round()
 
     # -- hooks -------------------------------------------------------------------------------
@@ -175,6 +164,10 @@ class Capture:
             self._handles.append(tap(mods[name], aux("_aux_post", i)))
         return self
 
+    @property
+    def attached(self) -> bool:
+        return bool(self._handles)
+
     def detach(self) -> None:
         for h in self._handles:
             h.remove()
@@ -211,50 +204,11 @@ class Capture:
             self._qk[record.round] = (q, keys[:, n:].clone(), n, list(record.input_ids))
             self._final_keys = keys.clone()  # slots < n never change after commit
 
-    # -- the per-round computation ---------------------------------------------------------------
-    # Cost: this runs once per round over K x heads x L scores, so every full-length pass counts (with
-    # K=8, 8 heads and 16k context one pass reads and writes 4 MiB; see bench/bench_overhead.py). Hence:
-    # scores in the [nkv, K, rep, L] layout one matmul writes; the chain mask only on the K-1 draft slots
-    # at the tail (the context is visible to every depth); one exp shared by masses and entropy (no entr);
-    # sink mass gathered from the few sink columns; context ids converted incrementally, not every round.
-    def _logits(self, q: torch.Tensor, keys: torch.Tensor, n: int) -> torch.Tensor:
-        """Masked scaled scores [nkv, K, rep, L] (fp32) of the K draft-step queries q [K, nh, hd] (head
-        h = g * rep + r uses kv head g) over keys [nkv, L, hd]. Depth j (0-based) sits at slot n-1+j and
-        sees slots <= n-1+j: only draft slots n..L-1 can be hidden."""
-        k_, nh, hd = q.shape
-        nkv, length, _ = keys.shape
-        rep = nh // nkv
-        qg = q.float().view(k_, nkv, rep, hd).transpose(0, 1).reshape(nkv, k_ * rep, hd)
-        s = torch.matmul(qg, keys.float().transpose(1, 2)).view(nkv, k_, rep, length)
-        s.mul_(self.scale or 1.0 / math.sqrt(hd))
-        s[..., n:].masked_fill_(self._chain_masks(k_, q.device)[0], float("-inf"))
-        for j in range(k_):  # a sliding window hides slots <= n-1+j-W from depth j (sinks included: zero mass)
-            lo = self._window_start(n, j)
-            if lo > 0:
-                s[:, j, :, :lo] = float("-inf")
-        return s
-
-    def _window_start(self, n: int, j: int) -> int:
-        """First slot depth j (0-based, query slot n-1+j) can attend under the drafter's sliding window."""
-        w = self.window
-        return max(0, n + j - w) if w is not None else 0
-
-    def _chain_masks(self, k_: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Over the K-1 draft slots at the tail (col c = slot n+c = the input of depth c+2), per depth j
-        (0-based): hidden [1, K, 1, K-1] (c >= j), earlier draft steps [K, 1, K-1] (c < j-1) and own slot
-        (c == j-1). Built once per (K, device)."""
-        key = (k_, str(device))
-        if key not in self._masks:
-            ones = torch.ones(k_, k_ - 1, device=device)
-            seen, draft = ones.tril(-1), ones.tril(-2)
-            self._masks[key] = ((seen == 0)[None, :, None, :], draft[:, None], (seen - draft)[:, None])
-        return self._masks[key]
-
+    # -- the per-round computation (the maths: attention_stats) ------------------------------------
     def scores(self, q: torch.Tensor, keys: torch.Tensor, n: int) -> torch.Tensor:
         """Attention probabilities [K, nh, L] of K draft-step queries [K, nh, hd] over keys [nkv, L, hd] (fp32).
         Depth j (0-based) sits at slot n-1+j and sees slots <= n-1+j."""
-        k_, nh, _ = q.shape
-        return self._logits(q, keys, n).softmax(-1).transpose(0, 1).reshape(k_, nh, -1)
+        return stats.probabilities(q, keys, n, self.scale, self.window)
 
     def _context_ids(self, n: int) -> torch.Tensor:
         """Token ids of positions 0..n-1. The loop's `seq` only grows and committed tokens never change, so
@@ -267,42 +221,22 @@ class Capture:
         return self._ids[:n]
 
     def _compute(self, q: torch.Tensor, keys: torch.Tensor, record) -> RoundCapture:
+        """One matmul + softmax over the round's K queries, the statistics, and one host transfer."""
         n = self._ctx
         k_, nh, _ = q.shape
         dev = keys.device
-        # softmax by hand, so the pieces serve every statistic: d = s - rowmax, e = exp(d), z = sum e,
-        # p = e / z, entropy = log z - sum(e * d) / z. Full-length passes: matmul, scale, max, sub, exp,
-        # sum, mul, sum; everything else touches the few sink columns or the K-1 draft columns.
-        d = self._logits(q, keys, n)  # [nkv, K, rep, L]
-        mx, top = d.max(-1)  # the max pass the softmax needs anyway also names the most-attended slot
-        d.sub_(mx.unsqueeze(-1))
-        e = d.exp()
-        z = e.sum(-1)
-        sink_idx = self.sink.mask(self._context_ids(n)).nonzero()[:, 0].to(dev)  # context positions only
-        sink_mass = e.index_select(-1, sink_idx).sum(-1) / z
-        tail = e[..., n:] / z[..., None]  # draft slots n .. n+K-2 (inputs of depths 2..K)
-        _, draft_w, own_w = self._chain_masks(k_, dev)
-        draft, own = (tail * draft_w).sum(-1), (tail * own_w).sum(-1)
+        sink_pos = self.sink.index(self._context_ids(n))  # context positions only (on the host)
         keep = self._sample_row()
-        row = (e / z[..., None]).mean((0, 2)) if keep else None  # [K, L] head mean, before e is reused
-        ed = e.mul_(d)
-        ed[..., n:].nan_to_num_(0.0)  # hidden draft slots: 0 * -inf
-        lo = self._window_start(n, k_ - 1)
-        if lo > 0:
-            ed[..., :lo].nan_to_num_(0.0)  # slots before the sliding window
-        ent = z.log() - ed.sum(-1) / z
-        fields = [sink_mass, draft, own, ent, z.reciprocal(), top.to(z.dtype)]  # slot ids < 2^24: exact in fp32
-        heads = torch.stack(fields, -1).transpose(0, 1).reshape(k_, nh, len(HEAD_FIELDS))
+        d = stats.masked_logits(q, keys, n, self.scale, self.window)  # [nkv, K, rep, L]
+        heads, row = stats.head_stats(d, n, sink_pos.to(dev), self.window, keep)
         h = self._h
         x = torch.cat(h["in"] + h["pre"] + h["post"], -2)[0].detach().float().view(3, k_, -1)  # [3, K, H]
-        rms, l2 = x.pow(2).mean(-1).sqrt(), x.norm(dim=-1)
-        hidden = torch.stack([rms[0], l2[0], rms[1], l2[1], rms[2], l2[2], massive(x[:2]).any(0).float()], -1)
+        hidden = stats.hidden_stats(x)
         aux = torch.zeros(len(self._aux_pre), 3, device=dev)
         got = [i for i, a in enumerate(self._aux_pre) if a is not None]
         if got:
-            a = torch.stack([self._aux_pre[i] for i in got]).float()
-            b = torch.stack([self._aux_post[i] for i in got]).float()
-            aux[got] = torch.stack([a.pow(2).mean(-1).sqrt(), b.pow(2).mean(-1).sqrt(), massive(a).float()], -1)
+            aux[got] = stats.aux_stats(torch.stack([self._aux_pre[i] for i in got]).float(),
+                                       torch.stack([self._aux_post[i] for i in got]).float())
         packed = torch.cat([heads.flatten(), hidden.flatten(), aux.flatten()])
         if keep:
             packed = torch.cat([packed, row.flatten()])
@@ -315,11 +249,12 @@ class Capture:
         o3 = o2 + aux.numel()
         rc = RoundCapture(
             round=record.round, context_len=n, heads=host[:o1].reshape(k_, nh, len(HEAD_FIELDS)),
-            hidden=host[o1:o2].reshape(k_, 7), aux=host[o2:o3].reshape(-1, 3),
+            hidden=host[o1:o2].reshape(k_, len(HIDDEN_FIELDS)), aux=host[o2:o3].reshape(-1, 3),
         )
         if keep:
             rc.row = host[o3:].reshape(k_, -1).astype(np.float16)
             rc.slot_tokens = list(self._seq[1 : n + 1]) + list(record.input_ids[1:])
+            rc.sink_slots = sink_pos.tolist()  # what the sink mass summed over: the drill-down marks these
         return rc
 
     def _sample_row(self) -> bool:
@@ -334,7 +269,7 @@ class Capture:
             # replace a uniformly chosen kept row (reservoir sampling)
             victims = [r for r in self.rounds if r.row is not None]
             v = victims[self._rng.randrange(len(victims))]
-            v.row, v.slot_tokens = None, None
+            v.row, v.slot_tokens, v.sink_slots = None, None, None
             return True
         return False
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 import torch
@@ -60,7 +61,12 @@ class Observer(Protocol):
     def end_round(self, drafter: Eagle3Drafter, cache: KVCache, record: RoundRecord) -> None: ...
 
 
-def _check_prompt(prompt_ids: list[int], target: Target, need: int) -> None:
+def positions_needed(prompt_len: int, max_new_tokens: int, depth: int) -> int:
+    """Positions a prompt's speculation can reach: the prompt, the new tokens and one round's overshoot."""
+    return prompt_len + max_new_tokens + depth + 1
+
+
+def check_prompt(prompt_ids: list[int], target: Target, need: int) -> None:
     if not prompt_ids:
         raise DriftError("prompt: empty (expected at least one token)")
     v = target.vocab_size
@@ -95,7 +101,51 @@ def speculate(
     draft_sampling: str = "greedy",
 ) -> SpecResult:
     """Speculatively decode from `prompt_ids`; greedy when temperature == 0 (lossless w.r.t. the target).
-    With temperature > 0 both `draft_sampling` modes (DRAFT_SAMPLING) preserve the target's distribution."""
+    With temperature > 0 both `draft_sampling` modes (DRAFT_SAMPLING) preserve the target's distribution.
+    mode "teacher-forced": the drafter is fed the target's own greedy continuation (`forced`, else computed)."""
+    check_settings(depth, max_new_tokens, mode, temperature, draft_sampling)
+    prompt_ids = token_ids(prompt_ids)
+    check_prompt(prompt_ids, target, positions_needed(len(prompt_ids), max_new_tokens, depth))
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    pick = partial(draft_token, drafter, temperature=temperature, gen=gen, draft_sampling=draft_sampling)
+    seq = list(prompt_ids)
+    if mode == "teacher-forced":
+        forced_seq, all_feats = forced or teacher_forcing_data(target, prompt_ids, depth, max_new_tokens)
+        _check_features(all_feats)
+        seq.append(forced_seq[len(prompt_ids)])
+        pending = all_feats[: len(prompt_ids)]
+        verify = partial(teacher_verify, forced_seq, all_feats)
+    else:
+        forced_seq = None
+        first, pending = _prefill_target(target, prompt_ids, temperature, gen)
+        seq.append(first)
+        verify = partial(verify_round, target, seq, temperature=temperature, gen=gen)
+    cache = drafter.new_cache(capacity=len(prompt_ids) + max_new_tokens + 2 * depth + 8)
+    rounds: list[RoundRecord] = []
+    committed = 0  # drafter slots 0..committed-1 hold target features
+    while len(seq) - len(prompt_ids) < max_new_tokens and not (stop_ids and seq[-1] in stop_ids):
+        n = len(seq) - 1  # position of the newest committed token x_n; the depth-1 query sits at slot n-1
+        for o in observers:
+            o.begin_round(drafter, len(rounds), n, depth, seq)
+        t0 = time.perf_counter()
+        step = refresh(drafter, cache, seq[committed + 1 :], committed, pending)
+        committed += pending.shape[0]
+        drafts, dprobs, fed = draft_chain(drafter, cache, step, n, depth, seq[-1], pick, forced_seq)
+        draft_s = time.perf_counter() - t0
+        v = verify(drafts, dprobs, n)
+        rec = RoundRecord(round=len(rounds), context_len=n, draft_ids=drafts, target_ids=v.target_ids,
+                          accepted=v.accepted, match=[d == t for d, t in zip(drafts, v.target_ids)], bonus=v.bonus,
+                          input_ids=fed, draft_s=draft_s, verify_s=v.seconds)
+        for o in observers:
+            o.end_round(drafter, cache, rec)
+        rounds.append(rec)
+        seq.extend([*drafts[: v.accepted], v.bonus])  # in place: observers hold `seq`
+        pending = v.features
+    return SpecResult(prompt_ids, _until_stop(seq[len(prompt_ids) :], stop_ids)[:max_new_tokens], rounds)
+
+
+def check_settings(depth: int, max_new_tokens: int, mode: str, temperature: float, draft_sampling: str) -> None:
+    """The loop's settings, checked before any forward (one line each, naming the CLI option)."""
     need_int("--depth", depth, 1, "a speculation depth >= 1")
     need_int("--max-new-tokens", max_new_tokens, 1)
     need_number("--temperature", temperature, 0.0, "a finite temperature >= 0 (0 = greedy)")
@@ -105,94 +155,90 @@ def speculate(
         raise DriftError("--mode teacher-forced: needs greedy decoding (temperature 0)")
     if draft_sampling not in DRAFT_SAMPLING:
         raise DriftError(f"--draft-sampling: {draft_sampling!r}; expected one of {', '.join(DRAFT_SAMPLING)}")
-    prompt_ids = token_ids(prompt_ids)
-    _check_prompt(prompt_ids, target, len(prompt_ids) + max_new_tokens + depth + 1)
-    dev = target.device
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    if mode == "teacher-forced":
-        forced_seq, all_feats = forced or teacher_forcing_data(target, prompt_ids, depth, max_new_tokens)
-        _check_features(all_feats)
-        first, pending_feats = forced_seq[len(prompt_ids)], all_feats[: len(prompt_ids)]
+
+
+def _prefill_target(target: Target, prompt_ids: list[int], temperature: float,
+                    gen: torch.Generator) -> tuple[int, torch.Tensor]:
+    """The target's prompt forward: its first token and the prompt's features (the first refresh)."""
+    target.reset()
+    out = target.forward(torch.tensor(prompt_ids))
+    _check_features(out.features)
+    return _pick(out.logits[-1:], temperature, gen), out.features
+
+
+def _until_stop(gen_ids: list[int], stop_ids: tuple[int, ...]) -> list[int]:
+    for i, t in enumerate(gen_ids):
+        if t in stop_ids:
+            return gen_ids[: i + 1]
+    return gen_ids
+
+
+# -- the three steps of a round ------------------------------------------------------------------------
+def refresh(drafter: Eagle3Drafter, cache: KVCache, next_ids, start: int, feats: torch.Tensor) -> DraftStep:
+    """Run the slots start..start+m-1 (m = feats rows) with target features, overwriting any draft slots there:
+    slot t pairs token next_ids[t - start] (= token t+1) with feature t. Returns the last slot's step."""
+    dev = drafter.lm_head.weight.device
+    m = feats.shape[0]
+    ids = torch.as_tensor(next_ids[:m], device=dev)[None]
+    pos = torch.arange(start, start + m, device=dev)[None]
+    cache.truncate(start)
+    step = drafter(ids, feats[None].to(drafter.lm_head.weight.dtype), pos, cache, hidden_is_feature=True)
+    return DraftStep(step.logits[:, -1:], step.pre[:, -1:], step.post[:, -1:], step.feedback[:, -1:])
+
+
+def draft_chain(drafter: Eagle3Drafter, cache: KVCache, step: DraftStep, n: int, depth: int, first_input: int,
+                pick, forced: list[int] | None = None) -> tuple[list[int], list, list[int]]:
+    """Draft depths 1..K from the refreshed step: depth k+1 is fed depth k's draft (teacher forcing: the true
+    token forced[n+k]) with the drafter's own fed-back tensor at position n-1+k. pick(logits) -> (token, its
+    draft distribution or None). Returns (drafts, their distributions, the ids fed at depths 1..K)."""
+    dev = drafter.lm_head.weight.device
+    drafts, dprobs, fed = [], [], [first_input]
+    for k in range(1, depth + 1):
+        tok, probs = pick(step.logits[0, -1])
+        drafts.append(tok)
+        dprobs.append(probs)
+        if k == depth:
+            break
+        nxt = forced[n + k] if forced is not None else tok
+        fed.append(nxt)
+        step = drafter(torch.tensor([[nxt]], device=dev), step.feedback, torch.tensor([[n - 1 + k]], device=dev),
+                       cache, hidden_is_feature=False)
+    return drafts, dprobs, fed
+
+
+@dataclass
+class Verdict:
+    accepted: int  # accepted prefix length 0..K
+    bonus: int  # the target's token after the accepted prefix
+    target_ids: list[int]  # the target's token at each depth position
+    features: torch.Tensor  # target features of the newly committed positions (the next refresh)
+    seconds: float = float("nan")  # wall time of the verify forward + acceptance (nan when teacher-forced)
+
+
+def verify_round(target: Target, seq: list[int], drafts: list[int], dprobs: list, n: int, temperature: float = 0.0,
+                 gen: torch.Generator | None = None) -> Verdict:
+    """One target forward over [x_n, drafts]: greedy acceptance, or rejection sampling when temperature > 0;
+    the target's cache is cropped to the committed tokens."""
+    t0 = time.perf_counter()
+    vo = target.forward(torch.tensor([seq[-1], *drafts]))
+    _check_features(vo.features)
+    if temperature > 0:
+        a, bonus = rejection_sample(drafts, torch.stack(dprobs), (vo.logits / temperature).softmax(-1), gen)
     else:
-        forced_seq = None
-        target.reset()
-        out = target.forward(torch.tensor(prompt_ids))
-        _check_features(out.features)
-        first, pending_feats = _pick(out.logits[-1:], temperature, gen), out.features
-    forced = forced_seq
-    seq = list(prompt_ids)
-    seq.append(first)
-    cache = drafter.new_cache(capacity=len(prompt_ids) + max_new_tokens + 2 * depth + 8)
-    rounds: list[RoundRecord] = []
-    committed_slots = 0  # drafter slots 0..committed_slots-1 hold target features
-    r = 0
-    while len(seq) - len(prompt_ids) < max_new_tokens and not (stop_ids and seq[-1] in stop_ids):
-        n = len(seq) - 1  # position of the newest committed token x_n; the depth-1 query sits at slot n-1
-        ctx = n  # positions 0..n-1 have target features; slot n-1 pairs token n with feature n-1
-        for o in observers:
-            o.begin_round(drafter, r, ctx, depth, seq)
-        t_draft = time.perf_counter()
-        cache.truncate(committed_slots)
-        m = pending_feats.shape[0]
-        ids = torch.tensor(seq[committed_slots + 1 : committed_slots + 1 + m], device=dev)[None]
-        pos = torch.arange(committed_slots, committed_slots + m, device=dev)[None]
-        step = drafter(ids, pending_feats[None].to(drafter.lm_head.weight.dtype), pos, cache, hidden_is_feature=True)
-        committed_slots += m
-        drafts, dprobs, fed = [], [], [seq[-1]]
-        step = DraftStep(step.logits[:, -1:], step.pre[:, -1:], step.post[:, -1:], step.feedback[:, -1:])
-        for k in range(1, depth + 1):
-            tok, probs = _draft_token(drafter, step.logits[0, -1], temperature, gen, draft_sampling)
-            drafts.append(tok)
-            dprobs.append(probs)
-            if k == depth:
-                break
-            nxt = forced[n + k] if forced is not None else tok
-            fed.append(nxt)
-            step = drafter(
-                torch.tensor([[nxt]], device=dev), step.feedback, torch.tensor([[n - 1 + k]], device=dev),
-                cache, hidden_is_feature=False,
-            )
-        draft_s, verify_s = time.perf_counter() - t_draft, float("nan")
-        if forced is not None:
-            truth = forced[n + 1 : n + 1 + depth]
-            a = 0
-            while a < depth and drafts[a] == truth[a]:
-                a += 1
-            bonus = forced[n + 1 + a]
-            new_feats = all_feats[n : n + a + 1]
-            tgt_ids = truth
-        else:
-            t_verify = time.perf_counter()
-            vo = target.forward(torch.tensor([seq[-1], *drafts]))
-            _check_features(vo.features)
-            if temperature > 0:
-                tp = (vo.logits / temperature).softmax(-1)
-                a, bonus = rejection_sample(drafts, torch.stack(dprobs), tp, gen)
-            else:
-                a, bonus = greedy_accept(drafts, vo.logits)
-            tgt_ids = vo.logits.argmax(-1)[:depth].tolist()
-            new_feats = vo.features[: a + 1]
-            target.crop(n + a + 1)
-            verify_s = time.perf_counter() - t_verify
-        rec = RoundRecord(
-            round=r, context_len=ctx, draft_ids=drafts, target_ids=tgt_ids, accepted=a,
-            match=[d == t for d, t in zip(drafts, tgt_ids)], bonus=bonus, input_ids=fed,
-            draft_s=draft_s, verify_s=verify_s,
-        )
-        for o in observers:
-            o.end_round(drafter, cache, rec)
-        rounds.append(rec)
-        seq.extend(drafts[:a])
-        seq.append(bonus)
-        pending_feats = new_feats
-        r += 1
-    gen_ids = seq[len(prompt_ids) :]
-    if stop_ids:
-        for i, t in enumerate(gen_ids):
-            if t in stop_ids:
-                gen_ids = gen_ids[: i + 1]
-                break
-    return SpecResult(prompt_ids, gen_ids[:max_new_tokens], rounds)
+        a, bonus = greedy_accept(drafts, vo.logits)
+    tgt_ids = vo.logits.argmax(-1)[: len(drafts)].tolist()
+    target.crop(n + a + 1)
+    return Verdict(a, bonus, tgt_ids, vo.features[: a + 1], time.perf_counter() - t0)
+
+
+def teacher_verify(forced: list[int], all_feats: torch.Tensor, drafts: list[int], dprobs: list, n: int) -> Verdict:
+    """Teacher forcing as a verification strategy: the drafts are checked against the target's precomputed
+    greedy continuation, no target forward."""
+    truth = forced[n + 1 : n + 1 + len(drafts)]
+    a = 0
+    while a < len(drafts) and drafts[a] == truth[a]:
+        a += 1
+    return Verdict(a, forced[n + 1 + a], truth, all_feats[n : n + a + 1])
 
 
 def _pick(logits: torch.Tensor, temperature: float, gen: torch.Generator) -> int:
@@ -201,8 +247,8 @@ def _pick(logits: torch.Tensor, temperature: float, gen: torch.Generator) -> int
     return int(logits[-1].argmax())
 
 
-def _draft_token(drafter: Eagle3Drafter, logits: torch.Tensor, temperature: float, gen: torch.Generator,
-                 draft_sampling: str = "greedy"):
+def draft_token(drafter: Eagle3Drafter, logits: torch.Tensor, temperature: float = 0.0,
+                gen: torch.Generator | None = None, draft_sampling: str = "greedy"):
     """(draft token, its draft distribution in target-vocab space; None at temperature 0)."""
     if temperature > 0 and draft_sampling == "probabilistic":
         probs = drafter.target_probs(logits / temperature).cpu()

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from . import rope
+from .attention import Eagle3Attention, HookPoint, RMSNorm
 from .config import DrafterConfig
-from .drafter import Eagle3Attention, HookPoint, RMSNorm
 
 
 def softmax_scale(head_dim: int, scaling: dict | None) -> float:

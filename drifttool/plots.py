@@ -365,17 +365,18 @@ def context_summary(by_context: pd.DataFrame, metric: str = "self_mass") -> go.F
     return fig
 
 
-def sink_slots(sink: dict | None, context_len: int, slot_tokens: Sequence[int]) -> list[int]:
-    """Slots counted as sinks by a trace's sink definition (manifest capture.sink) within the context.
+def sink_slots(sink: dict | None, context_len: int, slot_tokens: Sequence[int],
+               recorded: Sequence[int] | None = None) -> list[int]:
+    """Slots counted as sinks in a sampled round: those the capture recorded (rows_index.sink_slots), else
+    (traces written before that column) re-derived from the trace's sink definition (manifest capture.sink)
+    by the same SinkSpec. Slot p holds position p's feature; the token at position p is slot_tokens[p-1],
+    unknown for p = 0 (so only the recorded slots can mark position 0 for a `tok:` sink)."""
+    if recorded is not None and not isinstance(recorded, float):  # NaN: a shard from before the column
+        return sorted(int(p) for p in recorded if p < context_len)
+    from .sinks import SinkSpec
 
-    Slot p holds position p's feature; the token at position p is slot_tokens[p-1] (unknown for p = 0)."""
-    sink = sink or {"first_n": 4}
-    out = set(range(min(int(sink.get("first_n", 0)), context_len)))
-    out |= {p for p in sink.get("positions", []) if p < context_len}
-    toks = set(sink.get("token_ids", []))
-    if toks:
-        out |= {p for p in range(1, context_len) if p - 1 < len(slot_tokens) and slot_tokens[p - 1] in toks}
-    return sorted(out)
+    ids = [-1] + [int(t) for t in list(slot_tokens)[: max(context_len - 1, 0)]]
+    return SinkSpec.from_dict(sink).positions_in(ids[:context_len])
 
 
 def attention_row_heatmap(row: np.ndarray, slot_tokens: Sequence[int], context_len: int,

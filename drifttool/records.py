@@ -29,7 +29,7 @@ def prompt_tables(
         "accepted": acc, "bonus": [r.bonus for r in records], "beyond_window": pos.max(1) >= trained_window,
         "draft_s": [r.draft_s for r in records], "verify_s": [r.verify_s for r in records],
     })
-    heads = np.stack([c.heads for c in caps])  # [R, K, nh, 6] hooks.HEAD_FIELDS
+    heads = np.stack([c.heads for c in caps])  # [R, K, nh, 6] attention_stats.HEAD_FIELDS
     hidden = np.stack([c.hidden for c in caps])  # [R, K, 7]
     sink, draft, own, ent, pmax, top = (heads[..., i] for i in range(6))
     rep = lambda a: np.repeat(a, k_)  # noqa: E731
@@ -84,6 +84,25 @@ def _empty_tables(drafter: str, prompt_id: str, aux_layer_ids: list[int], traine
     return {k: v.iloc[:0].astype({c: "string" for c in v.columns if v[c].dtype == object}) for k, v in tabs.items()}
 
 
+def prompt_row(drafter: str, probe, prompt_len: int, n_generated: int, records: list[RoundRecord], wall: float,
+               **extra) -> pd.DataFrame:
+    """The `prompts` table's row of one drafter on one probe (engine-specific columns in `extra`)."""
+    acc = sum(r.accepted for r in records)
+    return pd.DataFrame([{
+        "drafter": drafter, "prompt_id": probe.id, "tags": ",".join(probe.tags), "prompt_len": prompt_len,
+        "n_generated": n_generated, "n_rounds": len(records), "accepted_total": acc,
+        "mean_acceptance_length": 1.0 + acc / max(1, len(records)), "wall_s": wall, **extra,
+    }])
+
+
+def add_rows(tabs: dict[str, pd.DataFrame], drafter: str, prompt_id: str, caps: list[RoundCapture]) -> dict:
+    """Put the sampled rows' index into `tabs` (when any round was sampled); returns the row arrays."""
+    idx, rows = row_samples(drafter, prompt_id, caps)
+    if len(idx):
+        tabs["rows_index"] = idx
+    return rows
+
+
 def row_samples(drafter: str, prompt_id: str, caps: list[RoundCapture]) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
     """Sampled attention rows as safetensors arrays + an index table."""
     idx, arrays = [], {}
@@ -93,5 +112,7 @@ def row_samples(drafter: str, prompt_id: str, caps: list[RoundCapture]) -> tuple
         name = f"{drafter}|{prompt_id}|{c.round}"
         arrays[name] = c.row
         idx.append({"drafter": drafter, "prompt_id": prompt_id, "round": c.round, "context_len": c.context_len,
-                    "tensor": name, "slot_tokens": [int(t) for t in c.slot_tokens]})
+                    "tensor": name, "slot_tokens": [int(t) for t in c.slot_tokens],
+                    # int64 arrays: an empty list would be stored as list<null>
+                    "sink_slots": np.array(c.sink_slots or [], dtype=np.int64)})
     return pd.DataFrame(idx), arrays

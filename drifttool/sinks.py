@@ -20,6 +20,14 @@ class SinkSpec:
         return asdict(self)
 
     @classmethod
+    def from_dict(cls, d: dict | None) -> SinkSpec:
+        """Inverse of to_dict (a manifest's capture.sink); None: the default (first 4 positions)."""
+        if d is None:
+            return cls()
+        return cls(first_n=int(d.get("first_n", 0)), positions=[int(p) for p in d.get("positions", [])],
+                   token_ids=[int(t) for t in d.get("token_ids", [])])
+
+    @classmethod
     def parse(cls, text: str | None) -> SinkSpec:
         """'4' | 'first:4' | 'pos:0,1,7' | 'tok:0,2' (combinable with ';')."""
         if text is None or str(text).strip() == "":
@@ -45,7 +53,8 @@ class SinkSpec:
         return spec
 
     def mask(self, token_ids: torch.Tensor) -> torch.Tensor:
-        """Boolean mask over sequence positions 0..L-1 given the token id at each position."""
+        """Boolean mask over sequence positions 0..L-1 given the token id at each position (the one definition
+        of which positions are sinks: the capture's sink mass and the drill-down's marks both come from it)."""
         length = token_ids.shape[0]
         m = torch.zeros(length, dtype=torch.bool, device=token_ids.device)
         m[: min(self.first_n, length)] = True
@@ -55,3 +64,12 @@ class SinkSpec:
         for t in self.token_ids:
             m |= token_ids == t
         return m
+
+    def index(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """Sink positions (ascending, int64) among positions 0..L-1 given the token id at each position."""
+        return self.mask(token_ids).nonzero()[:, 0]
+
+    def positions_in(self, token_ids) -> list[int]:
+        """Sink positions as a list, for token ids given as a sequence (an unknown token: any negative id).
+        (`positions` is the field of explicit positions, hence the name.)"""
+        return self.index(torch.as_tensor(list(token_ids), dtype=torch.long)).tolist()

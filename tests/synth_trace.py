@@ -1,4 +1,4 @@
-"""Hand-made traces (rounds + depths tables only, no models): known acceptance counts, contexts and timings."""
+"""Hand-made traces (rounds, depths and a one-head heads table; no models): known acceptance counts, contexts and timings."""
 
 from __future__ import annotations
 
@@ -44,9 +44,12 @@ def write_trace(path: Path, drafters: dict[str, dict], depth: int, window: int =
             "rms_in": np.tile(dep.astype(float), n), "l2_in": 1.0, "rms_pre": 1.0, "l2_pre": 1.0, "rms_post": 1.0,
             "l2_post": 1.0, "massive": False, "beyond_window": pos >= window,
         })
+        heads = depths[["drafter", "prompt_id", "round", "depth", "sink_mass", "draft_mass", "own_mass", "self_mass",
+                        "prompt_mass", "entropy"]].assign(head=0, max_prob=0.5, top_pos=0)  # one head: the depth's
         frames.setdefault("rounds", []).append(rounds)
         frames.setdefault("depths", []).append(depths)
-    rounds, depths = pd.concat(frames["rounds"]), pd.concat(frames["depths"])
+        frames.setdefault("heads", []).append(heads)
+    rounds, depths, heads = (pd.concat(frames[k]) for k in ("rounds", "depths", "heads"))
     manifest = {
         "drafters": [{"name": n, "max_position_embeddings": window, "rope_scaling": rope_scaling,
                       "config_hash": n, "overrides": {}} for n in drafters],
@@ -55,6 +58,7 @@ def write_trace(path: Path, drafters: dict[str, dict], depth: int, window: int =
     }
     w = TraceWriter(path, manifest)
     for p in sorted(rounds["prompt_id"].unique()):
-        w.add(p, {"rounds": rounds[rounds.prompt_id == p], "depths": depths[depths.prompt_id == p]})
+        w.add(p, {"rounds": rounds[rounds.prompt_id == p], "depths": depths[depths.prompt_id == p],
+                  "heads": heads[heads.prompt_id == p]})
     w.finish()
     return path

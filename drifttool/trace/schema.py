@@ -32,5 +32,7 @@ TABLES: dict[str, list[str]] = {
 OPTIONAL: dict[str, list[str]] = {"rounds": ["draft_s", "verify_s"], "depths": ["attn_window_start"],
                                   "heads": ["max_prob", "top_pos"]}
 
-# Optional: sampled attention rows, one safetensors file per shard plus this index table.
+# Optional: sampled attention rows, one safetensors file per shard plus this index table. Optional column
+# rows_index.sink_slots = the context slots the capture counted as sinks in that round (SinkSpec.index), so the
+# drill-down marks exactly those (the slot tokens alone lack position 0's token).
 ROWS_INDEX = [*KEY, "context_len", "tensor", "slot_tokens"]

@@ -29,7 +29,7 @@ _TOL = 1e-4
 def _kind(table: str, col: str) -> str:
     if col == "accepted":
         return "int" if table == "rounds" else "bool"
-    if col == "slot_tokens":
+    if col in ("slot_tokens", "sink_slots"):
         return "list"
     for kind, cols in (("int", _INTS), ("bool", _BOOLS), ("str", _STRINGS), ("float", _FLOATS)):
         if col in cols:

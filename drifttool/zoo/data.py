@@ -61,7 +61,7 @@ def held_out_paths() -> list[Path]:
     return [root / name for name in HELD_OUT if (root / name).is_file()]
 
 
-def _eligible(path: Path, root: Path) -> bool:
+def eligible(path: Path, root: Path) -> bool:
     rel = path.relative_to(root)
     if any(part in SKIP_DIRS or part.startswith("test_") for part in rel.parts[:-1]):
         return False
@@ -75,7 +75,7 @@ def _eligible(path: Path, root: Path) -> bool:
 
 
 def _py_files(root: Path) -> list[tuple[Path, int]]:
-    files = sorted(p for p in root.rglob("*.py") if p.is_file() and _eligible(p, root))
+    files = sorted(p for p in root.rglob("*.py") if p.is_file() and eligible(p, root))
     return [(p, p.stat().st_size) for p in files]
 
 

@@ -23,33 +23,33 @@ WORDS = ("config parser cache token request handler module value error index buf
          "session record schema column metric window offset batch layer").split()
 
 
-def _name(r: random.Random) -> str:
+def random_name(r: random.Random) -> str:
     return "_".join(r.sample(WORDS, 2))
 
 
-def _tool_output(r: random.Random, tool: str) -> dict:
+def tool_output(r: random.Random, tool: str) -> dict:
     if tool == "list_dir":
-        return {"entries": [{"name": f"{_name(r)}.py", "size": r.randrange(200, 90000)} for _ in range(r.randrange(3, 8))]}
+        return {"entries": [{"name": f"{random_name(r)}.py", "size": r.randrange(200, 90000)} for _ in range(r.randrange(3, 8))]}
     if tool == "read_file":
-        body = "\n".join(f"def {_name(r)}(self, {r.choice(WORDS)}):\n    return self.{_name(r)}" for _ in range(r.randrange(2, 5)))
+        body = "\n".join(f"def {random_name(r)}(self, {r.choice(WORDS)}):\n    return self.{random_name(r)}" for _ in range(r.randrange(2, 5)))
         return {"content": body, "truncated": r.random() < 0.3}
     if tool == "run_tests":
         n = r.randrange(5, 60)
         f = r.randrange(0, 3)
-        return {"passed": n - f, "failed": f, "failures": [f"test_{_name(r)}" for _ in range(f)]}
+        return {"passed": n - f, "failed": f, "failures": [f"test_{random_name(r)}" for _ in range(f)]}
     if tool == "search_code":
-        return {"matches": [{"file": f"src/{_name(r)}.py", "line": r.randrange(1, 400)} for _ in range(r.randrange(1, 6))]}
-    return {"status": 200, "json": {"items": [{"id": r.randrange(1000), "name": _name(r)} for _ in range(3)]}}
+        return {"matches": [{"file": f"src/{random_name(r)}.py", "line": r.randrange(1, 400)} for _ in range(r.randrange(1, 6))]}
+    return {"status": 200, "json": {"items": [{"id": r.randrange(1000), "name": random_name(r)} for _ in range(3)]}}
 
 
 def agent_trace(seed: int, steps: int) -> str:
     r = random.Random(seed)
-    parts = [f"<|system|>\nYou are a coding agent. Call tools with JSON.\n<|user|>\nFix the failing test in {_name(r)}.py "
+    parts = [f"<|system|>\nYou are a coding agent. Call tools with JSON.\n<|user|>\nFix the failing test in {random_name(r)}.py "
              f"and report what changed.\n"]
     for _ in range(steps):
         tool = r.choice(sorted(TOOLS))
         parts.append("<|assistant|>\n" + json.dumps({"tool": tool, "arguments": TOOLS[tool](r)}) + "\n")
-        parts.append("<|tool|>\n" + json.dumps(_tool_output(r, tool)) + "\n")
+        parts.append("<|tool|>\n" + json.dumps(tool_output(r, tool)) + "\n")
     parts.append("<|assistant|>\n")
     return "".join(parts)
 
@@ -57,14 +57,14 @@ def agent_trace(seed: int, steps: int) -> str:
 def document(seed: int, sections: int) -> tuple[str, str]:
     r = random.Random(seed)
     facts = []
-    lines = [f"# Design notes for the {_name(r)} service\n"]
+    lines = [f"# Design notes for the {random_name(r)} service\n"]
     for s in range(sections):
-        lines.append(f"\n## {s + 1}. {_name(r).replace('_', ' ').title()}\n")
+        lines.append(f"\n## {s + 1}. {random_name(r).replace('_', ' ').title()}\n")
         for _ in range(r.randrange(3, 6)):
-            key, val = _name(r), r.randrange(2, 5000)
+            key, val = random_name(r), r.randrange(2, 5000)
             facts.append((key, val))
             lines.append(f"The {key.replace('_', ' ')} limit is {val}; it is read from `{key.upper()}` at start-up "
-                         f"and checked by `{_name(r)}()` before each {r.choice(WORDS)} is accepted.\n")
+                         f"and checked by `{random_name(r)}()` before each {r.choice(WORDS)} is accepted.\n")
     key, val = r.choice(facts)
     q = f"\nQuestion: what is the {key.replace('_', ' ')} limit, and where is it read from?\nAnswer:"
     return "".join(lines) + q, f"{val}"

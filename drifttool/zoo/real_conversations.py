@@ -16,8 +16,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .data import HELD_OUT, _eligible, site_dirs, stdlib_dir
-from .probe_gen import TOOLS, _name, _tool_output
+from .data import HELD_OUT, eligible, site_dirs, stdlib_dir
+from .probe_gen import TOOLS, random_name, tool_output
 
 CODE_ASKS = (
     "Explain what the code above does, function by function.",
@@ -64,9 +64,9 @@ def _code_files(heldout: bool) -> list[Path]:
     root = stdlib_dir()
     if heldout:
         return [root / n for n in HELD_OUT if (root / n).is_file()]
-    files = sorted(p for p in root.rglob("*.py") if p.is_file() and _eligible(p, root))
+    files = sorted(p for p in root.rglob("*.py") if p.is_file() and eligible(p, root))
     for s in site_dirs():
-        files += sorted(p for p in s.rglob("*.py") if p.is_file() and _eligible(p, s))
+        files += sorted(p for p in s.rglob("*.py") if p.is_file() and eligible(p, s))
     return files
 
 
@@ -99,11 +99,11 @@ def _code(r: random.Random, files: list[Path], cid: str, split: str) -> Conversa
 
 def _agent(r: random.Random, cid: str, split: str) -> Conversation:
     msgs = [{"role": "system", "content": "You are a coding agent. Call tools by answering with one JSON object."},
-            {"role": "user", "content": f"Fix the failing test in {_name(r)}.py and report what changed."}]
+            {"role": "user", "content": f"Fix the failing test in {random_name(r)}.py and report what changed."}]
     for _ in range(r.randrange(3, 24)):
         tool = r.choice(sorted(TOOLS))
         msgs.append({"role": "assistant", "content": json.dumps({"tool": tool, "arguments": TOOLS[tool](r)})})
-        msgs.append({"role": "tool", "content": json.dumps(_tool_output(r, tool))})
+        msgs.append({"role": "tool", "content": json.dumps(tool_output(r, tool))})
     return Conversation(cid, "agent", split, msgs)
 
 

@@ -71,7 +71,7 @@ def extract(convs: list[Conversation], target_dir: str | Path, out_dir: str | Pa
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     target = load_target(target_dir)
-    tok = _hf_tokenizer(target_dir)
+    tok = hf_tokenizer(target_dir)
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     post = _PostGrab(target.model.model.norm)
     done = sorted(out.glob("shard-*.json"))
@@ -120,7 +120,7 @@ def _write(out: Path, k: int, buf, meta, nxt: int, save_file) -> None:
     (out / f"shard-{k:04d}.json").write_text(json.dumps({"next": nxt, "conversations": meta}) + "\n")
 
 
-def _hf_tokenizer(path: str | Path):
+def hf_tokenizer(path: str | Path):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(path))

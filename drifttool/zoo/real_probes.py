@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 
 from .data import HELD_OUT
-from .probe_gen import TOOLS, _name, _tool_output, document
+from .probe_gen import TOOLS, document, random_name, tool_output
 
 CODE_CUTS = [512, 1024, 2048, 4096]
 CHAT = ["How do I reverse a list in Python?", "Write a function that returns the n-th Fibonacci number.",
@@ -23,11 +23,11 @@ CHAT = ["How do I reverse a list in Python?", "Write a function that returns the
 def agent_messages(seed: int, steps: int) -> list[dict[str, str]]:
     r = random.Random(seed)
     msgs = [{"role": "system", "content": "You are a coding agent. Call tools by answering with one JSON object."},
-            {"role": "user", "content": f"Fix the failing test in {_name(r)}.py and report what changed."}]
+            {"role": "user", "content": f"Fix the failing test in {random_name(r)}.py and report what changed."}]
     for _ in range(steps):
         tool = r.choice(sorted(TOOLS))
         msgs.append({"role": "assistant", "content": json.dumps({"tool": tool, "arguments": TOOLS[tool](r)})})
-        msgs.append({"role": "tool", "content": json.dumps(_tool_output(r, tool))})
+        msgs.append({"role": "tool", "content": json.dumps(tool_output(r, tool))})
     return msgs
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -23,6 +22,7 @@ import torch
 from ..config import DrafterConfig
 from ..drafter import Eagle3Drafter
 from . import DEFAULT_BUILD_DIR
+from .schedule import cosine, set_lr
 from .train_target import batch_shape, heldout_windows, sample_windows
 
 VARIANTS: dict[str, dict[str, bool]] = {
@@ -171,8 +171,7 @@ def lr_at(args: DrafterTrainArgs, step: int, total: int) -> float:
     if step < warm:
         return args.lr * (step + 1) / warm
     frac = min(1.0, (step - warm) / max(1, total - warm))
-    lo = args.lr * args.min_lr_frac
-    return lo + 0.5 * (args.lr - lo) * (1 + math.cos(math.pi * frac))
+    return cosine(args.lr, args.min_lr_frac, frac)
 
 
 def make_optimizer(model: Eagle3Drafter, args: DrafterTrainArgs) -> torch.optim.Optimizer:
@@ -181,8 +180,7 @@ def make_optimizer(model: Eagle3Drafter, args: DrafterTrainArgs) -> torch.optim.
 
 
 def train_step(drafter, opt, target, args: DrafterTrainArgs, ids: torch.Tensor, lr: float) -> list[dict[str, float]]:
-    for g in opt.param_groups:
-        g["lr"] = lr
+    set_lr(opt, lr)
     feats, tlogits = target_pass(target, ids, args.spec.aux_layer_ids)
     loss, stats = ttt_loss(drafter, ids, feats, tlogits, args.ttt_steps, args.loss_decay)
     opt.zero_grad(set_to_none=True)

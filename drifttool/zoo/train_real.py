@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import shutil
 import time
@@ -28,6 +27,7 @@ from safetensors import safe_open
 from ..checkpoint import save_drafter  # imported up front: a long run must not pick up later code edits
 from ..config import DrafterConfig
 from ..drafter import Eagle3Drafter
+from .schedule import cosine, set_lr
 from .train_drafter import VARIANTS
 
 
@@ -95,9 +95,9 @@ def draft_vocab(shards: Shards, target_dir: Path, vocab: int, n: int, conversati
     the feature cache has grown) plus the cached responses. Returns d2t, t2d and the share of the cached
     target argmax choices the draft vocab covers (an upper bound on depth-1 acceptance)."""
     from . import real_conversations
-    from .real_features import _hf_tokenizer, render
+    from .real_features import hf_tokenizer, render
 
-    tok = _hf_tokenizer(target_dir)
+    tok = hf_tokenizer(target_dir)
     counts = torch.zeros(vocab, dtype=torch.long)
     for c in real_conversations.build(conversations, "train"):
         counts += torch.bincount(torch.tensor(render(tok, c)), minlength=vocab)[:vocab]
@@ -177,8 +177,7 @@ def lr_at(a: RealArgs, step: int, elapsed: float) -> float:
     if step < a.warmup_steps:
         return a.lr * (step + 1) / a.warmup_steps
     frac = min(1.0, elapsed / (a.minutes * 60))
-    lo = a.lr * a.min_lr_frac
-    return lo + 0.5 * (a.lr - lo) * (1 + math.cos(math.pi * frac))
+    return cosine(a.lr, a.min_lr_frac, frac)
 
 
 @torch.no_grad()
@@ -314,8 +313,7 @@ def train(a: RealArgs, log=print) -> None:
         rec: dict[str, Any] = {"step": step, "lr": round(lr, 7), "tokens": ntok}
         for v, m in models.items():
             opt = opts[v]
-            for g in opt.param_groups:
-                g["lr"] = lr
+            set_lr(opt, lr)
             opt.zero_grad(set_to_none=True)
             agg = torch.zeros(a.ttt_steps, 4)
             gen = torch.Generator().manual_seed(a.seed * 7919 + step)  # same scored slots for both variants

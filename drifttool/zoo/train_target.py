@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import time
@@ -25,6 +24,7 @@ import torch.nn.functional as F
 
 from . import DEFAULT_BUILD_DIR
 from . import data as zdata
+from .schedule import cosine, set_lr
 
 PHASES = ("A", "B")
 
@@ -164,13 +164,11 @@ def lr_at(args: TrainArgs, step: int, total: int, time_frac: float = 0.0) -> flo
     if progress < args.warmup_frac:
         return args.lr * min(1.0, (progress + 1 / max(1, total)) / args.warmup_frac)
     frac = (progress - args.warmup_frac) / (1 - args.warmup_frac)
-    lo = args.lr * args.min_lr_frac
-    return lo + 0.5 * (args.lr - lo) * (1 + math.cos(math.pi * frac))
+    return cosine(args.lr, args.min_lr_frac, frac)
 
 
 def train_step(model, opt, args: TrainArgs, ids: torch.Tensor, phase: str, lr: float) -> dict[str, float]:
-    for g in opt.param_groups:
-        g["lr"] = lr
+    set_lr(opt, lr)
     if phase == "B":
         out = model(input_ids=ids, labels=ids, output_attentions=True)
         aux, m = sink_aux_loss(out.attentions, args)

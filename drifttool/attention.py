@@ -1,0 +1,124 @@
+"""The drafter's attention: GQA with RoPE over a KV cache, the named hook points the capture taps, RMSNorm and
+the sliding-window visibility rule (MLA, DeepSeek's latent attention, builds on it in mla.py)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange, repeat
+from torch import nn
+
+from . import rope
+from .config import DrafterConfig
+
+
+def visible(start: int, t: int, length: int, window: int | None, device) -> torch.Tensor:
+    """Bool [t, length]: query slot start+i may attend key slot j (slot = position): j <= start+i, and with a
+    sliding window W also j > start+i-W (W keys including its own, as vLLM / HF / speculators count it)."""
+    qi = torch.arange(t, device=device)[:, None] + start
+    kj = torch.arange(length, device=device)[None, :]
+    m = kj <= qi
+    return m & (kj > qi - window) if window is not None else m
+
+
+class HookPoint(nn.Identity):
+    """Marks a tensor for hooks (TransformerLens style); a no-op otherwise."""
+
+
+class RMSNorm(nn.Module):
+    """Statistics in fp32, cast back, then the weight (SPEC §3)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class KVCache:
+    """Contiguous per-slot key/value cache; slots are sequence positions of the drafter's own inputs."""
+
+    def __init__(self, batch: int, nkv: int, head_dim: int, device, dtype, capacity: int = 256,
+                 v_dim: int | None = None):
+        self.k = torch.zeros(batch, nkv, capacity, head_dim, device=device, dtype=dtype)
+        self.v = torch.zeros(batch, nkv, capacity, v_dim or head_dim, device=device, dtype=dtype)
+        self.length = 0
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n = k.shape[2]
+        need = self.length + n
+        if need > self.k.shape[2]:
+            cap = max(need, 2 * self.k.shape[2])
+            grow = cap - self.k.shape[2]
+            self.k = torch.cat([self.k, self.k.new_zeros(*self.k.shape[:2], grow, self.k.shape[3])], 2)
+            self.v = torch.cat([self.v, self.v.new_zeros(*self.v.shape[:2], grow, self.v.shape[3])], 2)
+        self.k[:, :, self.length : need] = k
+        self.v[:, :, self.length : need] = v
+        self.length = need
+        return self.k[:, :, :need], self.v[:, :, :need]
+
+    def truncate(self, length: int) -> None:
+        if length > self.length:
+            raise ValueError(f"cannot truncate cache of length {self.length} to {length}")
+        self.length = length
+
+    def keys(self) -> torch.Tensor:
+        return self.k[:, :, : self.length]
+
+
+class Eagle3Attention(nn.Module):
+    def __init__(self, cfg: DrafterConfig):
+        super().__init__()
+        h2 = 2 * cfg.hidden_size
+        self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.vd, self.scale = self.hd, self.hd**-0.5  # value head dim, softmax scale (MLA differs)
+        self.q_proj = nn.Linear(h2, self.nh * self.hd, bias=False)
+        self.k_proj = nn.Linear(h2, self.nkv * self.hd, bias=False)
+        self.v_proj = nn.Linear(h2, self.nkv * self.hd, bias=False)
+        self.o_proj = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
+        if cfg.qk_norm:  # Qwen3: RMSNorm over each head's q and k, before RoPE
+            self.q_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
+        self.qk_norm = cfg.qk_norm
+        self.hook_q = HookPoint()  # post-RoPE queries [B, nh, T, hd]
+        self.hook_k = HookPoint()  # post-RoPE keys of the whole cache the queries attend [B, nkv, L, hd]
+        self.hook_probs = HookPoint()  # eager path only: attention probabilities [B, nh, T, L]
+        self.attn_impl = "sdpa"
+
+    def project(self, z: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        q = rearrange(self.q_proj(z), "b t (h d) -> b t h d", d=self.hd)
+        k = rearrange(self.k_proj(z), "b t (h d) -> b t h d", d=self.hd)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = rearrange(q, "b t h d -> b h t d"), rearrange(k, "b t h d -> b h t d")
+        v = rearrange(self.v_proj(z), "b t (h d) -> b h t d", d=self.hd)
+        return rope.apply(q, cos, sin), rope.apply(k, cos, sin), v
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+               causal: bool = False) -> torch.Tensor:
+        """q [B,nh,T,hd], k/v [B,nkv,L,hd], mask bool [T,L] (True = may attend) or None (attend all);
+        `causal` (T == L, an empty cache) lets SDPA mask implicitly instead of materialising T x L."""
+        q = self.hook_q(q)
+        k = self.hook_k(k)
+        if self.attn_impl == "eager":
+            kk, vv = gqa_repeat(k, self.nh), gqa_repeat(v, self.nh)
+            scores = (q.float() @ kk.float().transpose(-1, -2)) * self.scale
+            if causal:
+                mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            probs = self.hook_probs(scores.softmax(-1))
+            out = (probs @ vv.float()).to(q.dtype)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scale,
+                                                 enable_gqa=self.nkv != self.nh)
+        return self.o_proj(rearrange(out, "b h t d -> b t (h d)"))
+
+
+def gqa_repeat(x: torch.Tensor, nh: int) -> torch.Tensor:
+    """[B, nkv, L, d] -> [B, nh, L, d]: query head h reads kv head h // (nh / nkv)."""
+    return repeat(x, "b g l d -> b (g r) l d", r=nh // x.shape[1])

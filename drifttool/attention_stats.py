@@ -1,0 +1,115 @@
+"""The per-round maths of the capture, pure functions of tensors: masked draft-query scores, region masses
+(sink / earlier draft steps / own slot), entropy, the head's largest weight and its slot, hidden-state
+magnitudes and the massive-activation flag. `hooks.Capture` collects the tensors and calls these once per
+round; what counts as a sink is `SinkSpec`'s alone (the caller passes the sink positions).
+
+Cost: this runs once per round over K x heads x L scores, so every full-length pass counts (with K=8, 8 heads
+and 16k context one pass reads and writes 4 MiB; see bench/bench_overhead.py). Hence: scores in the
+[nkv, K, rep, L] layout one matmul writes; the chain mask only on the K-1 draft slots at the tail (the context
+is visible to every depth); one exp shared by masses and entropy (no entr); sink mass gathered from the few
+sink columns."""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import torch
+from einops import rearrange
+
+# per head and depth; max_prob = the head's largest attention weight (1/z: after subtracting the row max the
+# top key's weight is exp(0)); top_pos = the key slot it sits on (slot t holds token t+1's pair at position t)
+HEAD_FIELDS = ("sink_mass", "draft_mass", "own_mass", "entropy", "max_prob", "top_pos")
+HIDDEN_FIELDS = ("rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post", "l2_post", "massive")
+
+
+def massive(x: torch.Tensor) -> torch.Tensor:
+    """Massive-activation flag per row: some |x| > 100 and >= 1000x the row's median |x| (SPEC §7)."""
+    a = x.abs().float()
+    med = a.median(dim=-1, keepdim=True).values
+    return ((a > 100) & (a >= 1000 * med)).any(-1)
+
+
+def rms(x: torch.Tensor) -> torch.Tensor:
+    return x.pow(2).mean(-1).sqrt()
+
+
+def window_start(n: int, j: int, window: int | None) -> int:
+    """First slot depth j (0-based, query slot n-1+j) can attend under a sliding window (None: slot 0)."""
+    return max(0, n + j - window) if window is not None else 0
+
+
+@lru_cache(maxsize=32)
+def chain_masks(k_: int, device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Over the K-1 draft slots at the tail (col c = slot n+c = the input of depth c+2), per depth j
+    (0-based): hidden [1, K, 1, K-1] (c >= j), earlier draft steps [K, 1, K-1] (c < j-1) and own slot
+    (c == j-1). Built once per (K, device)."""
+    ones = torch.ones(k_, k_ - 1, device=device)
+    seen, draft = ones.tril(-1), ones.tril(-2)
+    return (seen == 0)[None, :, None, :], draft[:, None], (seen - draft)[:, None]
+
+
+def masked_logits(q: torch.Tensor, keys: torch.Tensor, n: int, scale: float | None = None,
+                  window: int | None = None) -> torch.Tensor:
+    """Masked scaled scores [nkv, K, rep, L] (fp32) of the K draft-step queries q [K, nh, hd] (head
+    h = g * rep + r uses kv head g) over keys [nkv, L, hd]. Depth j (0-based) sits at slot n-1+j and
+    sees slots <= n-1+j: only draft slots n..L-1 can be hidden (and, under a window, the oldest slots)."""
+    k_, nh, hd = q.shape
+    nkv, length, _ = keys.shape
+    qg = rearrange(q.float(), "k (g r) d -> g (k r) d", g=nkv)  # GQA: kv head g serves query heads g*rep..
+    s = torch.matmul(qg, keys.float().transpose(1, 2)).view(nkv, k_, nh // nkv, length)
+    s.mul_(scale or 1.0 / math.sqrt(hd))
+    s[..., n:].masked_fill_(chain_masks(k_, str(q.device))[0], float("-inf"))
+    for j in range(k_):  # a sliding window hides slots <= n-1+j-W from depth j (sinks included: zero mass)
+        lo = window_start(n, j, window)
+        if lo > 0:
+            s[:, j, :, :lo] = float("-inf")
+    return s
+
+
+def probabilities(q: torch.Tensor, keys: torch.Tensor, n: int, scale: float | None = None,
+                  window: int | None = None) -> torch.Tensor:
+    """Attention probabilities [K, nh, L] of K draft-step queries [K, nh, hd] over keys [nkv, L, hd] (fp32)."""
+    p = masked_logits(q, keys, n, scale, window).softmax(-1)
+    return rearrange(p, "g k r l -> k (g r) l")
+
+
+def head_stats(d: torch.Tensor, n: int, sink_idx: torch.Tensor, window: int | None = None,
+               keep_row: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """HEAD_FIELDS [K, nh, 6] from masked logits d [nkv, K, rep, L] (consumed in place), and when keep_row the
+    head-mean attention rows [K, L]. sink_idx: the context positions counted as sinks.
+
+    Softmax by hand, so the pieces serve every statistic: d = s - rowmax, e = exp(d), z = sum e, p = e / z,
+    entropy = log z - sum(e * d) / z. Full-length passes: max, sub, exp, sum, mul, sum; everything else
+    touches the few sink columns or the K-1 draft columns."""
+    k_ = d.shape[1]
+    mx, top = d.max(-1)  # the max pass the softmax needs anyway also names the most-attended slot
+    d.sub_(mx.unsqueeze(-1))
+    e = d.exp()
+    z = e.sum(-1)
+    sink_mass = e.index_select(-1, sink_idx).sum(-1) / z
+    tail = e[..., n:] / z[..., None]  # draft slots n .. n+K-2 (inputs of depths 2..K)
+    _, draft_w, own_w = chain_masks(k_, str(d.device))
+    draft, own = (tail * draft_w).sum(-1), (tail * own_w).sum(-1)
+    row = (e / z[..., None]).mean((0, 2)) if keep_row else None  # [K, L] head mean, before e is reused
+    ed = e.mul_(d)
+    ed[..., n:].nan_to_num_(0.0)  # hidden draft slots: 0 * -inf
+    lo = window_start(n, k_ - 1, window)
+    if lo > 0:
+        ed[..., :lo].nan_to_num_(0.0)  # slots before the sliding window
+    ent = z.log() - ed.sum(-1) / z
+    fields = [sink_mass, draft, own, ent, z.reciprocal(), top.to(z.dtype)]  # slot ids < 2^24: exact in fp32
+    heads = rearrange(torch.stack(fields, -1), "g k r f -> k (g r) f")
+    return heads, row
+
+
+def hidden_stats(x: torch.Tensor) -> torch.Tensor:
+    """HIDDEN_FIELDS [K, 7] from the layer input, pre and post hidden states x [3, K, H] (fp32): rms and L2 of
+    each, and whether the input or pre state holds a massive activation."""
+    r, l2 = rms(x), x.norm(dim=-1)
+    return torch.stack([r[0], l2[0], r[1], l2[1], r[2], l2[2], massive(x[:2]).any(0).float()], -1)
+
+
+def aux_stats(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
+    """Per aux chunk [A, 3]: rms before and after fc_norm, and the massive flag of the input (fp32 [A, Ht])."""
+    return torch.stack([rms(before), rms(after), massive(before).float()], -1)

@@ -1,0 +1,129 @@
+"""One capture run, whatever the engine: the settings validated once (`RunSettings`), and the shared body
+(trace writer and its lock -> resume bookkeeping -> progress -> SIGTERM as Ctrl-C at a shard boundary).
+An engine (capture.run_capture: drifttool's own loop; engines.vllm: a real vLLM run replayed) supplies the
+models, the manifest's engine entries and "run this work item -> shards"."""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+import zlib
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .argcheck import run_settings
+from .dtypes import dtype_name
+from .errors import DriftError
+from .loop import check_settings
+from .sinks import SinkSpec
+from .trace.writer import TraceWriter
+
+WINDOW_NOTE = ("a drafter with a sliding window W (drafters[].sliding_window) attends slots p with q - W < p <= q; "
+               "masses are over those slots, so sink positions outside the window get zero mass "
+               "(depths.attn_window_start = the first visible slot)")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What shapes a capture's numbers, checked once (`of`) and recorded in one canonical form (`record`): the
+    manifest's capture settings, which the settings hash and --resume compare."""
+
+    depth: int = 8
+    mode: str = "generate"
+    max_new_tokens: int = 64
+    sink: SinkSpec = field(default_factory=SinkSpec)
+    seed: int = 0
+    temperature: float = 0.0
+    keep_rows: int = 2
+    dtype: str = "float32"  # canonical name (dtypes.dtype_name)
+    device: str = "cpu"
+    limit: int | None = None
+    draft_sampling: str = "greedy"
+
+    @classmethod
+    def of(cls, depth: int = 8, mode: str = "generate", max_new_tokens: int = 64, sink: SinkSpec | None = None,
+           seed: int = 0, temperature: float = 0.0, keep_rows: int = 2, dtype: Any = "float32", device: str = "cpu",
+           limit: int | None = None, draft_sampling: str = "greedy") -> RunSettings:
+        """Validated settings; each wrong value is one DriftError line naming its CLI option."""
+        run_settings(depth, max_new_tokens, temperature, seed, keep_rows, limit, sink)
+        if str(device).startswith("cuda") and not torch.cuda.is_available():
+            raise DriftError(f"--device {device}: CUDA is not available on this machine")
+        check_settings(depth, max_new_tokens, mode, temperature, draft_sampling)
+        return cls(depth, mode, max_new_tokens, sink or SinkSpec(), seed, temperature, keep_rows, dtype_name(dtype),
+                   device, limit, draft_sampling)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+    def record(self, probes: str, n_prompts: int) -> dict[str, Any]:
+        """The capture settings every engine records in the manifest (and --resume compares)."""
+        return {
+            "depth": self.depth, "mode": self.mode, "max_new_tokens": self.max_new_tokens,
+            "sink": self.sink.to_dict(), "seed": self.seed, "temperature": self.temperature,
+            "keep_rows": self.keep_rows, "dtype": self.dtype, "device": self.device,
+            "probes": {"path": str(probes), "sha256": hashlib.sha256(Path(probes).read_bytes()).hexdigest()[:16],
+                       "n_prompts": n_prompts, "limit": self.limit},
+            "attention_window": WINDOW_NOTE,
+        }
+
+
+def check_drafters(drafters: list) -> None:
+    if not drafters:
+        raise DriftError("--drafter: give at least one drafter checkpoint folder")
+    names = [d.name for d in drafters]
+    if len(set(names)) != len(names):
+        raise DriftError(f"--drafter: duplicate drafter names {names}; name them NAME=DIR")
+
+
+def check_same_aux(models: dict) -> None:
+    aux = {tuple(m.config.input_aux_layer_ids) for m in models.values()}
+    if len(aux) > 1:
+        raise DriftError(f"--drafter: drafters disagree on eagle_aux_hidden_state_layer_ids {sorted(aux)}; capture them separately")
+
+
+def prompt_seed(seed: int, prompt_id: str) -> int:
+    return (seed * 1_000_003 + zlib.crc32(prompt_id.encode())) % (2**31)
+
+
+@contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM behaves like Ctrl-C so the current shard boundary is respected either way."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        old = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def write_run(out: str, manifest: dict[str, Any], plan: Callable[[TraceWriter], Iterable[tuple[int, Any]]],
+              step: Callable[[TraceWriter, Any, Any], None], n_models: int, resume: bool = False,
+              overwrite: bool = False, progress: bool = True, tokenizer: Path | None = None) -> TraceWriter:
+    """The shared body of every engine: open the trace (one writer per folder: the lock is released on any
+    exit), plan the work not yet done (`plan(writer)` -> [(prompts in it, item)]), run `step(writer, bar, item)`
+    for each under a progress bar with SIGTERM as Ctrl-C, and mark the trace complete."""
+    with TraceWriter(out, manifest, resume=resume, overwrite=overwrite) as writer:
+        if tokenizer is not None and tokenizer.is_file():  # lets the dashboard show token text
+            import shutil
+
+            shutil.copyfile(tokenizer, writer.path / "tokenizer.json")
+        work = list(plan(writer))
+        from .progress import progress_bar
+
+        with sigterm_as_interrupt(), progress_bar(sum(n for n, _ in work), n_models, enabled=progress) as bar:
+            for _, item in work:
+                step(writer, bar, item)
+        writer.finish()
+    return writer
