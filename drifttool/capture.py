@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from torch import nn
 
 from .checkpoint import load_drafter
 from .drafter import Eagle3Drafter
@@ -189,7 +190,7 @@ def run_capture(
     from .hub import resolve
 
     # hub ids become their cached snapshot folders here, so identity, tokenizer copy and manifest see files
-    tgt_path = None if isinstance(target, (Target, torch.nn.Module)) else str(resolve(target, "target"))
+    tgt_path = None if isinstance(target, (Target, nn.Module)) else str(resolve(target, "target"))
     tgt = load_target(tgt_path or target, device=device, dtype=st.torch_dtype)
     drafters = [DrafterSpec(d.name, str(resolve(d.path, "drafter")), d.overrides) for d in drafters]
     models = {d.name: load_drafter(d.path, target=tgt, overrides=d.overrides, device=device, dtype=st.torch_dtype)
