@@ -70,7 +70,7 @@ def _wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float = 
     raise AssertionError(f"dashboard not healthy after {timeout}s:\n{log.read_text()[-3000:]}")
 
 
-SAMPLE = REPO / "sample_traces" / "sink-long_code.drift"
+SAMPLE = REPO / "sample_traces" / "smollm2-long_code.drift"
 UPDATE = os.environ.get("DRIFTTOOL_UPDATE_SCREENSHOT") == "1"
 # Every chart's title and subplot titles / annotations as boxes, and each legend series' colour.
 BOXES = """() => [...document.querySelectorAll('.js-plotly-plot')].map(el => {

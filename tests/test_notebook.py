@@ -16,7 +16,7 @@ def _has_outputs(cell, mime: str) -> bool:
     return any(mime in o.get("data", {}) for o in cell.get("outputs", []))
 
 
-@pytest.mark.skipif(not (ROOT / "sample_traces" / "sink-long_code.drift").is_dir()
+@pytest.mark.skipif(not (ROOT / "sample_traces" / "smollm2-long_code.drift").is_dir()
                     or not (ROOT / "drifttool" / "zoo" / "models" / "sink" / "eagle3").is_dir(),
                     reason="needs the bundled sample traces and zoo models")
 def test_example_notebook_executes():
