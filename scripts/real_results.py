@@ -23,7 +23,7 @@ def per_suite(root: Path) -> None:
     print("| suite | mode | drafter | prompts | mean acc. length [95% CI] | acc. rate d1 | sink mass d1 → d8 |"
           " self mass d2 → d8 | rms_in d1 → d8 |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for p in sorted(root.glob("smollm2-*.drift")):
+    for p in sorted([*root.glob("smollm2-*.drift"), *root.glob("teacher_forced/smollm2-*.drift")]):
         suite = p.name.removesuffix(".drift").removeprefix("smollm2-")
         mode = "teacher-forced" if suite.endswith("-tf") else "generate"
         cmp = Comparison.of([read_trace(p)])
