@@ -39,7 +39,7 @@ def suites() -> dict[str, list[dict]]:
         # ~110 tokens per tool round trip: 5 / 12 / 26 / 36 steps ≈ 0.6k / 1.4k / 2.9k / 4k tokens
         "agent_traces": [{"id": f"agent-{n}", "messages": agent_messages(3000 + n, n), "tags": ["agent", "json"],
                           "max_new_tokens": 40} for n in (5, 12, 26, 36)],
-        # ~170 tokens per section: 3 / 7 / 14 / 23 sections ≈ 0.5k / 1.3k / 2.5k / 4k tokens
+        # 3 / 7 / 14 / 23 sections: 538 / 1186 / 2165 / 3858 tokens with the SmolLM2 chat template
         "doc_qa": [{"id": f"docqa-{n}", "messages": [{"role": "user", "content": document(4000 + n, n)[0]}],
                     "tags": ["doc-qa"], "max_new_tokens": 32} for n in (3, 7, 14, 23)],
         "short_chat": [{"id": f"chat-{i}", "messages": [{"role": "user", "content": t}], "tags": ["short", "control"],
