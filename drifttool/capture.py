@@ -14,6 +14,7 @@ import pandas as pd
 from torch import nn
 
 from .checkpoint import load_drafter
+from .config import trained_window
 from .drafter import Eagle3Drafter
 from .errors import DriftError
 from .hooks import Capture
@@ -95,7 +96,7 @@ def drafter_identity(name: str, d: Eagle3Drafter) -> dict[str, Any]:
         "overrides": c.overrides, "assumptions": c.assumptions, "config_hash": c.config_hash(),
         "aux_layer_ids": c.aux_layer_ids, "aux_convention": c.aux_convention,
         "aux_layer_ids_read": c.input_aux_layer_ids, "sliding_window": c.sliding_window, "model_type": c.model_type,
-        "max_position_embeddings": c.max_position_embeddings,
+        "max_position_embeddings": c.max_position_embeddings, "trained_window": c.trained_window,
         "rope_theta": c.rope_theta, "rope_scaling": c.rope_scaling, "has_embed": c.has_embed,
         "hidden_size": c.hidden_size, "num_attention_heads": c.num_attention_heads,
         "num_key_value_heads": c.num_key_value_heads, "draft_vocab_size": c.draft_vocab_size,
@@ -117,7 +118,7 @@ def capture_one(
                     draft_sampling=draft_sampling)
     wall = time.perf_counter() - t0
     tabs = prompt_tables(name, probe.id, res.rounds, cap.rounds, drafter.config.input_aux_layer_ids,
-                         drafter.config.max_position_embeddings, drafter.config.sliding_window)
+                         trained_window(drafter.config.to_dict())["window"], drafter.config.sliding_window)
     tabs["prompts"] = prompt_row(name, probe, len(ids), len(res.output_ids), res.rounds, wall)
     rows = add_rows(tabs, name, probe.id, cap.rounds)
     return tabs, rows, res

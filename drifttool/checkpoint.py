@@ -284,6 +284,7 @@ def save_drafter(model: Eagle3Drafter, out_dir, layout: str = "speculators") -> 
     if cfg.sliding_window is not None:  # as speculators writes it, and vLLM reads it
         llama.update(sliding_window=cfg.sliding_window, use_sliding_window=True, layer_types=["sliding_attention"])
     aux_ids = cfg.input_aux_layer_ids  # written in the input convention: what vLLM (and a reload) reads
+    extra = {"trained_window": cfg.trained_window} if cfg.trained_window else {}  # drifttool's key; engines ignore it
     if layout == "speculators":
         if cfg.draft_vocab_size == cfg.vocab_size and not sd["d2t"].any():
             # Full-vocab drafter with the identity mapping: speculators omits d2t/t2d, and vLLM (0.32) refuses
@@ -322,5 +323,5 @@ def save_drafter(model: Eagle3Drafter, out_dir, layout: str = "speculators") -> 
     else:
         raise DriftError(f"layout {layout!r}: can save speculators, safeailab or specforge")
     save_file(sd, str(out / "model.safetensors"))
-    (out / "config.json").write_text(json.dumps(conf, indent=2))
+    (out / "config.json").write_text(json.dumps(conf | extra, indent=2))
     return out

@@ -179,6 +179,7 @@ def normalise_config(raw: dict[str, Any], path: Path, target: Target | None) -> 
         aux_layer_ids=aux_ids(aux, where) if use_aux else [],
         rms_norm_eps=pos_float(layer, "rms_norm_eps", layer_where, 1e-6), rope_theta=theta, rope_scaling=scaling,
         max_position_embeddings=pos_int(layer, "max_position_embeddings", layer_where, default=2048),
+        trained_window=pos_int(top, "trained_window", where, default=None),
         hidden_act=str(layer.get("hidden_act", "silu")),
         sliding_window=_window(layer, layer_where, assumptions), model_type=model_type,
         qk_norm=model_type == "qwen3", mla=mla, use_aux_hidden_state=use_aux,
@@ -201,12 +202,14 @@ def check_conflicts(cfg: DrafterConfig, where: str) -> None:
 
 
 # Non-flag overrides: key -> DrafterConfig attribute.
-OTHER_OVERRIDES = {"aux_ids": "aux_layer_ids", "aux_convention": "aux_convention", "sliding_window": "sliding_window"}
+OTHER_OVERRIDES = {"aux_ids": "aux_layer_ids", "aux_convention": "aux_convention", "sliding_window": "sliding_window",
+                   "trained_window": "trained_window"}
 
 
 def parse_override(key: str, value: Any) -> Any:
     """One `--override key=value`: a flag (true/false), aux_ids (comma-separated layer ids), aux_convention
-    (input|output) or sliding_window (a positive integer, or none)."""
+    (input|output), sliding_window (a positive integer, or none) or trained_window (a positive integer, or none:
+    the context length the drafter was trained at, where its config does not say)."""
     if key not in FLAG_NAMES and key not in OTHER_OVERRIDES:
         raise DriftError(f"--override {key}: unknown key; expected one of {', '.join([*FLAG_NAMES, *OTHER_OVERRIDES])}")
     s = str(value).strip().lower()
@@ -222,11 +225,11 @@ def parse_override(key: str, value: Any) -> Any:
         if s not in AUX_CONVENTIONS:
             raise DriftError(f"--override aux_convention={value}: expected {' or '.join(AUX_CONVENTIONS)}")
         return s
-    if key == "sliding_window":
+    if key in ("sliding_window", "trained_window"):
         if s in ("none", "0", "off"):
             return None
         if not s.isdigit():
-            raise DriftError(f"--override sliding_window={value}: expected a positive integer or none")
+            raise DriftError(f"--override {key}={value}: expected a positive integer or none")
         return int(s)
     if isinstance(value, bool):
         return value

@@ -147,12 +147,16 @@ def compare(
     bins: int = typer.Option(4, "--bins", help="quantile bins for the rejection predictors"),
     breakeven: float | None = typer.Option(None, "--breakeven",
                                            help="break-even acceptance length (default 1 + K*c from measured timing)"),
+    trained_window: int | None = typer.Option(
+        None, "--trained-window", min=1,
+        help="context length the drafters were trained at (default: their config's trained_window, else "
+             "rope_scaling.original_max_position_embeddings, else max_position_embeddings, flagged as assumed)"),
 ):
     """EAGLE-3 vs 3.1 side by side: per-depth masses, feature RMS, acceptance (95% CIs over prompts)."""
     from .compare import Comparison
     from .trace.reader import read_trace
 
-    cmp = Comparison.of([read_trace(t) for t in traces])
+    cmp = Comparison.of([read_trace(t) for t in traces], trained_window=trained_window)
     if as_json:
         typer.echo(json.dumps(cmp.to_json(breakeven=breakeven), indent=1, default=str))
         return

@@ -149,9 +149,10 @@ class Comparison:
     depths: pd.DataFrame
     rounds: pd.DataFrame
     notes: list[str]
+    trained_window: int | None = None  # the user's --trained-window: wins over what the traces recorded
 
     @classmethod
-    def of(cls, traces: list[TraceData]) -> Comparison:
+    def of(cls, traces: list[TraceData], trained_window: int | None = None) -> Comparison:
         notes = check_compatible(traces)
         ser = series_of(traces)
         notes += check_distinct(traces)
@@ -161,7 +162,7 @@ class Comparison:
                   if not (rounds["series"] == s.label).any()]
         depths = _frame(ser, "depths")
         notes += [n for t in traces for n in t.notes]  # NaN/inf counts met while reading: one note per trace
-        return cls(ser, depths, rounds, notes)
+        return cls(ser, depths, rounds, notes, trained_window)
 
     @property
     def depth(self) -> int:
@@ -292,7 +293,8 @@ class Comparison:
                 "breakeven_al": "1 + K * c, c = drafter step cost / target verify cost (rounds.draft_s / K over "
                                 "rounds.verify_s); speculation pays while acceptance length exceeds it",
                 "breakeven_context": "context length where the fitted acceptance-length trend crosses breakeven_al",
-                "trained_window": "rope_scaling.original_max_position_embeddings if present, else "
-                                  "max_position_embeddings; a round is beyond when its deepest query position >= it",
+                "trained_window": "--trained-window, else the drafter config's trained_window, else "
+                                  "rope_scaling.original_max_position_embeddings, else max_position_embeddings "
+                                  "(assumed: true); a round is beyond when its deepest query position >= it",
             },
         }

@@ -34,6 +34,9 @@ class DrafterConfig:
     rope_theta: float = 10000.0
     rope_scaling: dict[str, Any] | None = None
     max_position_embeddings: int = 2048
+    # The context length the drafter was trained at, when its config says so (drifttool's `trained_window` key)
+    # or the user does (override trained_window=N). None: see trained_window() for the fallbacks.
+    trained_window: int | None = None
     hidden_act: str = "silu"
     sliding_window: int | None = None  # draft-layer attention window in positions (None: full context)
     qk_norm: bool = False  # Qwen3 draft layer: per-head RMSNorm on q and k before RoPE
@@ -92,8 +95,35 @@ class DrafterConfig:
         d = self.to_dict()
         for k in ("overrides", "assumptions", "source"):
             d.pop(k)
+        if d["trained_window"] is None:  # added later: hashes of drafters that do not set it stay as they were
+            d.pop("trained_window")
         return d
 
     def config_hash(self) -> str:
         blob = json.dumps(self.weights_hash_fields(), sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def trained_window(drafter: dict[str, Any]) -> dict[str, Any]:
+    """The context length a drafter was trained at, from its config or manifest entry, with where it came from.
+
+    In order: an explicit `trained_window` (config key or override), `rope_scaling.original_max_position_embeddings`
+    (the length before a RoPE extension), else `max_position_embeddings`, which is only an *assumption*: drafters
+    are often trained far shorter than the position range their config allows (the bundled SmolLM2 drafters:
+    2048 of 8192), so `assumed` is True and reports say so."""
+    explicit = drafter.get("trained_window")
+    mpe = drafter.get("max_position_embeddings")
+    rs = drafter.get("rope_scaling") or {}
+    orig = rs.get("original_max_position_embeddings") if isinstance(rs, dict) else None
+    if explicit:
+        window, src, assumed = int(explicit), "trained_window", False
+    elif orig:
+        window, src, assumed = int(orig), "rope_scaling.original_max_position_embeddings", False
+    elif mpe:
+        window, src, assumed = int(mpe), "max_position_embeddings (assumed: the config does not say how long the " \
+            "drafter was trained; give --trained-window)", True
+    else:
+        window, src, assumed = None, "unknown (using the trace's beyond_window column)", True
+    return {"max_position_embeddings": int(mpe) if mpe else None,
+            "original_max_position_embeddings": int(orig) if orig else None, "window": window, "source": src,
+            "assumed": assumed}

@@ -12,9 +12,10 @@ per-round timings (`rounds.draft_s` / K over `rounds.verify_s`, round 0 excluded
 prompt prefill; totals over rounds) unless the user gives a break-even AL. The context length at which
 speculation stops paying is where the fitted trend crosses the break-even AL.
 
-**Trained window.** A drafter's trained context window is `rope_scaling.original_max_position_embeddings`
-when its config has one (the length it was trained at before the RoPE extension), else its
-`max_position_embeddings`. A round is *beyond* the window when its deepest draft query sits at position
+**Trained window.** A drafter's trained context window is its config's `trained_window` (or compare's
+`--trained-window`), else `rope_scaling.original_max_position_embeddings` (the length it was trained at before
+the RoPE extension), else its `max_position_embeddings` -- an assumption reports flag, since drafters are often
+trained far shorter than their position range. A round is *beyond* the window when its deepest draft query sits at position
 >= window (the trace's `beyond_window` semantics); every summary metric is split by inside / beyond."""
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+from .config import trained_window
 
 if TYPE_CHECKING:  # decay reads a Comparison; compare.to_json reads decay: no import cycle at run time
     from .compare import Comparison
@@ -179,26 +182,16 @@ def decay_table(cmp: Comparison, breakeven: float | None = None) -> pd.DataFrame
 
 # --- trained window -------------------------------------------------------------------------------------------
 
-def trained_window(drafter: dict[str, Any]) -> dict[str, Any]:
-    """The drafter's trained context window from its manifest entry."""
-    mpe = drafter.get("max_position_embeddings")
-    rs = drafter.get("rope_scaling") or {}
-    orig = rs.get("original_max_position_embeddings") if isinstance(rs, dict) else None
-    if orig:
-        window, src = int(orig), "rope_scaling.original_max_position_embeddings"
-    elif mpe:
-        window, src = int(mpe), "max_position_embeddings"
-    else:
-        window, src = None, "unknown (using the trace's beyond_window column)"
-    return {"max_position_embeddings": int(mpe) if mpe else None,
-            "original_max_position_embeddings": int(orig) if orig else None, "window": window, "source": src}
-
-
 def windows(cmp: Comparison) -> dict[str, dict[str, Any]]:
+    """Per series, the trained window (a --trained-window given to compare wins over what the trace recorded)."""
     out = {}
     for s in cmp.series:
         entry = next(d for d in s.trace.manifest["drafters"] if d["name"] == s.drafter)
+        if cmp.trained_window:
+            entry = {**entry, "trained_window": cmp.trained_window}
         out[s.label] = trained_window(entry)
+        if cmp.trained_window:
+            out[s.label]["source"] = "--trained-window"
     return out
 
 
@@ -232,7 +225,8 @@ def window_split(cmp: Comparison) -> pd.DataFrame:
         if r.empty:
             continue
         d = depths[depths["_beyond"] == val].drop(columns="_beyond")
-        sub = type(cmp)(cmp.series, d, r, [])  # the same statistics over one side of the window
+        # the same statistics over one side of the window
+        sub = type(cmp)(cmp.series, d, r, [], cmp.trained_window)
         s = sub.summary()
         s = s[s["drafts"] > 0]
         s.insert(1, "side", side)

@@ -168,9 +168,16 @@ def print_decay(c: Console, cmp: Comparison, breakeven: float | None = None) -> 
 
 
 def print_window(c: Console, cmp: Comparison) -> None:
-    from .decay import any_beyond, window_split
+    from .decay import any_beyond, window_split, windows
 
     if not any_beyond(cmp):
+        assumed = {lab: w for lab, w in windows(cmp).items() if w["assumed"] and w["window"]}
+        if assumed and len(cmp.rounds):  # "nothing beyond" against a window nobody stated is not a finding
+            deepest = int((cmp.rounds["context_len"] - 2 + cmp.rounds["depth"]).max())
+            sizes = ", ".join(sorted({str(w["window"]) for w in assumed.values()}))
+            c.print(f"Trained window: no round reached {sizes}, but that is only max_position_embeddings (the "
+                    f"drafter config does not say how long it was trained); deepest position here {deepest:,}. "
+                    "Give --trained-window N to split at the length it was trained at.", markup=False)
         return
     ws = window_split(cmp)
     t = _table("Trained window: rounds inside vs beyond the drafter's trained context (all metrics: --json)",

@@ -131,3 +131,65 @@ def test_capture_records_round_timing(overrun_trace):
     row = dc.decay_table(cmp).iloc[0]
     assert c > 0 and row["breakeven_al"] == pytest.approx(1 + 4 * c)
     assert row["context_min"] == 56 and row["context_max"] >= 100
+
+
+def test_assumed_window_is_said_and_trained_window_option_splits(tmp_path):
+    """Regression: a drafter trained at 512 whose config allows 4096 positions. Without a stated trained window
+    compare split at 4096 and reported nothing beyond (exit 0, silently); now it says the window is assumed,
+    and --trained-window (or the config's trained_window) splits where the drafter was trained."""
+    from rich.console import Console
+    from typer.testing import CliRunner
+
+    from drifttool.cli import app
+    from drifttool.report import print_comparison
+
+    t = _decaying(tmp_path, window=16384)  # contexts up to 8192 < 16384: nothing "beyond" the assumed window
+    cmp = Comparison.of([t])
+    w = dc.windows(cmp)["d"]
+    assert w["window"] == 16384 and w["assumed"]
+    assert not dc.any_beyond(cmp)
+    con = Console(record=True, width=200)
+    print_comparison(con, cmp)
+    text = con.export_text()
+    assert "only max_position_embeddings" in text and "--trained-window" in text
+    cmp512 = Comparison.of([t], trained_window=512)
+    assert dc.windows(cmp512)["d"] == {**dc.windows(cmp512)["d"], "window": 512, "assumed": False,
+                                       "source": "--trained-window"}
+    assert dc.window_split(cmp512).set_index("side")["drafts"].to_dict() == {"inside": 6, "beyond": 10}
+    res = CliRunner().invoke(app, ["compare", str(t.path), "--trained-window", "512", "--json"])
+    assert res.exit_code == 0, res.output
+    js = json.loads(res.output)["trained_window"]
+    assert js["any_beyond"] and js["windows"]["d"]["window"] == 512
+    # a config's own trained_window wins over max_position_embeddings and is not an assumption
+    stated = dc.trained_window({"max_position_embeddings": 8192, "trained_window": 2048})
+    assert stated["window"] == 2048 and not stated["assumed"]
+
+
+def test_shipped_drafters_state_their_trained_window():
+    """The bundled SmolLM2 drafters were trained on 2048-position conversations; config max positions 8192."""
+    from drifttool.ckpt_config import normalise_config
+    from drifttool.zoo import MODELS_DIR
+
+    for v in ("eagle3", "eagle3.1"):
+        p = MODELS_DIR / "smollm2" / v
+        cfg = normalise_config(json.loads((p / "config.json").read_text()), p, None)
+        assert cfg.trained_window == 2048 and cfg.max_position_embeddings == 8192
+        assert dc.trained_window(cfg.to_dict())["window"] == 2048
+
+
+def test_trained_window_override_reaches_capture_column(tmp_path):
+    """--override trained_window=N: recorded in the manifest and used for the beyond_window column."""
+    from drifttool.capture import DrafterSpec, run_capture
+    from drifttool.checkpoint import save_drafter
+    from drifttool.tiny import tiny_drafter, tiny_target
+
+    t = tiny_target(vocab=64, hidden=32, layers=4, heads=4, kv_heads=2, max_pos=256)
+    t.model.save_pretrained(tmp_path / "target")
+    save_drafter(tiny_drafter(t, max_position_embeddings=256), tmp_path / "d")
+    (tmp_path / "p.jsonl").write_text(json.dumps({"id": "p", "token_ids": list(range(1, 60))}) + "\n")
+    path = run_capture(str(tmp_path / "target"), [DrafterSpec("d", str(tmp_path / "d"),
+                                                              overrides={"trained_window": "40"})],
+                       str(tmp_path / "p.jsonl"), str(tmp_path / "o.drift"), depth=4, max_new_tokens=8, progress=False)
+    tr = read_trace(path)
+    assert tr.manifest["drafters"][0]["trained_window"] == 40
+    assert tr.rounds["beyond_window"].astype(bool).all()  # every round's deepest query is past position 40

@@ -37,6 +37,7 @@ import torch
 
 from ..capture import DrafterSpec, build_manifest
 from ..checkpoint import detect_layout, load_drafter, save_drafter
+from ..config import trained_window
 from ..drafter import Eagle3Drafter
 from ..errors import DriftError
 from ..hooks import Capture
@@ -622,7 +623,7 @@ def _run_drafter(vllm, SamplingParams, writer, bar, info, target, spec, drafter,
                 check_acceptance(records, delta, getattr(res, "spec_decode_metrics", None), f"prompt {probe.id}")
                 problem = verdict(stats.to_dict(), dtype)
                 tabs = prompt_tables(name, probe.id, records, cap.rounds, drafter.config.input_aux_layer_ids,
-                                     drafter.config.max_position_embeddings, drafter.config.sliding_window)
+                                     trained_window(drafter.config.to_dict())["window"], drafter.config.sliding_window)
                 tabs["prompts"] = prompt_row(
                     name, probe, len(ids), len(out_ids), records, wall, engine="vllm",
                     vllm_num_drafts=delta["num_drafts"], vllm_num_draft_tokens=delta["num_draft_tokens"],

@@ -261,21 +261,12 @@ def _load_ckpt(ck: Path, drafter, opt) -> dict[str, Any] | None:
 
 
 def save_final(drafter: Eagle3Drafter, out: Path, t2d: torch.Tensor, report: dict[str, Any]) -> Path:
-    """speculators/vLLM layout via drifttool.checkpoint (fallback: raw safetensors, flagged in report)."""
+    """speculators/vLLM layout via drifttool.checkpoint, with the training report beside it."""
+    from ..checkpoint import save_drafter
+
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        from ..checkpoint import save_drafter
-    except ImportError:  # pragma: no cover - only before checkpoint.py existed
-        from safetensors.torch import save_file
-
-        tmp.mkdir(parents=True)
-        sd = {k: v.contiguous() for k, v in drafter.state_dict().items()}
-        sd["t2d"] = t2d
-        save_file(sd, str(tmp / "model.safetensors"))
-        report["TODO"] = "raw state dict: re-save with drifttool.checkpoint.save_drafter"
-    else:
-        save_drafter(drafter, tmp, layout="speculators")
+    save_drafter(drafter, tmp, layout="speculators")
     (tmp / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)

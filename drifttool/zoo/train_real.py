@@ -44,6 +44,7 @@ class RealArgs:
     betas: tuple[float, float] = (0.9, 0.95)
     clip: float = 0.5
     batch_tokens: int = 2048
+    trained_window: int = 2048  # conversations are cut at real_features --max-len (2048 positions)
     ttt_steps: int = 3
     keep: float = 0.5  # fraction of slots scored per TTT step (lm_head + loss)
     loss_decay: float = 0.8
@@ -122,7 +123,8 @@ def drafter_config(a: RealArgs, tcfg: dict[str, Any], variant: str) -> DrafterCo
         vocab_size=tcfg["vocab_size"], draft_vocab_size=a.draft_vocab_size, target_hidden_size=tcfg["hidden_size"],
         aux_layer_ids=list(a.aux_layer_ids), rms_norm_eps=tcfg["rms_norm_eps"],
         rope_theta=float(rope.get("rope_theta", tcfg.get("rope_theta", 10000.0))),
-        max_position_embeddings=tcfg["max_position_embeddings"], layout="zoo", **VARIANTS[variant])
+        max_position_embeddings=tcfg["max_position_embeddings"], trained_window=a.trained_window, layout="zoo",
+        **VARIANTS[variant])
 
 
 def build_pair(a: RealArgs, tcfg, embed: torch.Tensor, d2t: torch.Tensor) -> dict[str, Eagle3Drafter]:
