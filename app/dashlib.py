@@ -1,6 +1,6 @@
 """Dashboard plumbing shared by the pages: which traces to read, cached loading/aggregation, the shared
 filters (kept in st.session_state), and chart/table widgets with export buttons. Layout only: every
-figure comes from drifttool.plots, every table from drifttool.views."""
+figure comes from drifttool.plots, every table from drifttool.analysis.views."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from drifttool.analysis.views import Filters, LoadedTrace, View, build_view, load_trace
 from drifttool.errors import DriftError
-from drifttool.views import Filters, LoadedTrace, View, build_view, load_trace
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_traces"
@@ -115,7 +115,7 @@ def default_selection(n_series: list[int]) -> list[int]:
 
 def trace_label(t: LoadedTrace) -> str:
     """'name (suite, N drafters[, mode])' for the trace selector."""
-    from drifttool.compare import suite_name
+    from drifttool.analysis.compare import suite_name
 
     cap = t.manifest["capture"]
     mode = "" if cap.get("mode", "generate") == "generate" else f", {cap.get('mode')}"

@@ -1,6 +1,6 @@
 """Shared pieces of the benchmarks: the bench drafter, a filled KV cache, and one drafting round.
 
-`draft_round` is the drafting half of `drifttool.loop.speculate` with the target taken out, calling the loop's
+`draft_round` is the drafting half of `drifttool.run.loop.speculate` with the target taken out, calling the loop's
 own steps: `refresh` the accepted slots with (precomputed) target features, `draft_chain` K tokens by chaining
 K-1 single-slot steps, and hand the round to the observers exactly as the loop does. The context is reset to the same length every
 round (the cache is truncated back), so every round does the same work and capture on/off see identical
@@ -14,9 +14,9 @@ from functools import partial
 
 import torch
 
-from drifttool.config import DrafterConfig
-from drifttool.drafter import Eagle3Drafter, KVCache
-from drifttool.loop import RoundRecord, draft_chain, draft_token, refresh
+from drifttool.model.config import DrafterConfig
+from drifttool.model.drafter import Eagle3Drafter, KVCache
+from drifttool.run.loop import RoundRecord, draft_chain, draft_token, refresh
 
 
 @dataclass

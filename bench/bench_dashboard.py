@@ -1,4 +1,4 @@
-"""Dashboard data path: load + aggregation time per trace set, exactly what the app runs (drifttool.views),
+"""Dashboard data path: load + aggregation time per trace set, exactly what the app runs (drifttool.analysis.views),
 plus the figure builders of every page.
 
     python bench/bench_dashboard.py [TRACE.drift ...] [--rows 1000000] [--heads 2]
@@ -22,8 +22,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from drifttool import plots  # noqa: E402
+from drifttool.analysis.views import build_view, load_trace  # noqa: E402
 from drifttool.trace.writer import TraceWriter  # noqa: E402
-from drifttool.views import build_view, load_trace  # noqa: E402
 
 K = 8
 AUX = 3

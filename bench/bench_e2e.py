@@ -31,12 +31,12 @@ import torch
 from _common import print_table
 
 from drifttool import demo
-from drifttool.drafter import Eagle3Drafter
-from drifttool.hooks import Capture
-from drifttool.target import Target
+from drifttool.model.drafter import Eagle3Drafter
+from drifttool.model.target import Target
+from drifttool.run.hooks import Capture
 from drifttool.trace.writer import TraceWriter
 
-dcap = importlib.import_module("drifttool.capture")  # the module (the package exports a function of that name)
+dcap = importlib.import_module("drifttool.run.engines.hf")  # the module (the package exports a function of that name)
 PARTS = ("target", "drafter", "capture", "tables", "trace write", "load")
 
 

@@ -64,7 +64,7 @@ def child(mode: str, n: int, shape: BenchShape, rounds: int) -> dict:
     import torch
     from _common import draft_round, make_context, make_drafter, prefill
 
-    from drifttool.hooks import Capture
+    from drifttool.run.hooks import Capture
 
     torch.set_num_threads(1)
     drafter = make_drafter(shape, max_pos=max(n + 64, 2048))

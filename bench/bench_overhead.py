@@ -30,7 +30,7 @@ from _common import (
     print_table,
 )
 
-from drifttool.hooks import Capture
+from drifttool.run.hooks import Capture
 
 BARS = {2048: 1.10, 16384: 1.05}
 

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 from _common import median, print_table
 
-from drifttool.hooks import HEAD_FIELDS, RoundCapture
-from drifttool.loop import RoundRecord
-from drifttool.records import prompt_tables
+from drifttool.run.hooks import HEAD_FIELDS, RoundCapture
+from drifttool.run.loop import RoundRecord
 from drifttool.trace import TraceWriter, read_table
+from drifttool.trace.records import prompt_tables
 
 K = 8
 

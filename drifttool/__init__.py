@@ -6,7 +6,6 @@ torch and transformers until a model is actually needed."""
 from __future__ import annotations
 
 import importlib
-import sys
 import types
 from typing import TYPE_CHECKING
 
@@ -14,16 +13,39 @@ from .errors import DriftError
 from .version import __version__
 
 _LAZY = {
-    "LiveCapture": ".api", "Trace": ".api", "capture": ".api", "compare_many": ".api", "load": ".api",
-    "load_drafter": ".checkpoint", "save_drafter": ".checkpoint", "DrafterConfig": ".config",
-    "Eagle3Drafter": ".drafter", "RoundRecord": ".loop", "SpecResult": ".loop", "speculate": ".loop",
-    "Target": ".target", "load_target": ".target",
+    "LiveCapture": ".api",
+    "Trace": ".api",
+    "capture": ".api",
+    "compare_many": ".api",
+    "load": ".api",
+    "load_drafter": ".model.checkpoint",
+    "save_drafter": ".model.checkpoint",
+    "DrafterConfig": ".model.config",
+    "Eagle3Drafter": ".model.drafter",
+    "RoundRecord": ".run.loop",
+    "SpecResult": ".run.loop",
+    "speculate": ".run.loop",
+    "Target": ".model.target",
+    "load_target": ".model.target",
 }
 
 __all__ = [
-    "LiveCapture", "Trace", "capture", "compare_many", "load",
-    "DrafterConfig", "DriftError", "Eagle3Drafter", "RoundRecord", "SpecResult", "Target",
-    "load_drafter", "load_target", "save_drafter", "speculate", "__version__",
+    "LiveCapture",
+    "Trace",
+    "capture",
+    "compare_many",
+    "load",
+    "DrafterConfig",
+    "DriftError",
+    "Eagle3Drafter",
+    "RoundRecord",
+    "SpecResult",
+    "Target",
+    "load_drafter",
+    "load_target",
+    "save_drafter",
+    "speculate",
+    "__version__",
 ]
 
 
@@ -38,27 +60,20 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     """The public names and the loaded submodules (not this file's own imports: sys, importlib, types)."""
-    subs = {n for n, v in globals().items() if isinstance(v, types.ModuleType) and not n.startswith("_")
-            and getattr(v, "__name__", "").startswith(__name__ + ".")}
+    subs = {
+        n
+        for n, v in globals().items()
+        if isinstance(v, types.ModuleType)
+        and not n.startswith("_")
+        and getattr(v, "__name__", "").startswith(__name__ + ".")
+    }
     return sorted(set(__all__) | subs)
-
-
-class _Package(types.ModuleType):
-    def __setattr__(self, name, value):
-        # Loading the submodule drifttool.capture must not shadow the public function `drifttool.capture`
-        # (the eager import order used to guarantee this).
-        if name == "capture" and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 if TYPE_CHECKING:  # pragma: no cover
     from .api import LiveCapture, Trace, capture, compare_many, load
-    from .checkpoint import load_drafter, save_drafter
-    from .config import DrafterConfig
-    from .drafter import Eagle3Drafter
-    from .loop import RoundRecord, SpecResult, speculate
-    from .target import Target, load_target
+    from .model.checkpoint import load_drafter, save_drafter
+    from .model.config import DrafterConfig
+    from .model.drafter import Eagle3Drafter
+    from .model.target import Target, load_target
+    from .run.loop import RoundRecord, SpecResult, speculate

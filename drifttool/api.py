@@ -9,17 +9,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .analysis.compare import Comparison
 from .argcheck import need_int, run_settings, token_ids
-from .capture import build_manifest, capture_one
-from .compare import Comparison
-from .drafter import Eagle3Drafter
 from .dtypes import dtype_name
 from .errors import DriftError
-from .hooks import Capture
-from .loop import MODES, SpecResult
-from .probes import Probe
-from .sinks import SinkSpec
-from .target import Target, load_target
+from .model.drafter import Eagle3Drafter
+from .model.target import Target, load_target
+from .run.engines.hf import build_manifest, capture_one
+from .run.hooks import Capture
+from .run.loop import MODES, SpecResult
+from .run.probes import Probe
+from .run.sinks import SinkSpec
 from .trace.reader import TraceData, read_trace
 from .trace.writer import TraceWriter
 
@@ -117,7 +117,7 @@ class _Plots:
         self._t = trace
 
     def _view(self, others):
-        from .views import build_view
+        from .analysis.views import build_view
 
         return build_view([self._t.data, *(o.data for o in others)])
 
@@ -154,7 +154,7 @@ class _Plots:
     def attention_row(self, prompt_id: str, round: int, drafter: str | None = None):
         """Heatmap of a sampled round's attention rows (depth x slot), sinks and draft slots marked."""
         from . import plots
-        from .views import token_decoder
+        from .analysis.views import token_decoder
 
         drafter = drafter or self._t.drafters[0]
         rows, tokens = self._t.attention_row(drafter, prompt_id, round)

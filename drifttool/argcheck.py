@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import DriftError
 
 if TYPE_CHECKING:
-    from .sinks import SinkSpec
+    from .run.sinks import SinkSpec
 
 
 def is_int(v: Any) -> bool:
@@ -34,7 +34,7 @@ def need_number(name: str, v: Any, minimum: float, what: str = "") -> float:
 
 
 def need_sink(v: Any, name: str = "sink") -> SinkSpec:
-    from .sinks import SinkSpec
+    from .run.sinks import SinkSpec
 
     if v is not None and not isinstance(v, SinkSpec):
         raise DriftError(f"{name}: {v!r} ({type(v).__name__}); expected a drifttool.SinkSpec, e.g. SinkSpec.parse('4')")

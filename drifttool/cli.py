@@ -59,8 +59,8 @@ def capture(
     vllm_arg: list[str] = typer.Option([], "--vllm-arg", help="key=value passed to vllm.LLM (--engine vllm)"),
 ):
     """Run target + drafters over a probe suite with capture hooks and write a trace."""
-    from .capture import DrafterSpec, parse_overrides, run_capture
-    from .sinks import SinkSpec
+    from .run.engines.hf import DrafterSpec, parse_overrides, run_capture
+    from .run.sinks import SinkSpec
 
     _no_hf_progress_bars()
 
@@ -76,7 +76,7 @@ def capture(
         raise DriftError("--vllm-arg: only with --engine vllm")
     run, extra = run_capture, {}
     if engine == "vllm":  # vLLM is imported only on this path
-        from .engines.vllm import parse_vllm_args, run_capture_vllm
+        from .run.engines.vllm import parse_vllm_args, run_capture_vllm
 
         run, extra = run_capture_vllm, {"vllm_kwargs": parse_vllm_args(vllm_arg)}
     path = run(target, specs, probes, out, depth=depth, mode=mode, max_new_tokens=max_new_tokens,
@@ -105,7 +105,7 @@ def info(trace: str = typer.Argument(..., help="NAME.drift folder"), as_json: bo
             f"{flagged}  "
             f"prompts {escape(str(m.get('counts', {}).get('prompts', 0)))}  "
             f"rounds {escape(str(m.get('counts', {}).get('rounds', 0)))}")
-    from .compare import flag_notes
+    from .analysis.compare import flag_notes
 
     for line in flag_notes(m, t.path.name):  # a prompt whose numbers do not describe the engine's run
         c.print(f"[bold red]{escape(line)}[/bold red]", emoji=False)
@@ -153,14 +153,14 @@ def compare(
              "rope_scaling.original_max_position_embeddings, else max_position_embeddings, flagged as assumed)"),
 ):
     """EAGLE-3 vs 3.1 side by side: per-depth masses, feature RMS, acceptance (95% CIs over prompts)."""
-    from .compare import Comparison
+    from .analysis.compare import Comparison
     from .trace.reader import read_trace
 
     cmp = Comparison.of([read_trace(t) for t in traces], trained_window=trained_window)
     if as_json:
         typer.echo(json.dumps(cmp.to_json(breakeven=breakeven), indent=1, default=str))
         return
-    from .report import print_comparison
+    from .analysis.report import print_comparison
 
     print_comparison(_console(), cmp, bins, breakeven=breakeven)
 
@@ -177,9 +177,9 @@ def demo(
 ):
     """Capture EAGLE-3, EAGLE-3.1 and EAGLE-3 + norm_output on the bundled drafters (default: the real target
     SmolLM2-135M-Instruct, converted once on first use); print the comparison."""
-    from .compare import Comparison
+    from .analysis.compare import Comparison
+    from .analysis.report import print_comparison
     from .demo import run_demo
-    from .report import print_comparison
     from .trace.reader import read_trace
 
     _no_hf_progress_bars()
@@ -200,7 +200,7 @@ def check(
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Regression gate: exit 0 when every rule (and the baseline comparison) passes, 1 when any fails."""
-    from .check import print_check, run_check
+    from .analysis.check import print_check, run_check
     from .trace.reader import read_trace
 
     rep = run_check(read_trace(trace), rule, read_trace(baseline) if baseline else None, max_drop,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .capture import DrafterSpec, run_capture
 from .errors import DriftError
+from .run.engines.hf import DrafterSpec, run_capture
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = Path(__file__).resolve().parent / "zoo" / "models"
@@ -79,8 +79,8 @@ def sample_traces(build: bool = True, log=print) -> list[Path]:
 
 def _tiny_models(where: Path) -> Path:
     """Random tiny models built on the fly when no trained zoo is installed (clearly labelled as such)."""
-    from .checkpoint import save_drafter
-    from .tiny import tiny_drafter, tiny_target
+    from .model.checkpoint import save_drafter
+    from .model.tiny import tiny_drafter, tiny_target
 
     t = tiny_target(vocab=256, hidden=64, max_pos=1024)
     t.model.save_pretrained(where / "target")

@@ -1,6 +1,6 @@
 """Plotly figure builders shared by the dashboard (app/) and the notebook API.
 
-Pure functions of DataFrames (the outputs of `Comparison` / `drifttool.views`): no Streamlit, no I/O.
+Pure functions of DataFrames (the outputs of `Comparison` / `drifttool.analysis.views`): no Streamlit, no I/O.
 Every series (one drafter of one trace) keeps the same colour in every figure."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
-from .compare import MIN_N
+from .analysis.compare import MIN_N
 from .styles import DASHES, KIND_STYLES, PALETTE, drafter_kind, series_style, split_label  # noqa: F401
 
 # Traces of one chart are told apart by marker symbol (colour and dash stay the drafter's).
@@ -373,7 +373,7 @@ def sink_slots(sink: dict | None, context_len: int, slot_tokens: Sequence[int],
     unknown for p = 0 (so only the recorded slots can mark position 0 for a `tok:` sink)."""
     if recorded is not None and not isinstance(recorded, float):  # NaN: a shard from before the column
         return sorted(int(p) for p in recorded if p < context_len)
-    from .sinks import SinkSpec
+    from .run.sinks import SinkSpec
 
     ids = [-1] + [int(t) for t in list(slot_tokens)[: max(context_len - 1, 0)]]
     return SinkSpec.from_dict(sink).positions_in(ids[:context_len])
@@ -553,7 +553,7 @@ def predictor_correlations(predictors: pd.DataFrame, min_n: int = MIN_N) -> go.F
 def where_attention(where: pd.DataFrame, max_cols: int = 3) -> go.Figure:
     """Where heads look hardest, by depth: one panel per series, stacked shares of head maxima on position 0,
     early, recent, own draft slots and other prompt slots; the mean max weight as a black line."""
-    from .where_attention import CATEGORIES, DEFINITIONS
+    from .analysis.where_attention import CATEGORIES, DEFINITIONS
 
     if where is None or where.empty:
         return _empty("Where heads look hardest", "not recorded in these traces (drifttool before head maxima)")

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from drifttool.compare import Comparison
-from drifttool.metrics import bootstrap_ratio
+from drifttool.analysis.compare import Comparison
+from drifttool.analysis.metrics import bootstrap_ratio
 from drifttool.trace import read_trace
 
 TRAINED_WINDOW = 2048
@@ -60,7 +60,7 @@ def window(cmp: Comparison) -> None:
 
 
 def where(cmp: Comparison) -> None:
-    from drifttool.where_attention import attention_targets
+    from drifttool.analysis.where_attention import attention_targets
 
     h = cmp.heads()
     h = h.assign(series=h["drafter"], prompt_id=h["prompt_id"] + "|" + h["drafter"])

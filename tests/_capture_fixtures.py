@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from drifttool import save_drafter
-from drifttool.tiny import tiny_drafter, tiny_target
+from drifttool.model.tiny import tiny_drafter, tiny_target
 
 TINY = {"vocab": 64, "hidden": 32, "layers": 4, "heads": 4, "kv_heads": 2}
 REPO = Path(__file__).resolve().parent.parent

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from _capture_fixtures import build_models, prompt, write_probes
 
-from drifttool.capture import DrafterSpec, run_capture
+from drifttool.run.engines.hf import DrafterSpec, run_capture
 
 
 def build_dash_traces(root: Path) -> dict[str, Path]:

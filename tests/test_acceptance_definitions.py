@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from synth_trace import write_trace
 
-from drifttool.compare import Comparison
-from drifttool.metrics import ACCEPTANCE_DEFINITIONS, acceptance
+from drifttool.analysis.compare import Comparison
+from drifttool.analysis.metrics import ACCEPTANCE_DEFINITIONS, acceptance
 from drifttool.trace.reader import read_trace
 
 NAMES = ("mean acceptance length (vLLM)", "per-position rate (vLLM)", "n-alpha (EAGLE)", "draft acceptance rate",
@@ -78,7 +78,7 @@ def test_compare_shows_every_definition_by_name(tmp_path):
 
     from rich.console import Console
 
-    from drifttool.report import print_comparison
+    from drifttool.analysis.report import print_comparison
 
     con = Console(record=True, width=220)
     print_comparison(con, cmp)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import drifttool as dt
-from drifttool.tiny import tiny_drafter, tiny_target
+from drifttool.model.tiny import tiny_drafter, tiny_target
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +147,7 @@ def test_public_namespace_and_flat_compare(live):
 def test_target_tokenizer_is_callable_like_hf(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from drifttool.target import TextTokenizer, load_target
+    from drifttool.model.target import TextTokenizer, load_target
 
     vocab = {"[UNK]": 0, "hello": 1, "world": 2, "again": 3}
     raw = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))

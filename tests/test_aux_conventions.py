@@ -14,7 +14,7 @@ from ckpt_writer import Case, write
 from reference_eagle3 import chain
 
 import drifttool
-from drifttool.tiny import tiny_target
+from drifttool.model.tiny import tiny_target
 
 L = 8
 CASE = Case("speculators-aux-L", "speculators", kv_heads=2, aux=[1, 4, L], target_layers=L, seed=21)
@@ -73,7 +73,7 @@ def test_output_convention_override_shifts_ids_and_is_recorded(folder, tmp_path)
     target.reset()
     torch.testing.assert_close(target.forward(tokens).features, torch.cat([hs[1], hs[4], hs[L]], -1),
                                atol=1e-6, rtol=0)
-    from drifttool.capture import drafter_identity
+    from drifttool.run.engines.hf import drafter_identity
 
     ident = drafter_identity("d", d)
     assert ident["aux_convention"] == "output" and ident["aux_layer_ids_read"] == [1, 4, L]

@@ -22,15 +22,15 @@ from _capture_fixtures import TINY, build_models, prompt, write_probes
 from safetensors.torch import load_file, save_file
 
 import drifttool as dt
-from drifttool.capture import DrafterSpec, run_capture
+from drifttool.analysis.views import build_view, load_trace
 from drifttool.cli import main
 from drifttool.errors import DriftError
-from drifttool.records import _empty_tables
-from drifttool.tiny import tiny_target
+from drifttool.model.tiny import tiny_target
+from drifttool.run.engines.hf import DrafterSpec, run_capture
 from drifttool.trace.reader import read_manifest, read_table
+from drifttool.trace.records import _empty_tables
 from drifttool.trace.schema import TABLES
 from drifttool.trace.writer import TraceWriter
-from drifttool.views import build_view, load_trace
 
 APP = Path(__file__).resolve().parent.parent / "app"
 
@@ -246,7 +246,7 @@ def test_malformed_probe_line(case, tmp_path):
     line, fragment = BAD_LINES[case]
     p = tmp_path / "suite.jsonl"
     p.write_text('{"id": "ok", "text": "fine"}\n' + line + "\n")
-    from drifttool.probes import load_suite
+    from drifttool.run.probes import load_suite
 
     msg = api_fails(lambda: load_suite(p), str(p), fragment)
     if case != "duplicate id":
@@ -367,7 +367,7 @@ def test_dashboard_bad_trace(env, dash, name, fragments):
     path = env["traces"][name]
     one_line(dash._check(*dash._key(Path(path))), *fragments)  # what the page shows as st.error
     if name != "linkout":
-        api_fails(lambda: load_trace(path), *fragments)  # drifttool.views, the loader under the pages
+        api_fails(lambda: load_trace(path), *fragments)  # drifttool.analysis.views, the loader under the pages
 
 
 def test_dashboard_refuses_paths_it_was_not_given(env, dash):

@@ -13,13 +13,13 @@ import pytest
 import torch
 from _capture_fixtures import TINY, prompt
 
-from drifttool.drafter import Eagle3Drafter
 from drifttool.errors import DriftError
-from drifttool.hooks import Capture
-from drifttool.loop import speculate
-from drifttool.records import prompt_tables
-from drifttool.sinks import SinkSpec
-from drifttool.tiny import tiny_drafter_config, tiny_target
+from drifttool.model.drafter import Eagle3Drafter
+from drifttool.model.tiny import tiny_drafter_config, tiny_target
+from drifttool.run.hooks import Capture
+from drifttool.run.loop import speculate
+from drifttool.run.sinks import SinkSpec
+from drifttool.trace.records import prompt_tables
 
 ATOL = 1e-5
 K = 4

@@ -9,10 +9,10 @@ import pytest
 import torch
 from _capture_fixtures import TINY, prompt
 
-from drifttool.hooks import Capture
-from drifttool.loop import speculate, teacher_forcing_data
-from drifttool.sinks import SinkSpec
-from drifttool.tiny import tiny_drafter, tiny_target
+from drifttool.model.tiny import tiny_drafter, tiny_target
+from drifttool.run.hooks import Capture
+from drifttool.run.loop import speculate, teacher_forcing_data
+from drifttool.run.sinks import SinkSpec
 
 TIMING = ("draft_s", "verify_s")
 

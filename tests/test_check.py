@@ -9,7 +9,7 @@ import sys
 import pytest
 from synth_trace import write_trace
 
-from drifttool.check import parse_drop, parse_rule, run_check
+from drifttool.analysis.check import parse_drop, parse_rule, run_check
 from drifttool.cli import main
 from drifttool.errors import DriftError
 from drifttool.trace.reader import read_trace

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from _capture_fixtures import build_models, cli, prompt, write_probes
 
-from drifttool.capture import DrafterSpec, run_capture
 from drifttool.cli import main
+from drifttool.run.engines.hf import DrafterSpec, run_capture
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from _capture_fixtures import build_models, prompt, write_probes
 
-from drifttool.capture import DrafterSpec, run_capture
+from drifttool.analysis.compare import DEPTH_METRICS, PREDICTORS, Comparison
+from drifttool.analysis.metrics import acceptance, bootstrap_ratio, cluster_mean
 from drifttool.cli import main
-from drifttool.compare import DEPTH_METRICS, PREDICTORS, Comparison
-from drifttool.metrics import acceptance, bootstrap_ratio, cluster_mean
+from drifttool.run.engines.hf import DrafterSpec, run_capture
 from drifttool.trace.reader import read_trace
 
 K = 3
@@ -164,7 +164,7 @@ def test_cluster_mean_is_pooled_ratio():
 def test_mixed_probe_suites_make_one_note_not_one_per_trace():
     from types import SimpleNamespace
 
-    from drifttool.compare import suite_notes
+    from drifttool.analysis.compare import suite_notes
 
     def fake(suite, sha):
         return SimpleNamespace(manifest={"capture": {"probes": {"path": f"probes/{suite}.jsonl", "sha256": sha}}})

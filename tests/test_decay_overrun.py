@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from synth_trace import write_trace
 
-from drifttool import decay as dc
-from drifttool.compare import Comparison
+from drifttool.analysis import decay as dc
+from drifttool.analysis.compare import Comparison
 from drifttool.trace.reader import read_trace
 
 
@@ -81,9 +81,9 @@ def test_trained_window_prefers_original_max_positions(tmp_path):
 @pytest.fixture(scope="module")
 def overrun_trace(tmp_path_factory):
     """A tiny target saved to disk and a drafter trained (configured) for 64 positions, run to ~110."""
-    from drifttool.capture import DrafterSpec, run_capture
-    from drifttool.checkpoint import save_drafter
-    from drifttool.tiny import tiny_drafter, tiny_target
+    from drifttool.model.checkpoint import save_drafter
+    from drifttool.model.tiny import tiny_drafter, tiny_target
+    from drifttool.run.engines.hf import DrafterSpec, run_capture
 
     w = tmp_path_factory.mktemp("overrun")
     t = tiny_target(vocab=64, hidden=32, layers=4, heads=4, kv_heads=2, max_pos=256)
@@ -114,7 +114,7 @@ def test_overrun_split_has_rows_inside_and_beyond(overrun_trace):
 
     from rich.console import Console
 
-    from drifttool.report import print_comparison
+    from drifttool.analysis.report import print_comparison
 
     con = Console(record=True, width=200)
     print_comparison(con, cmp)
@@ -140,8 +140,8 @@ def test_assumed_window_is_said_and_trained_window_option_splits(tmp_path):
     from rich.console import Console
     from typer.testing import CliRunner
 
+    from drifttool.analysis.report import print_comparison
     from drifttool.cli import app
-    from drifttool.report import print_comparison
 
     t = _decaying(tmp_path, window=16384)  # contexts up to 8192 < 16384: nothing "beyond" the assumed window
     cmp = Comparison.of([t])
@@ -167,7 +167,7 @@ def test_assumed_window_is_said_and_trained_window_option_splits(tmp_path):
 
 def test_shipped_drafters_state_their_trained_window():
     """The bundled SmolLM2 drafters were trained on 2048-position conversations; config max positions 8192."""
-    from drifttool.ckpt_config import normalise_config
+    from drifttool.model.ckpt_config import normalise_config
     from drifttool.zoo import MODELS_DIR
 
     for v in ("eagle3", "eagle3.1"):
@@ -179,9 +179,9 @@ def test_shipped_drafters_state_their_trained_window():
 
 def test_trained_window_override_reaches_capture_column(tmp_path):
     """--override trained_window=N: recorded in the manifest and used for the beyond_window column."""
-    from drifttool.capture import DrafterSpec, run_capture
-    from drifttool.checkpoint import save_drafter
-    from drifttool.tiny import tiny_drafter, tiny_target
+    from drifttool.model.checkpoint import save_drafter
+    from drifttool.model.tiny import tiny_drafter, tiny_target
+    from drifttool.run.engines.hf import DrafterSpec, run_capture
 
     t = tiny_target(vocab=64, hidden=32, layers=4, heads=4, kv_heads=2, max_pos=256)
     t.model.save_pretrained(tmp_path / "target")

@@ -9,8 +9,8 @@ from ckpt_writer import Case, write
 from reference_eagle3 import rms_norm
 
 import drifttool
-from drifttool.drafter import RMSNorm
-from drifttool.tiny import tiny_target
+from drifttool.model.drafter import RMSNorm
+from drifttool.model.tiny import tiny_target
 
 CASE = Case("dtypes", "speculators", hidden=32, heads=4, kv_heads=2, target_hidden=32, aux=[1, 2, 3],
             target_layers=4, draft_vocab=48, flags={"fc_norm": True, "norm_output": True}, seed=31)

@@ -10,7 +10,7 @@ from ckpt_writer import Case, write
 from reference_eagle3 import chain
 
 import drifttool
-from drifttool.tiny import tiny_target
+from drifttool.model.tiny import tiny_target
 
 DEPTH, N_CTX = 4, 6
 

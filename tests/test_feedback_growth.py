@@ -8,7 +8,7 @@ import torch
 from ckpt_writer import Case, write
 
 import drifttool
-from drifttool.tiny import tiny_target
+from drifttool.model.tiny import tiny_target
 
 DEPTH = 8
 CASE = Case("eagle3-growth", "speculators", hidden=32, heads=4, kv_heads=2, target_hidden=32, aux=[1, 2, 3],

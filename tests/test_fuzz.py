@@ -19,16 +19,16 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from drifttool.analysis.views import build_view, load_trace
 from drifttool.cli import main
 from drifttool.errors import DriftError
-from drifttool.hooks import RoundCapture
-from drifttool.loop import RoundRecord
-from drifttool.probes import load_suite
-from drifttool.records import prompt_tables, row_samples
+from drifttool.run.hooks import RoundCapture
+from drifttool.run.loop import RoundRecord
+from drifttool.run.probes import load_suite
 from drifttool.trace.reader import read_trace
+from drifttool.trace.records import prompt_tables, row_samples
 from drifttool.trace.schema import TABLES
 from drifttool.trace.writer import TraceWriter
-from drifttool.views import build_view, load_trace
 
 BASE = settings(deadline=None, derandomize="DRIFT_FUZZ_EXAMPLES" not in os.environ, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

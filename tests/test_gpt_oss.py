@@ -13,7 +13,7 @@ from ckpt_writer import Case, write
 from reference_eagle3 import chain
 
 import drifttool
-from drifttool.target import Target
+from drifttool.model.target import Target
 
 L, WINDOW = 4, 4
 # yarn as gpt-oss configs write it (rope_parameters, transformers v5), shrunk

@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from drifttool.checkpoint import save_drafter
-from drifttool.hub import looks_like_hub_id
-from drifttool.tiny import tiny_drafter, tiny_target
+from drifttool.model.checkpoint import save_drafter
+from drifttool.model.hub import looks_like_hub_id
+from drifttool.model.tiny import tiny_drafter, tiny_target
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 

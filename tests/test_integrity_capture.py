@@ -13,10 +13,10 @@ from _capture_fixtures import TINY, build_models, child_env, prompt, write_probe
 from safetensors.torch import load_file, save_file
 
 from drifttool import save_drafter
-from drifttool.capture import DrafterSpec, run_capture
 from drifttool.cli import main
 from drifttool.errors import DriftError
-from drifttool.tiny import tiny_drafter, tiny_target
+from drifttool.model.tiny import tiny_drafter, tiny_target
+from drifttool.run.engines.hf import DrafterSpec, run_capture
 from drifttool.trace.reader import read_manifest
 from drifttool.trace.writer import TraceWriter
 

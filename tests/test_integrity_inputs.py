@@ -14,11 +14,11 @@ from _capture_fixtures import TINY, build_models, prompt, write_probes
 from safetensors.torch import load_file, save_file
 
 import drifttool as dt
-from drifttool.capture import DrafterSpec, run_capture
 from drifttool.cli import main
 from drifttool.errors import DriftError
-from drifttool.probes import load_suite
-from drifttool.sinks import SinkSpec
+from drifttool.run.engines.hf import DrafterSpec, run_capture
+from drifttool.run.probes import load_suite
+from drifttool.run.sinks import SinkSpec
 
 ZOO = Path(dt.__file__).resolve().parent / "zoo" / "models" / "plain"
 

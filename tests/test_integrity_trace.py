@@ -17,12 +17,12 @@ import pytest
 from synth_trace import write_trace
 
 import drifttool as dt
+from drifttool.analysis.compare import Comparison
+from drifttool.analysis.views import build_view, load_trace
 from drifttool.cli import main
-from drifttool.compare import Comparison
 from drifttool.errors import DriftError
 from drifttool.trace.reader import read_manifest, read_table, read_trace
 from drifttool.trace.writer import TraceWriter
-from drifttool.views import build_view, load_trace
 
 APP = Path(__file__).resolve().parent.parent / "app"
 

@@ -21,8 +21,8 @@ import pandas as pd
 import pytest
 from _capture_fixtures import build_models, child_env, prompt, write_probes
 
-from drifttool.capture import DrafterSpec, run_capture
 from drifttool.cli import main
+from drifttool.run.engines.hf import DrafterSpec, run_capture
 from drifttool.trace.reader import read_manifest, read_table, read_trace
 from drifttool.trace.schema import TABLES
 

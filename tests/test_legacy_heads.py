@@ -14,7 +14,7 @@ from reference_eagle3 import chain
 from safetensors.torch import load_file, save_file
 
 import drifttool
-from drifttool.tiny import tiny_target
+from drifttool.model.tiny import tiny_target
 
 DEPTH, N_CTX = 4, 7
 # SafeAILab yuhuili/EAGLE3-LLaMA3.1-Instruct-8B config.json fields (no EAGLE flags, no aux ids), shrunk
@@ -80,7 +80,7 @@ def test_yarn_rope_matches_reference(tmp_path):
     d = drifttool.load_drafter(write(case, w, tmp_path / "d"), target=target)
     assert d.rope_scale == pytest.approx(0.1 * torch.log(torch.tensor(4.0)).item() + 1)
     _check(case, w, d, target)
-    plain = drifttool.rope.inv_freq(16, 10000.0, None)
+    plain = drifttool.model.rope.inv_freq(16, 10000.0, None)
     assert not torch.allclose(d.inv_freq.cpu(), plain)  # the scaling changes the low frequencies
     assert torch.allclose(d.inv_freq.cpu()[:1], plain[:1])  # and keeps the fastest one
 
@@ -155,7 +155,7 @@ def test_head_without_aux_features(tmp_path):
 
 
 def test_head_without_aux_features_captures(tmp_path):
-    from drifttool.capture import DrafterSpec, run_capture
+    from drifttool.run.engines.hf import DrafterSpec, run_capture
 
     case = Case("no-aux-cap", "nvidia", kv_heads=2, aux=[1, 4, 6], seed=46)
     target = _target(case)

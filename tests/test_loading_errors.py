@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 
 import drifttool
 from drifttool import DriftError
-from drifttool.tiny import tiny_drafter, tiny_target
+from drifttool.model.tiny import tiny_drafter, tiny_target
 
 SPEC = Case("base", "speculators", hidden=32, heads=4, kv_heads=2, target_hidden=32, aux=[1, 2, 3],
             target_layers=4, draft_vocab=48, seed=21)

@@ -9,7 +9,7 @@ import torch
 from tiny_training import greedy_reference, make_target
 
 import drifttool
-from drifttool.tiny import tiny_drafter
+from drifttool.model.tiny import tiny_drafter
 
 K_VALUES = (1, 2, 3, 5, 8)
 N_NEW = 32

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from drifttool.ckpt_config import normalise_config
 from drifttool.errors import DriftError
-from drifttool.identity import flat_identity
-from drifttool.probes import Probe, check_text_length, parse_line
+from drifttool.model.ckpt_config import normalise_config
+from drifttool.run.probes import Probe, check_text_length, parse_line
+from drifttool.trace.identity import flat_identity
 
 BASE = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 32, "num_attention_heads": 4,
         "num_key_value_heads": 2, "intermediate_size": 64, "vocab_size": 100, "draft_vocab_size": 50,

@@ -17,9 +17,9 @@ from reference_mla import chain, random_mla
 from safetensors.torch import save_file
 
 import drifttool
-from drifttool.hooks import Capture
-from drifttool.sinks import SinkSpec
-from drifttool.tiny import tiny_target
+from drifttool.model.tiny import tiny_target
+from drifttool.run.hooks import Capture
+from drifttool.run.sinks import SinkSpec
 
 DEPTH, N_CTX, VOCAB, H = 4, 7, 64, 32
 MLA = {"q_lora_rank": 16, "kv_lora_rank": 12, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 6}
@@ -140,7 +140,7 @@ def test_mla_missing_field_and_save_refused(kimi, tmp_path):
 
 
 def test_softmax_scale_follows_deepseek_yarn():
-    from drifttool.mla import softmax_scale
+    from drifttool.model.mla import softmax_scale
 
     m = 0.1 * 0.7 * np.log(4.0) + 1
     assert softmax_scale(12, YARN) == pytest.approx(12**-0.5 * m * m)

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("plotly")
 from drifttool import plots  # noqa: E402
-from drifttool.views import Filters, build_view, load_trace  # noqa: E402
+from drifttool.analysis.views import Filters, build_view, load_trace  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +187,7 @@ def test_empty_massive_panels_say_none_flagged():
 
 
 def test_sink_retention_of_near_zero_masses_is_not_a_number():
-    from drifttool.compare import ratio
+    from drifttool.analysis.compare import ratio
 
     assert np.isnan(ratio(0.00005, 0.00000004))  # printed 1254 before
     assert ratio(0.2, 0.4) == pytest.approx(0.5)

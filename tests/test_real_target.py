@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from drifttool.probes import parse_line
+from drifttool.run.probes import parse_line
 from drifttool.zoo import real_probes, ship_real, smollm2
 
 # Greedy fp32 on CPU is deterministic on one machine; across CPUs, BLAS reduction order can flip a near-tie
@@ -54,7 +54,7 @@ def test_natural_attention_sink(target_dir):
 def test_chat_template_applied(target_dir):
     from transformers import AutoTokenizer
 
-    from drifttool.target import load_target
+    from drifttool.model.target import load_target
 
     t = load_target(target_dir)
     msgs = real_probes.suites()["agent_traces"][0]["messages"]

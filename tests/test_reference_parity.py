@@ -10,7 +10,7 @@ from ckpt_writer import Case, write
 from reference_eagle3 import chain, draft_to_target
 
 import drifttool
-from drifttool.tiny import tiny_target
+from drifttool.model.tiny import tiny_target
 
 ATOL = 1e-5
 DEPTH = 5

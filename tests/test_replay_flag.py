@@ -10,9 +10,9 @@ import pytest
 from _capture_fixtures import build_models, cli, prompt, write_probes
 
 import drifttool
-from drifttool.capture import DrafterSpec, run_capture
-from drifttool.compare import Comparison
-from drifttool.engines.replay_check import tolerance, verdict
+from drifttool.analysis.compare import Comparison
+from drifttool.run.engines.hf import DrafterSpec, run_capture
+from drifttool.run.engines.replay_check import tolerance, verdict
 from drifttool.trace.reader import read_trace
 
 OK = {"replay_draft_agreement": 1.0, "replay_max_fc_diff": 3e-5, "replay_rel_fc_diff": 1e-5,
@@ -53,7 +53,7 @@ def test_flag_in_manifest_compare_and_views(flagged_trace):
     assert t.manifest["status"] == "complete" and t.manifest["flags"][0]["key"] == "e3:b"
     notes = Comparison.of([t]).notes
     assert any(n.startswith("FLAGGED x.drift: e3:b: replay disagrees with vLLM") for n in notes)
-    from drifttool.views import build_view
+    from drifttool.analysis.views import build_view
 
     assert any(n.startswith("FLAGGED") for n in build_view([t]).notes)  # the dashboard shows these as errors
     assert drifttool.load(flagged_trace).compare() is not None

@@ -11,9 +11,9 @@ import shutil
 import pytest
 from rich.console import Console
 
-from drifttool import decay as dc
-from drifttool.compare import Comparison
-from drifttool.report import plain_summary, print_comparison
+from drifttool.analysis import decay as dc
+from drifttool.analysis.compare import Comparison
+from drifttool.analysis.report import plain_summary, print_comparison
 from drifttool.trace.reader import read_trace
 
 

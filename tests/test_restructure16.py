@@ -9,9 +9,9 @@ import torch
 from _capture_fixtures import build_models, prompt, write_probes
 
 from drifttool import plots
-from drifttool.capture import DrafterSpec, run_capture
 from drifttool.dtypes import dtype_name
-from drifttool.sinks import SinkSpec
+from drifttool.run.engines.hf import DrafterSpec, run_capture
+from drifttool.run.sinks import SinkSpec
 from drifttool.trace.reader import read_manifest, read_trace
 
 

@@ -8,8 +8,8 @@ import torch
 from scipy import stats
 
 import drifttool
-from drifttool.tiny import tiny_drafter, tiny_target
-from drifttool.verify import rejection_sample
+from drifttool.model.tiny import tiny_drafter, tiny_target
+from drifttool.run.verify import rejection_sample
 
 V = 5
 
@@ -178,7 +178,7 @@ def _loglik_z(probs, out_ids, n_prompt):
 def test_greedy_drafts_are_verified_as_vllm_does():
     """vLLM's default: the draft is the argmax, accepted with probability p(d) (one-hot q), and a rejection
     resamples p with d removed. Checked on the loop's own draft/verify pieces."""
-    from drifttool.loop import draft_token
+    from drifttool.run.loop import draft_token
 
     target, drafter = _target_drafter()
     logits = torch.tensor([0.1, 2.0, 0.3, -1.0, 0.5, 0.2])
@@ -208,7 +208,7 @@ def test_greedy_drafts_are_verified_as_vllm_does():
 def test_trace_records_draft_sampling(tmp_path, mode, temperature, want):
     from _capture_fixtures import build_models, prompt, write_probes
 
-    from drifttool.capture import DrafterSpec, run_capture
+    from drifttool.run.engines.hf import DrafterSpec, run_capture
 
     paths = build_models(tmp_path)
     probes = write_probes(tmp_path / "p.jsonl", [{"id": "a", "token_ids": prompt(1, 8)}])

@@ -17,11 +17,11 @@ from ckpt_writer import Case, write
 from reference_eagle3 import chain
 
 import drifttool
-from drifttool.capture import DrafterSpec, run_capture
-from drifttool.hooks import Capture
-from drifttool.loop import speculate
-from drifttool.sinks import SinkSpec
-from drifttool.tiny import tiny_target
+from drifttool.model.tiny import tiny_target
+from drifttool.run.engines.hf import DrafterSpec, run_capture
+from drifttool.run.hooks import Capture
+from drifttool.run.loop import speculate
+from drifttool.run.sinks import SinkSpec
 
 W = 4
 N_CTX, DEPTH = 9, 5

@@ -95,7 +95,7 @@ def test_the_checker_catches_what_it_should(tmp_path):
 
 
 def test_trust_remote_code_off_by_default():
-    from drifttool.target import load_target
+    from drifttool.model.target import load_target
 
     assert inspect.signature(load_target).parameters["trust_remote_code"].default is False
 

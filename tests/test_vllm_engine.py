@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 
 import drifttool
-from drifttool.capture import DrafterSpec, run_capture
 from drifttool.errors import DriftError
+from drifttool.run.engines.hf import DrafterSpec, run_capture
 
 
 def _vllm_importable() -> tuple[bool, str]:
     if importlib.util.find_spec("vllm") is None:
         return False, f"vLLM is not installed in {sys.executable} (run: bash scripts/test_vllm.sh)"
-    from drifttool.engines.vllm import import_vllm
+    from drifttool.run.engines.vllm import import_vllm
 
     try:
         import_vllm()  # sets the in-process / V1-runner environment before vLLM reads it
@@ -43,13 +43,13 @@ VLLM_ARGS = ["kv_cache_memory_bytes=67108864"]
 
 # -- runs in every environment --------------------------------------------------------------------------
 def test_engine_module_does_not_import_vllm():
-    code = "import sys, drifttool, drifttool.cli, drifttool.engines.vllm; assert 'vllm' not in sys.modules"
+    code = "import sys, drifttool, drifttool.cli, drifttool.run.engines.vllm; assert 'vllm' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_missing_vllm_is_one_clear_error(monkeypatch, tmp_path):
     from drifttool.cli import main
-    from drifttool.engines.vllm import REQUIRED_ENV, import_vllm
+    from drifttool.run.engines.vllm import REQUIRED_ENV, import_vllm
 
     for k in [*REQUIRED_ENV, "VLLM_LOGGING_LEVEL"]:
         monkeypatch.setenv(k, "")  # restored afterwards
@@ -172,7 +172,7 @@ def windowed(models):
 
 
 def _run_vllm(root, probes, path, out):
-    from drifttool.engines.vllm import parse_vllm_args, run_capture_vllm
+    from drifttool.run.engines.vllm import parse_vllm_args, run_capture_vllm
 
     return drifttool.load(run_capture_vllm(str(root / "target"), [DrafterSpec.parse(f"swa={path}")], str(probes),
                                            str(out), depth=DEPTH, max_new_tokens=NEW, progress=False,
@@ -199,7 +199,7 @@ def test_windowed_drafter_replay_agrees_beyond_its_window(models, windowed, tmp_
 def test_replay_that_ignores_the_window_is_flagged(models, windowed, tmp_path, monkeypatch, capsys):
     """vLLM runs the windowed drafter; the replay is made to attend the whole context (what drifttool did
     before it read the window): the prompts are flagged in the manifest, by info and on stderr."""
-    import drifttool.engines.vllm as eng
+    import drifttool.run.engines.vllm as eng
 
     target, root, dirs, prompts, probes = models
     real = eng.load_drafter

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from drifttool.where_attention import attention_targets, categorise, top_positions
+from drifttool.analysis.where_attention import attention_targets, categorise, top_positions
 
 
 def test_categorise_boundaries():
@@ -41,7 +41,7 @@ def test_old_traces_without_columns_give_empty():
 def test_notebook_and_json_carry_where(tmp_path):
     """End to end on a real capture: the notebook view and compare --json report where heads look."""
     import drifttool as dt
-    from drifttool.tiny import tiny_drafter, tiny_target
+    from drifttool.model.tiny import tiny_drafter, tiny_target
 
     target = tiny_target(vocab=64, hidden=32, max_pos=256)
     d = tiny_drafter(target)
@@ -56,7 +56,7 @@ def test_notebook_and_json_carry_where(tmp_path):
 
 def test_counts_sum_to_the_same_shares():
     """The dashboard keeps per-prompt counts; summing them gives exactly attention_targets' shares."""
-    from drifttool.where_attention import from_counts, prompt_counts
+    from drifttool.analysis.where_attention import from_counts, prompt_counts
 
     rng = np.random.default_rng(0)
     n = 400

@@ -34,7 +34,7 @@ def test_zoo_pipeline_smoke(tmp_path):
 
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-    from drifttool.drafter import Eagle3Drafter
+    from drifttool.model.drafter import Eagle3Drafter
 
     for name in ("plain", "sink"):
         tdir = out / name / "target"
@@ -51,7 +51,7 @@ def test_zoo_pipeline_smoke(tmp_path):
             ddir = out / name / variant
             assert "mean_leading_agreements" in json.loads((ddir / "report.json").read_text())
             try:
-                from drifttool.checkpoint import load_drafter
+                from drifttool.model.checkpoint import load_drafter
             except ImportError:
                 continue
             drafter = load_drafter(ddir, target=tdir)

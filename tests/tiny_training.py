@@ -9,9 +9,9 @@ from pathlib import Path
 import torch
 
 import drifttool
-from drifttool.drafter import Eagle3Drafter
-from drifttool.target import Target
-from drifttool.tiny import tiny_drafter, tiny_target
+from drifttool.model.drafter import Eagle3Drafter
+from drifttool.model.target import Target
+from drifttool.model.tiny import tiny_drafter, tiny_target
 
 
 @torch.no_grad()

@@ -4,7 +4,7 @@ import dashlib
 import streamlit as st
 
 from drifttool import plots
-from drifttool.compare import DEPTH_METRICS
+from drifttool.analysis.compare import DEPTH_METRICS
 
 st.title("Context length")
 v = dashlib.view()

@@ -11,7 +11,7 @@ dashlib.notes(v)
 scale = st.radio("Attention-mass axes", ["fitted (sink mass on a log axis)", "full 0-1"], horizontal=True,
                  key="depth_scale")
 if v.info["trace"].nunique() > 1:  # several traces: small multiples, one panel per trace, one line per drafter
-    from drifttool.compare import DEPTH_METRICS
+    from drifttool.analysis.compare import DEPTH_METRICS
 
     opts = [*DEPTH_METRICS, "acceptance_rate", "n_alpha"]
     m = st.selectbox("One panel per trace", opts, index=opts.index("self_mass"), format_func=plots.label,

@@ -4,8 +4,8 @@ import dashlib
 import streamlit as st
 
 from drifttool import plots
+from drifttool.analysis.views import round_detail, token_decoder
 from drifttool.errors import DriftError
-from drifttool.views import round_detail, token_decoder
 
 st.title("Prompt drill-down")
 v = dashlib.view()

@@ -4,7 +4,7 @@ import dashlib
 import streamlit as st
 
 from drifttool import plots
-from drifttool.views import HEAD_METRICS
+from drifttool.analysis.views import HEAD_METRICS
 
 st.title("Heads")
 v = dashlib.view()

@@ -4,7 +4,7 @@ import dashlib
 import streamlit as st
 
 from drifttool import plots
-from drifttool.compare import PREDICTORS
+from drifttool.analysis.compare import PREDICTORS
 
 st.title("What predicts rejection")
 bins = st.slider("Quantile bins", 2, 10, 4, key="pred_bins")

@@ -78,7 +78,7 @@ class TraceWriter:
         self.close()
 
     def _open(self, manifest: dict[str, Any], resume: bool, overwrite: bool) -> None:
-        from ..identity import identity_diff
+        from .identity import identity_diff
         from .reader import read_manifest
 
         mf = self.path / "manifest.json"

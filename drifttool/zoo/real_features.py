@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..target import Target, load_target
+from ..model.target import Target, load_target
 from .real_conversations import Conversation
 
 

@@ -23,7 +23,7 @@ DEPTH = 8
 
 
 def reference_capture(drafters: Path, out: Path, probes: Path = CI_PROBES, progress: bool = False) -> Path:
-    from ..capture import DrafterSpec, run_capture
+    from ..run.engines.hf import DrafterSpec, run_capture
     from .smollm2 import fetch
 
     specs = [DrafterSpec(v, str(drafters / v)) for v in VARIANTS]
@@ -32,7 +32,7 @@ def reference_capture(drafters: Path, out: Path, probes: Path = CI_PROBES, progr
 
 
 def reference_metrics(trace: Path) -> dict[str, dict[str, Any]]:
-    from ..compare import Comparison
+    from ..analysis.compare import Comparison
     from ..trace import read_trace
 
     cmp = Comparison.of([read_trace(trace)])

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..config import DrafterConfig
-from ..drafter import Eagle3Drafter
+from ..model.config import DrafterConfig
+from ..model.drafter import Eagle3Drafter
 from . import DEFAULT_BUILD_DIR
 from .schedule import cosine, set_lr
 from .train_target import batch_shape, heldout_windows, sample_windows
@@ -261,8 +261,8 @@ def _load_ckpt(ck: Path, drafter, opt) -> dict[str, Any] | None:
 
 
 def save_final(drafter: Eagle3Drafter, out: Path, t2d: torch.Tensor, report: dict[str, Any]) -> Path:
-    """speculators/vLLM layout via drifttool.checkpoint, with the training report beside it."""
-    from ..checkpoint import save_drafter
+    """speculators/vLLM layout via drifttool.model.checkpoint, with the training report beside it."""
+    from ..model.checkpoint import save_drafter
 
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -24,9 +24,9 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from ..checkpoint import save_drafter  # imported up front: a long run must not pick up later code edits
-from ..config import DrafterConfig
-from ..drafter import Eagle3Drafter
+from ..model.checkpoint import save_drafter  # imported up front: a long run must not pick up later code edits
+from ..model.config import DrafterConfig
+from ..model.drafter import Eagle3Drafter
 from .schedule import cosine, set_lr
 from .train_drafter import VARIANTS
 

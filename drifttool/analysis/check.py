@@ -17,9 +17,9 @@ from typing import Any
 
 import pandas as pd
 
+from ..errors import DriftError
+from ..trace.reader import TraceData
 from .compare import DEPTH_METRICS, Comparison, check_compatible
-from .errors import DriftError
-from .trace.reader import TraceData
 
 SUMMARY_METRICS = ("mean_acceptance_length", "draft_acceptance_rate", "iid_acceptance_length", "iid_p",
                    "drift_score", "feature_growth", "sink_retention", "prompts", "drafts")

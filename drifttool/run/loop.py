@@ -13,10 +13,10 @@ from typing import Protocol
 
 import torch
 
-from .argcheck import need_int, need_number, token_ids
-from .drafter import DraftStep, Eagle3Drafter, KVCache
-from .errors import DriftError
-from .target import Target
+from ..argcheck import need_int, need_number, token_ids
+from ..errors import DriftError
+from ..model.drafter import DraftStep, Eagle3Drafter, KVCache
+from ..model.target import Target
 from .verify import greedy_accept, rejection_sample
 
 MODES = ("generate", "teacher-forced")

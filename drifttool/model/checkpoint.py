@@ -16,6 +16,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from ..dtypes import parse_dtype
+from ..errors import DriftError
+from ..jsonfile import read_json_object
 from .ckpt_config import (  # noqa: F401 - detect_layout re-exported (the vLLM engine imports it from here)
     OTHER_OVERRIDES,
     check_conflicts,
@@ -25,9 +28,6 @@ from .ckpt_config import (  # noqa: F401 - detect_layout re-exported (the vLLM e
 )
 from .config import DrafterConfig
 from .drafter import Eagle3Drafter
-from .dtypes import parse_dtype
-from .errors import DriftError
-from .jsonfile import read_json_object
 from .target import Target, load_target
 
 

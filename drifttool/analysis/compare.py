@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .errors import DriftError
+from ..errors import DriftError
+from ..trace.reader import TraceData
 from .metrics import acceptance, cluster_mean, context_bucket, spearman
-from .trace.reader import TraceData
 
 DEPTH_METRICS = ("sink_mass", "self_mass", "prompt_mass", "draft_mass", "own_mass", "entropy", "rms_in", "rms_pre",
                  "rms_post")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import DriftError
+from ..errors import DriftError
 
 FALLBACK = "drifttool-fallback: <|role|>\\ncontent\\n per message, then <|assistant|>\\n"
 

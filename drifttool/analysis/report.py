@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.markup import escape as _e  # names, paths and notes are data, not rich markup
 from rich.table import Table
 
+from ..styles import drafter_kind, split_label
 from .compare import MIN_N, Comparison
-from .styles import drafter_kind, split_label
 
 SERIES_WIDTH = 18  # series labels longer than this wrap inside their cell
 
@@ -299,7 +299,7 @@ def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool =
 
 def print_where(c: Console, cmp: Comparison) -> None:
     """Where each head's largest weight sits, by depth: the drafter's own sinks, whatever they are."""
-    from .errors import DriftError
+    from ..errors import DriftError
     from .where_attention import CATEGORIES, DEFINITIONS
 
     try:

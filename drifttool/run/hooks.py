@@ -15,9 +15,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..errors import DriftError
 from . import attention_stats as stats
 from .attention_stats import HEAD_FIELDS, HIDDEN_FIELDS, massive  # noqa: F401 - re-exported (public names)
-from .errors import DriftError
 from .sinks import SinkSpec
 
 
@@ -113,7 +113,9 @@ class Capture:
         self.adapter = self.adapter or DrafterAdapter.for_drifttool(self.drafter)
         cfg = getattr(self.drafter, "config", None)
         self.window: int | None = getattr(cfg, "sliding_window", None)  # the drafter's attention window
-        layers = getattr(self.drafter, "layers", None)  # softmax scale of the drafter's heads (MLA: not hd^-1/2)
+        layers = getattr(
+            self.drafter, "layers", None
+        )  # softmax scale of the drafter's heads (MLA: not hd^-1/2)
         self.scale: float | None = getattr(layers[0].self_attn, "scale", None) if layers else None
         self.rounds: list[RoundCapture] = []
         self._handles: list = []
@@ -149,14 +151,18 @@ class Capture:
                 store = getattr(self, attr)
                 while len(store) <= idx:
                     store.append(None)
-                store[idx] = out[0, -1].detach().clone()  # a copy: a view would keep the whole [T, Ht] output alive
+                store[idx] = (
+                    out[0, -1].detach().clone()
+                )  # a copy: a view would keep the whole [T, Ht] output alive
 
             return f
 
         self._handles = [
             tap(mods[ad.q], last_row(lambda: self._q)),
-            *(tap(mods[getattr(ad, name)], last_row(lambda key=key: self._h[key]))
-              for name, key in (("layer_in", "in"), ("pre", "pre"), ("post", "post"))),
+            *(
+                tap(mods[getattr(ad, name)], last_row(lambda key=key: self._h[key]))
+                for name, key in (("layer_in", "in"), ("pre", "pre"), ("post", "post"))
+            ),
         ]
         for i, name in enumerate(ad.aux_pre):
             self._handles.append(tap(mods[name], aux("_aux_pre", i)))
@@ -217,7 +223,9 @@ class Capture:
         if self._ids_of is not self._seq:
             self._ids, self._ids_of = torch.tensor(self._seq[:n], dtype=torch.long), self._seq
         elif self._ids.shape[0] < n:
-            self._ids = torch.cat([self._ids, torch.tensor(self._seq[self._ids.shape[0] : n], dtype=torch.long)])
+            self._ids = torch.cat(
+                [self._ids, torch.tensor(self._seq[self._ids.shape[0] : n], dtype=torch.long)]
+            )
         return self._ids[:n]
 
     def _compute(self, q: torch.Tensor, keys: torch.Tensor, record) -> RoundCapture:
@@ -235,21 +243,28 @@ class Capture:
         aux = torch.zeros(len(self._aux_pre), 3, device=dev)
         got = [i for i, a in enumerate(self._aux_pre) if a is not None]
         if got:
-            aux[got] = stats.aux_stats(torch.stack([self._aux_pre[i] for i in got]).float(),
-                                       torch.stack([self._aux_post[i] for i in got]).float())
+            aux[got] = stats.aux_stats(
+                torch.stack([self._aux_pre[i] for i in got]).float(),
+                torch.stack([self._aux_post[i] for i in got]).float(),
+            )
         packed = torch.cat([heads.flatten(), hidden.flatten(), aux.flatten()])
         if keep:
             packed = torch.cat([packed, row.flatten()])
         host = packed.cpu().numpy()  # the one host transfer of the round
         if not np.isfinite(host).all():  # checked on the host copy: no extra device sync
-            raise DriftError(f"drafter activations: NaN or inf in round {record.round} (attention or hidden states "
-                             "overflow; check rms_norm_eps, the weights' scale, or try --dtype float32)")
+            raise DriftError(
+                f"drafter activations: NaN or inf in round {record.round} (attention or hidden states "
+                "overflow; check rms_norm_eps, the weights' scale, or try --dtype float32)"
+            )
         o1 = heads.numel()
         o2 = o1 + hidden.numel()
         o3 = o2 + aux.numel()
         rc = RoundCapture(
-            round=record.round, context_len=n, heads=host[:o1].reshape(k_, nh, len(HEAD_FIELDS)),
-            hidden=host[o1:o2].reshape(k_, len(HIDDEN_FIELDS)), aux=host[o2:o3].reshape(-1, 3),
+            round=record.round,
+            context_len=n,
+            heads=host[:o1].reshape(k_, nh, len(HEAD_FIELDS)),
+            hidden=host[o1:o2].reshape(k_, len(HIDDEN_FIELDS)),
+            aux=host[o2:o3].reshape(-1, 3),
         )
         if keep:
             rc.row = host[o3:].reshape(k_, -1).astype(np.float16)

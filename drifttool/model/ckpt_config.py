@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..errors import DriftError
 from .cfgcheck import REQUIRED, aux_ids, pos_float, pos_int, rope_scaling, strict_bool
 from .config import AUX_CONVENTIONS, FLAG_NAMES, DrafterConfig
-from .errors import DriftError
 from .target import Target, default_aux_layer_ids
 
 LAYOUTS = ("speculators", "safeailab", "specforge", "nvidia")

@@ -16,12 +16,12 @@ from typing import Any
 
 import torch
 
-from .argcheck import run_settings
-from .dtypes import dtype_name
-from .errors import DriftError
+from ..argcheck import run_settings
+from ..dtypes import dtype_name
+from ..errors import DriftError
+from ..trace.writer import TraceWriter
 from .loop import check_settings
 from .sinks import SinkSpec
-from .trace.writer import TraceWriter
 
 WINDOW_NOTE = ("a drafter with a sliding window W (drafters[].sliding_window) attends slots p with q - W < p <= q; "
                "masses are over those slots, so sink positions outside the window get zero mass "

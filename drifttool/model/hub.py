@@ -13,7 +13,7 @@ import os
 import re
 from pathlib import Path
 
-from .errors import DriftError
+from ..errors import DriftError
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
 PATTERNS = ["*.json", "*.safetensors", "*.jinja", "tokenizer*", "*.txt", "*.model"]

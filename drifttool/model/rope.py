@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from .errors import DriftError
+from ..errors import DriftError
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "dynamic", "yarn")
 

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .errors import DriftError
+from ..errors import DriftError
 
 
 @dataclass

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .argcheck import is_int
+from ..argcheck import is_int
+from ..errors import DriftError
 from .chat import check_messages
-from .errors import DriftError
 
 KINDS = ("text", "messages", "token_ids", "source")
 

@@ -13,19 +13,19 @@ from typing import Any
 import pandas as pd
 from torch import nn
 
-from .checkpoint import load_drafter
-from .config import trained_window
-from .drafter import Eagle3Drafter
-from .errors import DriftError
-from .hooks import Capture
-from .identity import flat_identity, folder_weights, module_weights
-from .loop import check_prompt, positions_needed, speculate, teacher_forcing_data
-from .probes import Probe, check_text_length, load_suite
-from .records import add_rows, prompt_row, prompt_tables
-from .runner import RunSettings, check_drafters, check_same_aux, prompt_seed, write_run
-from .sinks import SinkSpec
-from .target import Target, load_target
-from .version import __version__
+from ...errors import DriftError
+from ...model.checkpoint import load_drafter
+from ...model.config import trained_window
+from ...model.drafter import Eagle3Drafter
+from ...model.target import Target, load_target
+from ...trace.identity import flat_identity, folder_weights, module_weights
+from ...trace.records import add_rows, prompt_row, prompt_tables
+from ...version import __version__
+from ..hooks import Capture
+from ..loop import check_prompt, positions_needed, speculate, teacher_forcing_data
+from ..probes import Probe, check_text_length, load_suite
+from ..runner import RunSettings, check_drafters, check_same_aux, prompt_seed, write_run
+from ..sinks import SinkSpec
 
 
 @dataclass
@@ -81,7 +81,7 @@ def target_identity(target: Target, path: str | None) -> dict[str, Any]:
             ident["report"] = json.loads((Path(path) / "report.json").read_text())
         except (ValueError, RecursionError, OSError):
             ident["report"] = "unreadable report.json"
-    from .zoo.smollm2 import provenance
+    from ...zoo.smollm2 import provenance
 
     prov = provenance(Path(path)) if path else None
     if prov is not None:  # e.g. the real target converted from a GGUF: which file, which precision
@@ -188,7 +188,7 @@ def run_capture(
     suite = load_suite(probes)
     if limit is not None:
         suite = suite[:limit]
-    from .hub import resolve
+    from ...model.hub import resolve
 
     # hub ids become their cached snapshot folders here, so identity, tokenizer copy and manifest see files
     tgt_path = None if isinstance(target, (Target, nn.Module)) else str(resolve(target, "target"))

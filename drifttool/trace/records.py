@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .hooks import RoundCapture
-from .loop import RoundRecord
+from ..run.hooks import RoundCapture
+from ..run.loop import RoundRecord
 
 
 def prompt_tables(

@@ -9,10 +9,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..errors import DriftError
+from ..jsonfile import read_json_object
 from .cfgcheck import check_target_config
 from .config import FINAL_HIDDEN
-from .errors import DriftError
-from .jsonfile import read_json_object
 
 
 def default_aux_layer_ids(num_layers: int) -> list[int]:
@@ -201,13 +201,13 @@ class Target:
 
     def render_chat(self, messages: list[dict]) -> str:
         """Chat messages as text through the target's own chat template (fallback: a plain role format)."""
-        from .chat import fallback_render
+        from ..run.chat import fallback_render
 
         return self.chat_template.render(messages) if self.chat_template is not None else fallback_render(messages)
 
     @property
     def chat_format(self) -> str:
-        from .chat import FALLBACK
+        from ..run.chat import FALLBACK
 
         return self.chat_template.label if self.chat_template is not None else FALLBACK
 
@@ -282,7 +282,7 @@ def load_target(
     trust_remote_code: bool = False,
 ) -> Target:
     """Load a local HF causal LM folder (config.json + safetensors); `path` may also be a loaded model."""
-    from .dtypes import parse_dtype
+    from ..dtypes import parse_dtype
 
     dtype = parse_dtype(dtype)
     if isinstance(path, Target):
@@ -318,7 +318,7 @@ def load_target(
         from tokenizers import Tokenizer
 
         tok = TextTokenizer(Tokenizer.from_file(str(p / "tokenizer.json")))
-    from .chat import load_template
+    from ..run.chat import load_template
 
     t = Target(model, aux_layer_ids, tok, name=str(p))
     t.chat_template = load_template(p)

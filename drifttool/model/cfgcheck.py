@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .errors import DriftError
+from ..errors import DriftError
 
 REQUIRED = object()
 ROPE_FACTOR_TYPES = ("linear", "dynamic", "llama3")

@@ -12,9 +12,9 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
+from ..trace.reader import TraceData, member, read_table
 from .compare import Comparison
 from .metrics import context_bucket
-from .trace.reader import TraceData, member, read_table
 
 HEAD_METRICS = ("sink_mass", "draft_mass", "own_mass", "self_mass", "prompt_mass", "entropy")
 _EAGER = ("prompts", "rounds", "depths", "aux")

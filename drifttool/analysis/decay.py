@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from .config import trained_window
+from ..model.config import trained_window
 
 if TYPE_CHECKING:  # decay reads a Comparison; compare.to_json reads decay: no import cycle at run time
     from .compare import Comparison

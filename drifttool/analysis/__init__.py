@@ -1,0 +1,1 @@
+"""Analysis of traces: statistics, comparisons, decay, the regression gate, dashboard views, the terminal report."""

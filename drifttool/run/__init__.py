@@ -1,0 +1,1 @@
+"""Running: probes, run settings, the speculative loop, capture hooks and the engines (hf, vllm)."""
