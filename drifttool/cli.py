@@ -48,6 +48,9 @@ def capture(
     sink: str = typer.Option("4", "--sink", help="first:N | pos:i,j | tok:id,... (';' to combine)"),
     seed: int = typer.Option(0, "--seed"),
     keep_rows: int = typer.Option(2, "--keep-rows", help="full attention rows sampled per prompt and drafter"),
+    full_every: int = typer.Option(16, "--full-every",
+                                   help="entropy and head maxima (full attention rows) every Nth round of a prompt; "
+                                        "1 = every round (the reference path), 0 = sampled rows only"),
     temperature: float = typer.Option(0.0, "--temperature"),
     draft_sampling: str = typer.Option("greedy", "--draft-sampling",
                                        help="temperature > 0: greedy (vLLM's default) | probabilistic"),
@@ -82,7 +85,7 @@ def capture(
     path = run(target, specs, probes, out, depth=depth, mode=mode, max_new_tokens=max_new_tokens,
                device=device, dtype=dtype, sink=SinkSpec.parse(sink), seed=seed, keep_rows=keep_rows,
                temperature=temperature, resume=resume, overwrite=overwrite, limit=limit, progress=not quiet,
-               draft_sampling=draft_sampling, **extra)
+               draft_sampling=draft_sampling, full_every=full_every, **extra)
     typer.echo(f"trace written: {path}")
 
 

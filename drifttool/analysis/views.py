@@ -27,9 +27,11 @@ class LoadedTrace(TraceData):
         super().__init__(path)
         self._tables = {n: read_table(self.path, n, self.manifest, nonfinite=self.nonfinite) for n in _EAGER}
         h = read_table(self.path, "heads", self.manifest, nonfinite=self.nonfinite)
-        self.head_sums = h.groupby(["drafter", "prompt_id", "depth", "head"], observed=True)[list(HEAD_METRICS)] \
-            .sum().join(h.groupby(["drafter", "prompt_id", "depth", "head"], observed=True).size().rename("n")) \
-            .reset_index()
+        g = h.groupby(["drafter", "prompt_id", "depth", "head"], observed=True)
+        # entropy is NaN on rounds without full rows (rounds.full_stats): its own count, so its mean is over
+        # the rounds that have it
+        self.head_sums = g[list(HEAD_METRICS)].sum().join(g.size().rename("n")) \
+            .join(g["entropy"].count().rename("n_entropy")).reset_index()
         from .where_attention import prompt_counts
 
         self.where_counts = prompt_counts(h, self._tables["rounds"])  # empty for traces without head maxima
@@ -119,8 +121,11 @@ def head_means(cmp: Comparison, keep: set[str], f: Filters) -> pd.DataFrame:
         if f.heads:
             h = h[h["head"].isin(f.heads)]
         h = _in_depths(h, f)
-        g = h.groupby(["depth", "head"], observed=True)[[*HEAD_METRICS, "n"]].sum()
-        parts.append(g[list(HEAD_METRICS)].div(g["n"], axis=0).reset_index().assign(series=s.label))
+        ne = "n_entropy" if "n_entropy" in h else "n"
+        g = h.groupby(["depth", "head"], observed=True)[list(dict.fromkeys([*HEAD_METRICS, "n", ne]))].sum()
+        m = g[list(HEAD_METRICS)].div(g["n"], axis=0)
+        m["entropy"] = g["entropy"].div(g[ne]).where(g[ne] > 0)
+        parts.append(m.reset_index().assign(series=s.label))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["series", "depth", "head"])
 
 

@@ -1,5 +1,9 @@
 """The drafter's attention: GQA with RoPE over a KV cache, the named hook points the capture taps, RMSNorm and
-the sliding-window visibility rule (MLA, DeepSeek's latent attention, builds on it in mla.py)."""
+the sliding-window visibility rule (MLA, DeepSeek's latent attention, builds on it in mla.py).
+
+The fused path (`fused_attention`) runs the SDPA kernel variant that also returns each query row's
+log-sum-exp, so the capture gets region masses from a few keys without recomputing rows. The same kernel
+runs whether or not anything is hooked, so drafting outputs do not depend on the capture."""
 
 from __future__ import annotations
 
@@ -57,7 +61,7 @@ class KVCache:
             self.k = torch.cat([self.k, self.k.new_zeros(*self.k.shape[:2], grow, self.k.shape[3])], 2)
             self.v = torch.cat([self.v, self.v.new_zeros(*self.v.shape[:2], grow, self.v.shape[3])], 2)
         self.k[:, :, self.length : need] = k
-        self.v[:, :, self.length : need] = v
+        self.v[:, :, self.length : need, : v.shape[3]] = v  # MLA: values narrower than the cache stay 0-padded
         self.length = need
         return self.k[:, :, :need], self.v[:, :, :need]
 
@@ -87,6 +91,7 @@ class Eagle3Attention(nn.Module):
         self.hook_q = HookPoint()  # post-RoPE queries [B, nh, T, hd]
         self.hook_k = HookPoint()  # post-RoPE keys of the whole cache the queries attend [B, nkv, L, hd]
         self.hook_probs = HookPoint()  # eager path only: attention probabilities [B, nh, T, L]
+        self.hook_lse = HookPoint()  # log-sum-exp of each query row's scaled scores [B, nh, T] (fp32) or None
         self.attn_impl = "sdpa"
 
     def project(self, z: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
@@ -111,12 +116,55 @@ class Eagle3Attention(nn.Module):
                 mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))
+            self.hook_lse(scores.logsumexp(-1))
             probs = self.hook_probs(scores.softmax(-1))
             out = (probs @ vv.float()).to(q.dtype)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=self.scale,
-                                                 enable_gqa=self.nkv != self.nh)
+            out, lse = fused_attention(q, k, v, mask, causal, self.scale)
+            self.hook_lse(lse)
+        out = out[..., : self.vd]  # MLA: the cache pads values to the key width (see KVCache.append)
         return self.o_proj(rearrange(out, "b h t d -> b t (h d)"))
+
+
+_NO_LSE: set[tuple] = set()  # (device type, dtype, masked) the lse kernels refused once: not retried
+
+
+def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
+                    scale: float) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """SDPA output [B,nh,T,dv] and each row's log-sum-exp [B,nh,T] (fp32), or None where no lse kernel serves.
+
+    CPU: aten's flash kernel for CPU (what F.scaled_dot_product_attention dispatches to for these shapes: GQA
+    native, bool mask given as an additive mask of the query dtype; same head size for k and v). CUDA: the
+    memory-efficient kernel, GQA by folding each kv group's query heads into rows (only where the rows can share
+    one mask: T == 1 or a mask given). Anything else, or a kernel that refuses the shapes: plain SDPA, lse None."""
+    key = (q.device.type, q.dtype, mask is not None)
+    gqa = k.shape[1] != q.shape[1]
+    if key not in _NO_LSE and k.shape[-1] == v.shape[-1]:
+        bias = None
+        if mask is not None:
+            bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, float("-inf"))
+        try:
+            if q.device.type == "cpu":
+                out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                    q, k, v, 0.0, causal, attn_mask=bias, scale=scale)
+                return out, lse
+            if q.device.type == "cuda" and not (causal and gqa):
+                return _cuda_lse(q, k, v, bias, causal, scale)
+        except (RuntimeError, NotImplementedError):
+            _NO_LSE.add(key)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=gqa)
+    return out, None
+
+
+def _cuda_lse(q, k, v, bias, causal, scale):
+    b, nh, t, d = q.shape
+    nkv, rep = k.shape[1], q.shape[1] // k.shape[1]
+    qq = q.reshape(b, nkv, rep * t, d)  # head h = g * rep + r: kv group g's query heads as rows
+    if bias is not None:
+        bias = bias.repeat(rep, 1).expand(b, nkv, rep * t, bias.shape[-1])
+    out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(
+        qq, k, v, bias, True, 0.0, causal, scale=scale)[:2]
+    return out.reshape(b, nh, t, v.shape[-1]), lse[..., : rep * t].reshape(b, nh, t).float()
 
 
 def gqa_repeat(x: torch.Tensor, nh: int) -> torch.Tensor:

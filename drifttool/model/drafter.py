@@ -145,7 +145,8 @@ class Eagle3Drafter(nn.Module):
     def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
         p = self.lm_head.weight
         a = self.layer.self_attn
-        return KVCache(batch, a.nkv, a.hd, p.device, p.dtype, capacity, v_dim=a.vd)
+        # values padded to the key width (MLA): the lse-returning fused kernel needs equal head sizes
+        return KVCache(batch, a.nkv, a.hd, p.device, p.dtype, capacity, v_dim=max(a.vd, a.hd))
 
     # -- the real chain / teacher-forced chain -----------------------------------------------
     def forward(

@@ -3,7 +3,9 @@ serves it: low-rank q and kv projections of the 2H layer input, per-head keys an
 kv_b_proj, a RoPE part shared by all heads (interleaved pairs, GPT-J style) and values of v_head_dim.
 
 Queries and keys leave `project` as decompressed heads [B, nh, T, nope + rope], so the hook points, the KV cache
-and the capture score MLA heads exactly as the drafter attends (softmax scale included)."""
+and the capture score MLA heads exactly as the drafter attends (softmax scale included). The cache stores values
+zero-padded to the key width (v_head_dim < qk_head_dim), so the fused kernel that returns the log-sum-exp serves
+MLA too; the padding columns of the output are dropped before o_proj."""
 
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ class MLAAttention(Eagle3Attention):
         self.kv_a_layernorm = RMSNorm(self.kvr, cfg.rms_norm_eps)
         self.kv_b_proj = nn.Linear(self.kvr, self.nh * (self.nope + self.vd), bias=False)
         self.o_proj = nn.Linear(self.nh * self.vd, cfg.hidden_size, bias=False)
-        self.hook_q, self.hook_k, self.hook_probs = HookPoint(), HookPoint(), HookPoint()
+        self.hook_q, self.hook_k, self.hook_probs, self.hook_lse = HookPoint(), HookPoint(), HookPoint(), HookPoint()
         self.attn_impl = "sdpa"
 
     def project(self, z: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):

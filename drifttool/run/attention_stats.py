@@ -7,7 +7,12 @@ Cost: this runs once per round over K x heads x L scores, so every full-length p
 and 16k context one pass reads and writes 4 MiB; see bench/bench_overhead.py). Hence: scores in the
 [nkv, K, rep, L] layout one matmul writes; the chain mask only on the K-1 draft slots at the tail (the context
 is visible to every depth); one exp shared by masses and entropy (no entr); sink mass gathered from the few
-sink columns."""
+sink columns.
+
+`lse_masses` is the cheap path: with each query row's log-sum-exp from the fused attention kernel, the sink
+and chain masses are exp(q.k * scale - lse) over the S sink keys and K-1 draft keys alone, O(K (S+K) heads)
+per round whatever the context length; prompt mass is the rest. Entropy and the head maxima need the full row
+and come only from `head_stats`."""
 
 from __future__ import annotations
 
@@ -101,6 +106,34 @@ def head_stats(d: torch.Tensor, n: int, sink_idx: torch.Tensor, window: int | No
     fields = [sink_mass, draft, own, ent, z.reciprocal(), top.to(z.dtype)]  # slot ids < 2^24: exact in fp32
     heads = rearrange(torch.stack(fields, -1), "g k r f -> k (g r) f")
     return heads, row
+
+
+def lse_masses(q: torch.Tensor, keys: torch.Tensor, n: int, lse: torch.Tensor, sink_idx: torch.Tensor,
+               scale: float | None = None, window: int | None = None) -> torch.Tensor:
+    """HEAD_FIELDS [K, nh, 6] from the K draft-step queries q [K, nh, hd], the round's keys [nkv, L, hd] and each
+    query row's log-sum-exp lse [K, nh] over the keys it attended: sink / earlier-draft / own masses exactly as
+    `head_stats` defines them (same slots, same window rule), entropy and max_prob NaN, top_pos -1 (not computed).
+    Only the S sink keys and the K-1 draft keys are read, gathered before the fp32 upcast (bf16 caches stay)."""
+    k_, nh, hd = q.shape
+    nkv = keys.shape[0]
+    dev = q.device
+    idx = torch.cat([sink_idx.to(dev), torch.arange(n, n + k_ - 1, device=dev)])  # S sinks, then draft slots
+    kg = keys.index_select(1, idx).float()  # [nkv, S+K-1, hd]: the few keys, then fp32
+    qg = rearrange(q.float(), "k (g r) d -> g (k r) d", g=nkv)
+    s = torch.matmul(qg, kg.transpose(1, 2)).view(nkv, k_, nh // nkv, idx.shape[0])
+    s.mul_(scale or 1.0 / math.sqrt(hd))
+    p = (s - rearrange(lse.float(), "k (g r) -> g k r", g=nkv)[..., None]).exp_()
+    lo = torch.tensor([window_start(n, j, window) for j in range(k_)], device=dev)
+    vis = (idx[None, :] >= lo[:, None]).float()[None, :, None, :]  # [1, K, 1, S+K-1]: inside depth j's window
+    p.mul_(vis)
+    ns = sink_idx.shape[0]
+    sink = p[..., :ns].sum(-1)
+    _, draft_w, own_w = chain_masks(k_, str(dev))
+    tail = p[..., ns:]
+    draft, own = (tail * draft_w).sum(-1), (tail * own_w).sum(-1)
+    nan = torch.full_like(sink, float("nan"))
+    fields = [sink, draft, own, nan, nan, torch.full_like(sink, -1.0)]
+    return rearrange(torch.stack(fields, -1), "g k r f -> k (g r) f")
 
 
 def hidden_stats(x: torch.Tensor) -> torch.Tensor:

@@ -1,9 +1,12 @@
 """Capture: forward hooks stash cheap per-step tensors; one batched computation per round (attention_stats)
 turns them into per-depth, per-head attention masses and hidden magnitudes.
 
-Per draft step the hooks only keep references (the query row, the layer input, pre, post). At the end of
-a round, the K query rows are scored against the round's final key cache with the causal chain mask in one
-matmul + softmax (K×heads×L, never L×L), reduced to region masses, and moved to the host once.
+Per draft step the hooks only keep references (the query row, its log-sum-exp from the fused attention kernel,
+the layer input, pre, post). At the end of a round the region masses come from the few sink and draft keys and
+the log-sum-exp (attention_stats.lse_masses, independent of context length). On full rounds — every
+`full_every`-th round, rounds whose row is sampled, and any round without a log-sum-exp — the K query rows are
+instead scored against the round's final key cache in one matmul + softmax (K×heads×L, never L×L): the reference
+path, which also gives entropy and the head maxima. `full_every=1` is the reference path on every round.
 Adapters map hook names onto a module, so the same capture can sit on a foreign drafter."""
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class DrafterAdapter:
     post: str = "hook_post"
     aux_pre: tuple[str, ...] = ()
     aux_post: tuple[str, ...] = ()
+    lse: str | None = "layers.0.self_attn.hook_lse"  # [B, nh, T] row log-sum-exps (None: always full rows)
 
     @classmethod
     def for_drifttool(cls, drafter) -> DrafterAdapter:
@@ -96,6 +100,11 @@ class RoundCapture:
     row: np.ndarray | None = None  # [K, L] head-mean attention rows (sampled rounds only)
     slot_tokens: list[int] | None = None
     sink_slots: list[int] | None = None  # the context slots counted as sinks (sampled rounds only)
+    full: bool = True  # entropy / max_prob / top_pos computed (a full round); else NaN / NaN / -1
+
+
+# every 16th round of a prompt gets full rows (entropy, head maxima): their cost amortised to ~1/16
+FULL_EVERY = 16
 
 
 @dataclass
@@ -108,6 +117,7 @@ class Capture:
     keep_qk: bool = False  # keep q rows + draft keys so `attention()` can rebuild any row later
     seed: int = 0
     adapter: DrafterAdapter | None = None
+    full_every: int = 1  # full rows on rounds 0, N, 2N, ... (1: every round = reference; 0: sampled rows only)
 
     def __post_init__(self):
         self.adapter = self.adapter or DrafterAdapter.for_drifttool(self.drafter)
@@ -129,6 +139,7 @@ class Capture:
     # -- hooks -------------------------------------------------------------------------------
     def _reset_round(self) -> None:
         self._q: list[torch.Tensor] = []
+        self._lse: list[torch.Tensor | None] = []
         self._h: dict[str, list[torch.Tensor]] = {"in": [], "pre": [], "post": []}
         self._aux_pre: list[torch.Tensor | None] = []
         self._aux_post: list[torch.Tensor | None] = []
@@ -157,6 +168,9 @@ class Capture:
 
             return f
 
+        def lse_row(out):  # [B, nh, T] -> the last row [B, nh, 1]; None where the kernel gave none
+            self._lse.append(None if out is None else out[..., -1:] if out.shape[-1] == 1 else out[..., -1:].clone())
+
         self._handles = [
             tap(mods[ad.q], last_row(lambda: self._q)),
             *(
@@ -164,6 +178,8 @@ class Capture:
                 for name, key in (("layer_in", "in"), ("pre", "pre"), ("post", "post"))
             ),
         ]
+        if ad.lse is not None and ad.lse in mods:
+            self._handles.append(tap(mods[ad.lse], lse_row))
         for i, name in enumerate(ad.aux_pre):
             self._handles.append(tap(mods[name], aux("_aux_pre", i)))
         for i, name in enumerate(ad.aux_post):
@@ -235,8 +251,13 @@ class Capture:
         dev = keys.device
         sink_pos = self.sink.index(self._context_ids(n))  # context positions only (on the host)
         keep = self._sample_row()
-        d = stats.masked_logits(q, keys, n, self.scale, self.window)  # [nkv, K, rep, L]
-        heads, row = stats.head_stats(d, n, sink_pos.to(dev), self.window, keep)
+        lse = self._round_lse(k_)
+        full = keep or lse is None or (self.full_every > 0 and record.round % self.full_every == 0)
+        if full:
+            d = stats.masked_logits(q, keys, n, self.scale, self.window)  # [nkv, K, rep, L]
+            heads, row = stats.head_stats(d, n, sink_pos.to(dev), self.window, keep)
+        else:
+            heads, row = stats.lse_masses(q, keys, n, lse, sink_pos, self.scale, self.window), None
         h = self._h
         x = torch.cat(h["in"] + h["pre"] + h["post"], -2)[0].detach().float().view(3, k_, -1)  # [3, K, H]
         hidden = stats.hidden_stats(x)
@@ -251,12 +272,14 @@ class Capture:
         if keep:
             packed = torch.cat([packed, row.flatten()])
         host = packed.cpu().numpy()  # the one host transfer of the round
-        if not np.isfinite(host).all():  # checked on the host copy: no extra device sync
+        o1 = heads.numel()
+        # checked on the host copy (no extra device sync); entropy / max_prob are NaN by design on lse rounds
+        checked = host if full else np.concatenate([host[:o1].reshape(-1, 6)[:, :3].ravel(), host[o1:]])
+        if not np.isfinite(checked).all():
             raise DriftError(
                 f"drafter activations: NaN or inf in round {record.round} (attention or hidden states "
                 "overflow; check rms_norm_eps, the weights' scale, or try --dtype float32)"
             )
-        o1 = heads.numel()
         o2 = o1 + hidden.numel()
         o3 = o2 + aux.numel()
         rc = RoundCapture(
@@ -265,12 +288,19 @@ class Capture:
             heads=host[:o1].reshape(k_, nh, len(HEAD_FIELDS)),
             hidden=host[o1:o2].reshape(k_, len(HIDDEN_FIELDS)),
             aux=host[o2:o3].reshape(-1, 3),
+            full=full,
         )
         if keep:
             rc.row = host[o3:].reshape(k_, -1).astype(np.float16)
             rc.slot_tokens = list(self._seq[1 : n + 1]) + list(record.input_ids[1:])
             rc.sink_slots = sink_pos.tolist()  # what the sink mass summed over: the drill-down marks these
         return rc
+
+    def _round_lse(self, k_: int) -> torch.Tensor | None:
+        """[K, nh] log-sum-exp of the round's K query rows, or None when any step lacked one."""
+        if len(self._lse) != k_ or any(x is None for x in self._lse):
+            return None
+        return torch.cat(self._lse, -1)[0].transpose(0, 1)
 
     def _sample_row(self) -> bool:
         if self.keep_rows <= 0:

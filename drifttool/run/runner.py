@@ -16,16 +16,22 @@ from typing import Any
 
 import torch
 
-from ..argcheck import run_settings
+from ..argcheck import need_int, run_settings
 from ..dtypes import dtype_name
 from ..errors import DriftError
 from ..trace.writer import TraceWriter
+from .hooks import FULL_EVERY
 from .loop import check_settings
 from .sinks import SinkSpec
 
 WINDOW_NOTE = ("a drafter with a sliding window W (drafters[].sliding_window) attends slots p with q - W < p <= q; "
                "masses are over those slots, so sink positions outside the window get zero mass "
                "(depths.attn_window_start = the first visible slot)")
+
+
+FULL_NOTE = ("sink/draft/own masses every round (from the attention kernel's log-sum-exp); entropy, max_prob and "
+             "top_pos only on full rounds (rounds.full_stats: rounds 0, N, 2N, ... with N = full_every, and rounds "
+             "whose rows were sampled); NaN / NaN / -1 on the others")
 
 
 @dataclass(frozen=True)
@@ -44,18 +50,20 @@ class RunSettings:
     device: str = "cpu"
     limit: int | None = None
     draft_sampling: str = "greedy"
+    full_every: int = FULL_EVERY  # entropy / head maxima (full rows) on rounds 0, N, 2N, ... (hooks.Capture)
 
     @classmethod
     def of(cls, depth: int = 8, mode: str = "generate", max_new_tokens: int = 64, sink: SinkSpec | None = None,
            seed: int = 0, temperature: float = 0.0, keep_rows: int = 2, dtype: Any = "float32", device: str = "cpu",
-           limit: int | None = None, draft_sampling: str = "greedy") -> RunSettings:
+           limit: int | None = None, draft_sampling: str = "greedy", full_every: int = FULL_EVERY) -> RunSettings:
         """Validated settings; each wrong value is one DriftError line naming its CLI option."""
         run_settings(depth, max_new_tokens, temperature, seed, keep_rows, limit, sink)
         if str(device).startswith("cuda") and not torch.cuda.is_available():
             raise DriftError(f"--device {device}: CUDA is not available on this machine")
         check_settings(depth, max_new_tokens, mode, temperature, draft_sampling)
+        need_int("--full-every", full_every, 0, "a round interval >= 0 (1 = every round, 0 = sampled rows only)")
         return cls(depth, mode, max_new_tokens, sink or SinkSpec(), seed, temperature, keep_rows, dtype_name(dtype),
-                   device, limit, draft_sampling)
+                   device, limit, draft_sampling, full_every)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -67,6 +75,7 @@ class RunSettings:
             "depth": self.depth, "mode": self.mode, "max_new_tokens": self.max_new_tokens,
             "sink": self.sink.to_dict(), "seed": self.seed, "temperature": self.temperature,
             "keep_rows": self.keep_rows, "dtype": self.dtype, "device": self.device,
+            "full_every": self.full_every, "full_every_note": FULL_NOTE,
             "probes": {"path": str(probes), "sha256": hashlib.sha256(Path(probes).read_bytes()).hexdigest()[:16],
                        "n_prompts": n_prompts, "limit": self.limit},
             "attention_window": WINDOW_NOTE,

@@ -28,6 +28,7 @@ def prompt_tables(
         "drafter": drafter, "prompt_id": prompt_id, "round": rnd, "context_len": ctx, "depth": k_,
         "accepted": acc, "bonus": [r.bonus for r in records], "beyond_window": pos.max(1) >= trained_window,
         "draft_s": [r.draft_s for r in records], "verify_s": [r.verify_s for r in records],
+        "full_stats": [c.full for c in caps],  # entropy / max_prob / top_pos computed (else NaN / NaN / -1)
     })
     heads = np.stack([c.heads for c in caps])  # [R, K, nh, 6] attention_stats.HEAD_FIELDS
     hidden = np.stack([c.hidden for c in caps])  # [R, K, 7]

@@ -29,7 +29,9 @@ TABLES: dict[str, list[str]] = {
 # masses are over the visible slots, so sink positions before it count as zero mass).
 # heads.max_prob / heads.top_pos = the head's largest attention weight and the key slot holding it (slot t pairs
 # token t+1 with position t; slots >= the round's context_len are this chain's draft slots).
-OPTIONAL: dict[str, list[str]] = {"rounds": ["draft_s", "verify_s"], "depths": ["attn_window_start"],
+# rounds.full_stats = entropy / max_prob / top_pos were computed from the full attention row that round (capture
+# setting full_every); on other rounds they are NaN / NaN / -1 and the masses come from the kernel's log-sum-exp.
+OPTIONAL: dict[str, list[str]] = {"rounds": ["draft_s", "verify_s", "full_stats"], "depths": ["attn_window_start"],
                                   "heads": ["max_prob", "top_pos"]}
 
 # Optional: sampled attention rows, one safetensors file per shard plus this index table. Optional column

@@ -16,12 +16,15 @@ _MASSES = ("sink_mass", "draft_mass", "own_mass", "self_mass", "prompt_mass")
 _MAGNITUDES = ("rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post", "l2_post", "rms_before", "rms_after")
 _INTS = ("round", "depth", "context_len", "position", "input_id", "draft_id", "target_id", "head", "chunk",
          "layer_id", "prompt_len", "n_generated", "n_rounds", "accepted_total", "bonus", "attn_window_start")
-_BOOLS = ("match", "reached", "massive", "beyond_window")
+_BOOLS = ("match", "reached", "massive", "beyond_window", "full_stats")
 _STRINGS = ("drafter", "prompt_id", "tags", "tensor")
-_FLOATS = (*_MASSES, *_MAGNITUDES, "entropy", "mean_acceptance_length", "wall_s", "draft_s", "verify_s")
+_FLOATS = (*_MASSES, *_MAGNITUDES, "entropy", "max_prob", "mean_acceptance_length", "wall_s", "draft_s", "verify_s")
 # floats that must be finite (a NaN mass is no measurement); other float columns may be NaN (e.g. verify_s when
-# teacher-forced) and are reported as one note by the readers
-FINITE = (*_MASSES, "entropy")
+# teacher-forced, entropy / max_prob on rounds without full rows: rounds.full_stats false) and are reported as one
+# note by the readers
+FINITE = _MASSES
+# NaN by design where rounds.full_stats is false: no note for these
+_SCHEDULED = ("depths.entropy", "heads.entropy", "heads.max_prob")
 # masses are float32 sums of probabilities: allow their rounding error, nothing more
 _TOL = 1e-4
 
@@ -122,7 +125,7 @@ def check_values(f: Path, table: str, tbl: pa.Table, depth: int | None, nonfinit
 
 def nonfinite_note(path: Path, counts: dict[str, Any]) -> str | None:
     """One note for every NaN/inf value found in the lenient columns (no per-value warnings)."""
-    counts = {k: v for k, v in counts.items() if k not in ("rounds.draft_s", "rounds.verify_s")}
+    counts = {k: v for k, v in counts.items() if k not in ("rounds.draft_s", "rounds.verify_s", *_SCHEDULED)}
     if not counts:
         return None
     parts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))

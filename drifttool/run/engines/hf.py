@@ -21,7 +21,7 @@ from ...model.target import Target, load_target
 from ...trace.identity import flat_identity, folder_weights, module_weights
 from ...trace.records import add_rows, prompt_row, prompt_tables
 from ...version import __version__
-from ..hooks import Capture
+from ..hooks import FULL_EVERY, Capture
 from ..loop import check_prompt, positions_needed, speculate, teacher_forcing_data
 from ..probes import Probe, check_text_length, load_suite
 from ..runner import RunSettings, check_drafters, check_same_aux, prompt_seed, write_run
@@ -127,14 +127,14 @@ def capture_one(
 def capture_prompt(
     target: Target, drafters: dict[str, Eagle3Drafter], probe: Probe, ids: list[int], depth: int, mode: str,
     max_new_tokens: int, sink: SinkSpec, seed: int, keep_rows: int, temperature: float,
-    draft_sampling: str = "greedy",
+    draft_sampling: str = "greedy", full_every: int = 1,
 ) -> tuple[dict[str, pd.DataFrame], dict]:
     """All drafters on one prompt (the target's teacher-forced pass shared); the shard's tables and rows."""
     parts: dict[str, list[pd.DataFrame]] = {}
     rows: dict = {}
     forced = teacher_forcing_data(target, ids, depth, max_new_tokens) if mode == "teacher-forced" else None
     for name, d in drafters.items():
-        with Capture(d, sink=sink, keep_rows=keep_rows, seed=prompt_seed(seed, probe.id)) as cap:
+        with Capture(d, sink=sink, keep_rows=keep_rows, seed=prompt_seed(seed, probe.id), full_every=full_every) as cap:
             try:
                 tabs, arr, _ = capture_one(target, name, d, cap, probe, ids, depth, mode, max_new_tokens, seed,
                                            temperature, forced, draft_sampling)
@@ -178,12 +178,13 @@ def run_capture(
     progress: bool = True,
     extra_manifest: dict[str, Any] | None = None,
     draft_sampling: str = "greedy",
+    full_every: int = FULL_EVERY,
 ) -> Path:
     """Capture every probe with every drafter into the trace `out`; returns its path. `draft_sampling`
     (temperature > 0 only): "greedy" as vLLM drafts by default, or "probabilistic" (see loop.DRAFT_SAMPLING)."""
     st = RunSettings.of(depth=depth, mode=mode, max_new_tokens=max_new_tokens, sink=sink, seed=seed,
                         temperature=temperature, keep_rows=keep_rows, dtype=dtype, device=device, limit=limit,
-                        draft_sampling=draft_sampling)  # before anything is loaded or written
+                        draft_sampling=draft_sampling, full_every=full_every)  # before anything is loaded or written
     check_drafters(drafters)
     suite = load_suite(probes)
     if limit is not None:
@@ -208,7 +209,8 @@ def run_capture(
         token_ids[probe.id] = ids
     capture_settings = {
         **st.record(probes, len(suite)),
-        "attention": "softmax rows of the K draft queries against the round's final key cache (no L x L maps)",
+        "attention": "masses from the fused attention kernel's log-sum-exp over the sink and draft keys; on full rounds "
+                     "softmax rows of the K draft queries against the round's final key cache (no L x L maps)",
         "draft_sampling": draft_sampling if temperature > 0 else "greedy (temperature 0)",
     }
     if any(p.messages is not None for p in suite):
@@ -219,7 +221,7 @@ def run_capture(
         mnt = probe.max_new_tokens or max_new_tokens
         try:
             tables, rows = capture_prompt(tgt, models, probe, token_ids[probe.id], depth, mode, mnt, st.sink, seed,
-                                          keep_rows, temperature, draft_sampling)
+                                          keep_rows, temperature, draft_sampling, st.full_every)
         except DriftError as e:  # e.g. NaN/inf target features: name the target and the probe
             raise DriftError(f"{tgt_path or tgt.name}: probe {probe.id!r}: {e}") from None
         writer.add(probe.id, tables, rows)

@@ -41,7 +41,7 @@ from ...model.config import trained_window
 from ...model.drafter import Eagle3Drafter
 from ...model.target import Target, default_aux_layer_ids
 from ...trace.records import add_rows, prompt_row, prompt_tables
-from ..hooks import Capture
+from ..hooks import FULL_EVERY, Capture
 from ..loop import RoundRecord, positions_needed, refresh
 from ..probes import load_suite
 from ..runner import RunSettings, check_drafters, check_same_aux, prompt_seed, write_run
@@ -506,13 +506,14 @@ def run_capture_vllm(
     extra_manifest: dict[str, Any] | None = None,
     vllm_kwargs: dict[str, Any] | None = None,
     draft_sampling: str = "greedy",
+    full_every: int = FULL_EVERY,
 ) -> Path:
     """Like `run_capture`, but vLLM runs the speculative decoding; returns the trace path.
 
     One vLLM engine per drafter (vLLM serves one drafter at a time); shards are keyed `DRAFTER:PROMPT`.
     `device`/`dtype` apply to vLLM (dtype) and to the replay drafter (device, dtype)."""
     st = RunSettings.of(depth=depth, max_new_tokens=max_new_tokens, sink=sink, seed=seed, temperature=temperature,
-                        keep_rows=keep_rows, dtype=dtype, device=device, limit=limit)
+                        keep_rows=keep_rows, dtype=dtype, device=device, limit=limit, full_every=full_every)
     check_drafters(drafters)
     if draft_sampling != "greedy":
         raise DriftError(f"--draft-sampling {draft_sampling}: the vllm engine records vLLM's own drafts, drawn with "
@@ -565,7 +566,7 @@ def run_capture_vllm(
         spec, todo = item
         _run_drafter(vllm, SamplingParams, writer, bar, info, str(target), spec, models[spec.name],
                      plans[spec.name][0], todo, depth, max_new_tokens, vdtype, sink, seed, keep_rows, temperature,
-                     user_kw, device)
+                     user_kw, device, st.full_every)
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -577,7 +578,8 @@ def run_capture_vllm(
 
 
 def _run_drafter(vllm, SamplingParams, writer, bar, info, target, spec, drafter, as_is, todo, depth,
-                 max_new_tokens, dtype, sink, seed, keep_rows, temperature, user_kw, device) -> None:
+                 max_new_tokens, dtype, sink, seed, keep_rows, temperature, user_kw, device,
+                 full_every: int = FULL_EVERY) -> None:
     name = spec.name
     prompts = []
     for probe in todo:
@@ -618,7 +620,7 @@ def _run_drafter(vllm, SamplingParams, writer, bar, info, target, spec, drafter,
                 wall = time.perf_counter() - t0
                 delta = metrics_delta(before, spec_metrics(llm))
                 out_ids = [int(t) for t in res.token_ids]
-                with Capture(drafter, sink=sink, keep_rows=keep_rows, seed=psd) as cap:
+                with Capture(drafter, sink=sink, keep_rows=keep_rows, seed=psd, full_every=full_every) as cap:
                     records, stats = replay_prompt(drafter, cap, rec.events, ids, out_ids, depth)
                 check_acceptance(records, delta, getattr(res, "spec_decode_metrics", None), f"prompt {probe.id}")
                 problem = verdict(stats.to_dict(), dtype)
