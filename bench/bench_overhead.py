@@ -2,14 +2,22 @@
 
 Times exactly the drafting path of a round (refresh of the accepted slots with target features, K-1 chained
 draft steps, and with capture on the per-step hooks plus `Capture.end_round`). Target features are random
-tensors of the right shape; no target runs. Bars (DESIGN.md): <= 1.10x at 2k context, <= 1.05x at 16k.
+tensors of the right shape; no target runs; the KV cache holds random keys/values (real_scale.fill_cache:
+attention cost depends on shapes only). Two capture paths, each against the same capture-off rounds:
+`new` (masses from the kernel's log-sum-exp; full rows every --full-every rounds) and `ref` (full rows every
+round: the recomputing reference). Off / new / ref run in rotating order within each repetition; the spread
+is min / median / max over repetitions of (path rounds / off rounds of the same repetition).
+
+Shapes: `bench` (hidden 256, 8x32 heads, 2 kv, vocab 2048; bars: 2k <= 1.10x, 16k <= 1.05x) and `real`
+(the Llama-3.1-8B EAGLE-3 head's shape through load_drafter, see real_scale.py; bar <= 1.02x everywhere).
 
 Two clocks per timed block: the CPU time of the drafting thread (primary: on a machine shared with other
 jobs, wall time mostly measures the scheduler) and wall time (reported beside it). One torch thread.
 
-    python bench/bench_overhead.py                 # full: 512, 2k, 8k, 16k
-    python bench/bench_overhead.py --smoke         # seconds
-    python bench/bench_overhead.py --profile 16k   # cProfile of capture-on rounds at one context
+    python bench/bench_overhead.py                               # bench shape: 2k, 16k, 64k, fp32
+    python bench/bench_overhead.py --shape real --dtype bfloat16 # real-scale shape
+    python bench/bench_overhead.py --smoke                       # seconds
+    python bench/bench_overhead.py --profile 16k --paths new     # cProfile of capture-on rounds
 """
 
 from __future__ import annotations
@@ -18,21 +26,17 @@ import argparse
 import time
 
 import torch
-from _common import (
-    BenchShape,
-    draft_round,
-    fmt_ctx,
-    make_context,
-    make_drafter,
-    median,
-    parse_contexts,
-    prefill,
-    print_table,
-)
+from _common import BenchShape, Context, draft_round, fmt_ctx, make_drafter, median, parse_contexts, print_table
 
-from drifttool.run.hooks import Capture
+from drifttool.run.hooks import FULL_EVERY, Capture
 
-BARS = {2048: 1.10, 16384: 1.05}
+BARS = {"bench": {2048: 1.10, 16384: 1.05}, "real": {}}
+REAL_BAR = 1.02
+PATHS = ("new", "ref")
+
+
+def bar_for(shape_name: str, n: int) -> float | None:
+    return REAL_BAR if shape_name == "real" and 2048 <= n <= 65536 else BARS[shape_name].get(n)
 
 
 def time_rounds(drafter, cache, ctx, shape, rounds: int, cap: Capture | None) -> tuple[float, float]:
@@ -44,39 +48,65 @@ def time_rounds(drafter, cache, ctx, shape, rounds: int, cap: Capture | None) ->
     return (time.thread_time() - c0) / rounds, (time.perf_counter() - w0) / rounds
 
 
-def measure(n: int, shape: BenchShape, reps: int, rounds: int, warmup: int = 3) -> dict:
-    drafter = make_drafter(shape, max_pos=max(n + 64, 2048))
-    ctx = make_context(shape, n)
-    cache = prefill(drafter, ctx, shape)
-    cap = Capture(drafter)
-    end_cpu: list[float] = []
-    end_round = cap.end_round
+def setup(a, n: int):
+    """(drafter, shape, context, cache) for one context length."""
+    from real_scale import fill_cache
 
-    def timed_end_round(*args):  # the per-round batched computation alone (CPU time)
-        c0 = time.thread_time()
-        end_round(*args)
-        end_cpu.append(time.thread_time() - c0)
+    dtype = getattr(torch, a.dtype)
+    if a.shape == "real":
+        from real_scale import AUX, H, VD, load
 
-    cap.end_round = timed_end_round
-    t = {"on": [], "off": []}
-    with cap:  # warm-up, untimed
-        time_rounds(drafter, cache, ctx, shape, warmup, cap)
-    time_rounds(drafter, cache, ctx, shape, warmup, None)
-    for rep in range(reps):
-        order = ("on", "off") if rep % 2 == 0 else ("off", "on")  # alternate to cancel drift
-        for mode in order:
-            if mode == "on":
-                cap.new_prompt()
-                with cap:
-                    t["on"].append(time_rounds(drafter, cache, ctx, shape, rounds, cap))
+        drafter = load(dtype)
+        shape = BenchShape(H, 32, 8, VD, a.depth)
+        feat_dim = len(AUX) * H
+    else:
+        shape = BenchShape(a.hidden, a.heads, a.kv_heads, a.vocab, a.depth)
+        drafter = make_drafter(shape, max_pos=max(n + 64, 2048)).to(dtype)
+        feat_dim = 3 * shape.hidden
+    g = torch.Generator().manual_seed(n)
+    seq = torch.randint(1, min(shape.vocab, 32000), (n + 1,), generator=g).tolist()
+    feats = torch.randn(1, feat_dim, generator=g).expand(n, feat_dim)  # only the refreshed rows are read
+    cache = fill_cache(drafter, n - shape.refresh, shape.depth)
+    return drafter, shape, Context(n, seq, feats), cache
+
+
+def measure(a, n: int, paths: tuple[str, ...]) -> dict:
+    drafter, shape, ctx, cache = setup(a, n)
+    caps = {p: Capture(drafter, full_every=a.full_every if p == "new" else 1) for p in paths}
+    end_cpu: dict[str, list[float]] = {p: [] for p in paths}
+    for p, cap in caps.items():
+        def timed_end_round(*args, _f=cap.end_round, _p=p):  # the per-round computation alone (CPU time)
+            c0 = time.thread_time()
+            _f(*args)
+            end_cpu[_p].append(time.thread_time() - c0)
+
+        cap.end_round = timed_end_round
+    modes = ("off", *paths)
+    t: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
+    for m in modes:  # warm-up, untimed
+        if m == "off":
+            time_rounds(drafter, cache, ctx, shape, a.warmup, None)
+        else:
+            with caps[m]:
+                time_rounds(drafter, cache, ctx, shape, a.warmup, caps[m])
+    for rep in range(a.reps):
+        order = modes[rep % len(modes):] + modes[: rep % len(modes)]  # rotate to cancel drift
+        for m in order:
+            if m == "off":
+                t[m].append(time_rounds(drafter, cache, ctx, shape, a.rounds, None))
             else:
-                t["off"].append(time_rounds(drafter, cache, ctx, shape, rounds, None))
-    on, off = (median([c for c, _ in t[m]]) for m in ("on", "off"))
-    won, woff = (median([w for _, w in t[m]]) for m in ("on", "off"))
-    paired = median([a[0] / b[0] for a, b in zip(t["on"], t["off"])])
-    return {"n": n, "on_ms": 1e3 * on, "off_ms": 1e3 * off, "ratio": on / off, "paired": paired,
-            "wall_ratio": won / woff, "wall_off_ms": 1e3 * woff, "end_ms": 1e3 * median(end_cpu),
-            "floor_ms": 1e3 * recompute_floor(cache, shape, n)}
+                caps[m].new_prompt()
+                with caps[m]:
+                    t[m].append(time_rounds(drafter, cache, ctx, shape, a.rounds, caps[m]))
+    off = median([c for c, _ in t["off"]])
+    out = {"n": n, "off_ms": 1e3 * off, "shape": shape, "floor_ms": 1e3 * recompute_floor(cache, shape, n)}
+    for p in paths:
+        pr = [x[0] / y[0] for x, y in zip(t[p], t["off"])]
+        out[p] = {"on_ms": 1e3 * median([c for c, _ in t[p]]), "ratio": median([c for c, _ in t[p]]) / off,
+                  "spread": (min(pr), median(pr), max(pr)),
+                  "wall_ratio": median([w for _, w in t[p]]) / median([w for _, w in t["off"]]),
+                  "end_ms": 1e3 * median(end_cpu[p])}
+    return out
 
 
 def recompute_floor(cache, shape: BenchShape, n: int, reps: int = 15) -> float:
@@ -84,7 +114,7 @@ def recompute_floor(cache, shape: BenchShape, n: int, reps: int = 15) -> float:
     (one batched matmul over the final key cache) and one exp over them."""
     keys = cache.keys()[0]
     rep = shape.heads // shape.kv_heads
-    q = torch.randn(shape.kv_heads, shape.depth * rep, shape.head_dim)
+    q = torch.randn(shape.kv_heads, shape.depth * rep, shape.head_dim, dtype=keys.dtype)
     ts = []
     for _ in range(reps):
         c0 = time.thread_time()
@@ -93,27 +123,31 @@ def recompute_floor(cache, shape: BenchShape, n: int, reps: int = 15) -> float:
     return median(ts)
 
 
-def profile(n: int, shape: BenchShape, rounds: int) -> None:
+def profile(a, n: int) -> None:
     import cProfile
     import pstats
 
-    drafter = make_drafter(shape, max_pos=max(n + 64, 2048))
-    ctx = make_context(shape, n)
-    cache = prefill(drafter, ctx, shape)
-    with Capture(drafter) as cap:
+    drafter, shape, ctx, cache = setup(a, n)
+    full_every = a.full_every if "new" in a.paths else 1
+    with Capture(drafter, full_every=full_every) as cap:
         time_rounds(drafter, cache, ctx, shape, 3, cap)
         pr = cProfile.Profile()
         pr.enable()
-        time_rounds(drafter, cache, ctx, shape, rounds, cap)
+        time_rounds(drafter, cache, ctx, shape, a.rounds, cap)
         pr.disable()
     pstats.Stats(pr).sort_stats("tottime").print_stats(25)
 
 
 def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--contexts", default="512,2k,8k,16k", help="comma list, e.g. 512,2k,8k,16k")
-    ap.add_argument("--reps", type=int, default=15, help="interleaved on/off repetitions per context")
-    ap.add_argument("--rounds", type=int, default=20, help="rounds timed back to back per repetition")
+    ap.add_argument("--shape", choices=("bench", "real"), default="bench")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    ap.add_argument("--contexts", default="2k,16k,64k", help="comma list, e.g. 2k,16k,64k")
+    ap.add_argument("--paths", default="new,ref", help="capture paths timed against off: new, ref")
+    ap.add_argument("--full-every", type=int, default=FULL_EVERY, help="the new path's full-row interval")
+    ap.add_argument("--reps", type=int, default=9, help="interleaved off/new/ref repetitions per context")
+    ap.add_argument("--rounds", type=int, default=16, help="rounds timed back to back per repetition")
+    ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--depth", type=int, default=8, help="K draft tokens per round")
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--heads", type=int, default=8)
@@ -125,33 +159,45 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--profile", metavar="CTX", help="cProfile capture-on rounds at one context and exit")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
-    shape = BenchShape(a.hidden, a.heads, a.kv_heads, a.vocab, a.depth)
+    paths = tuple(p for p in a.paths.split(",") if p)
+    if set(paths) - set(PATHS):
+        ap.error(f"--paths: expected a comma list of {', '.join(PATHS)}")
     if a.smoke:
-        a.contexts, a.reps, a.rounds = "256,1k", 3, 3
+        a.contexts, a.reps, a.rounds, a.warmup = "256,1k", 3, 3, 1
     if a.profile:
-        profile(parse_contexts(a.profile)[0], shape, a.rounds)
+        a.paths = paths
+        profile(a, parse_contexts(a.profile)[0])
         return []
-    print(f"# capture overhead: {shape.describe()}; {a.reps} interleaved reps x {a.rounds} rounds, "
-          f"medians; {a.threads} torch thread(s)")
-    res = [measure(n, shape, a.reps, a.rounds) for n in parse_contexts(a.contexts)]
+    res = [measure(a, n, paths) for n in parse_contexts(a.contexts)]
+    shape = res[0]["shape"]
+    print(f"# capture overhead: {shape.describe().replace('fp32', a.dtype)}; {a.shape} shape; {a.reps} "
+          f"interleaved reps x {a.rounds} rounds; new path: full rows every {a.full_every} rounds; "
+          f"{a.threads} torch thread(s)")
     rows = []
     for r in res:
-        bar = BARS.get(r["n"])
-        verdict = "" if bar is None else (f"<= {bar:.2f} ok" if r["ratio"] <= bar else f"> {bar:.2f} MISSED")
-        rows.append([fmt_ctx(r["n"]), f"{r['off_ms']:.2f}", f"{r['on_ms']:.2f}", f"{r['ratio']:.3f}x",
-                     f"{r['paired']:.3f}x", f"{r['end_ms']:.2f}", f"{100 * r['end_ms'] / r['off_ms']:.1f}%",
-                     f"{r['floor_ms']:.2f}", f"{100 * r['floor_ms'] / r['off_ms']:.1f}%", f"{r['wall_ratio']:.3f}x",
-                     verdict])
-    print_table(["context", "off ms", "on ms", "on/off", "paired", "end_round ms", "end/off", "floor ms",
-                 "floor/off", "on/off wall", "bar"], rows)
-    print("(ms = median CPU ms per drafting round; paired = median of per-rep on/off; end_round = the batched "
-          "per-round computation alone; floor = one matmul + exp over K x heads x L, the least any "
-          "recomputing capture costs)")
-    bars = [f"{fmt_ctx(r['n'])} <= {BARS[r['n']]:.2f} {'met' if r['ratio'] <= BARS[r['n']] else 'MISSED'}"
-            for r in res if r["n"] in BARS]
-    print(f"SUMMARY {a.label}: " + ", ".join(f"{fmt_ctx(r['n'])} {r['ratio']:.3f}x" for r in res)
-          + f" (capture on/off, median CPU time per drafting round, hidden {shape.hidden})"
-          + (f"; bars: {', '.join(bars)}" if bars else ""))
+        for p in paths:
+            x = r[p]
+            bar = bar_for(a.shape, r["n"])
+            verdict = "" if bar is None else (f"<= {bar:.2f} ok" if x["ratio"] <= bar else f"> {bar:.2f} MISSED")
+            lo, md, hi = x["spread"]
+            rows.append([fmt_ctx(r["n"]), p, f"{r['off_ms']:.2f}", f"{x['on_ms']:.2f}", f"{x['ratio']:.3f}x",
+                         f"{lo:.3f} / {md:.3f} / {hi:.3f}", f"{x['end_ms']:.2f}",
+                         f"{100 * x['end_ms'] / r['off_ms']:.1f}%", f"{r['floor_ms']:.2f}", f"{x['wall_ratio']:.3f}x",
+                         verdict])
+    print_table(["context", "path", "off ms", "on ms", "on/off", "per-rep min / med / max", "end_round ms",
+                 "end/off", "floor ms", "on/off wall", "bar"], rows)
+    print("(ms = median CPU ms per drafting round; per-rep = on/off of each repetition; end_round = the per-round "
+          "capture computation alone (median over rounds); floor = one matmul + exp over K x heads x L, the least "
+          "a capture that recomputes rows costs)")
+    parts = []
+    for r in res:
+        for p in paths:
+            bar = bar_for(a.shape, r["n"])
+            lo, _, hi = r[p]["spread"]
+            parts.append(f"{fmt_ctx(r['n'])} {p} {r[p]['ratio']:.3f}x [{lo:.3f}-{hi:.3f}]"
+                         + ("" if bar is None else f" ({'met' if r[p]['ratio'] <= bar else 'MISSED'} <= {bar:.2f})"))
+    print(f"SUMMARY {a.label}: " + ", ".join(parts)
+          + f" (capture on/off, median CPU time per drafting round, {a.shape} shape hidden {shape.hidden}, {a.dtype})")
     return res
 
 

@@ -118,7 +118,7 @@ def lse_masses(q: torch.Tensor, keys: torch.Tensor, n: int, lse: torch.Tensor, s
     nkv = keys.shape[0]
     dev = q.device
     idx = torch.cat([sink_idx.to(dev), torch.arange(n, n + k_ - 1, device=dev)])  # S sinks, then draft slots
-    kg = keys.index_select(1, idx).float()  # [nkv, S+K-1, hd]: the few keys, then fp32
+    kg = keys[:, idx].float()  # [nkv, S+K-1, hd]: the few keys, then fp32 (index_select would copy the cache)
     qg = rearrange(q.float(), "k (g r) d -> g (k r) d", g=nkv)
     s = torch.matmul(qg, kg.transpose(1, 2)).view(nkv, k_, nh // nkv, idx.shape[0])
     s.mul_(scale or 1.0 / math.sqrt(hd))
