@@ -130,6 +130,7 @@ def main(argv=None) -> dict:
 
         n_rounds = len(read_table(out, "rounds"))
         n_prompts = len(read_table(out, "prompts"))
+        sizes = trace_bytes(Path(out))
     parts = {p: (timers.wall[p], timers.cpu[p]) for p in PARTS}
     parts["other"] = (wall - sum(w for w, _ in parts.values()), cpu - sum(c for _, c in parts.values()))
     run_wall = wall - parts["load"][0]
@@ -139,10 +140,25 @@ def main(argv=None) -> dict:
     print_table(["part", "wall s", "share", "cpu s", "wall ms/round"], rows)
     rps = n_rounds / run_wall
     share = {p: 100 * parts[p][0] / wall for p in ("target", "drafter", "capture", "trace write")}
+    per_round = {k: v / max(1, n_rounds) for k, v in sizes.items()}
+    print("trace bytes per round (all files of the trace folder / rounds; by table folder): "
+          + ", ".join(f"{k} {v:.0f}" for k, v in sorted(per_round.items(), key=lambda kv: -kv[1])))
     print(f"SUMMARY e2e: {rps:.1f} rounds/s ({n_rounds} rounds, {n_prompts} prompt x drafter runs, "
           f"excluding model load); target {share['target']:.0f}%, drafter {share['drafter']:.0f}%, "
-          f"capture {share['capture']:.0f}%, trace write {share['trace write']:.0f}% of wall time")
-    return {"rounds_per_s": rps, "rounds": n_rounds, "models": desc, "share": share}
+          f"capture {share['capture']:.0f}%, trace write {share['trace write']:.0f}% of wall time; "
+          f"trace {per_round['total']:.0f} bytes/round")
+    return {"rounds_per_s": rps, "rounds": n_rounds, "models": desc, "share": share, "bytes_per_round": per_round}
+
+
+def trace_bytes(path: Path) -> dict[str, int]:
+    """Bytes on disk of a trace folder: in total and per top-level entry (table folders, manifest, rows)."""
+    out = {"total": 0}
+    for f in path.rglob("*"):
+        if f.is_file():
+            top = f.relative_to(path).parts[0]
+            out[top] = out.get(top, 0) + f.stat().st_size
+            out["total"] += f.stat().st_size
+    return out
 
 
 if __name__ == "__main__":

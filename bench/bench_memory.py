@@ -4,13 +4,17 @@ Each point (mode x context) runs in a fresh interpreter: build the drafter and r
 reset the kernel's peak-RSS counter (/proc/self/clear_refs; else ru_maxrss), then prefill the context in
 512-slot chunks and run a few drafting rounds, and report the peak RSS above the level before the run.
 Torch's CPU allocator keeps no statistics, so RSS is the measurement; the bytes each approach must hold
-are printed beside it (analytic).
+are printed beside it (analytic). Allocator retention is taken out: the child runs with glibc's mmap
+threshold fixed at 64 KiB (MALLOC_MMAP_THRESHOLD_, which also turns off its dynamic growth), so every
+buffer of 64 KiB or more is its own mapping, returned to the OS when freed, and RSS peaks follow live bytes.
 
 Modes: `none` drafts with SDPA and no capture (the drafter's own memory: KV cache, activations);
-`drifttool` adds `Capture` (per round K x heads x L scores, never L x L); `eager` switches the drafter to
-eager attention and keeps every probability map it produces, as a capture storing `output_attentions`
-would: the causal L x L maps of the prefill chunks plus every refresh and draft-step row.
-Bar (DESIGN.md): drifttool linear in L and >= 10x below eager at 8k.
+`lse` adds `Capture(full_every=0)` (masses from the kernel's log-sum-exp: the few sink and draft keys);
+`drifttool` adds `Capture` as `drifttool capture` runs it (full_every=16: round 0 of the run scores K x heads
+x L, never L x L); `eager` switches the drafter to eager attention and keeps every probability map it
+produces, as a capture storing `output_attentions` would: the causal L x L maps of the prefill chunks plus
+every refresh and draft-step row. Bars: drifttool linear in L and >= 10x below eager at 8k; the lse path's
+addition independent of L.
 
     python bench/bench_memory.py            # 1k, 2k, 4k, 8k, 16k
     python bench/bench_memory.py --smoke
@@ -32,7 +36,8 @@ from _common import BenchShape, fmt_ctx, parse_contexts, print_table
 
 MiB = 2**20
 CHUNK = 512
-MODES = ("none", "drifttool", "eager")
+MODES = ("none", "lse", "drifttool", "eager")
+MMAP_THRESHOLD = 65536
 
 
 def analytic(mode: str, n: int, shape: BenchShape, rounds: int) -> int:
@@ -40,6 +45,8 @@ def analytic(mode: str, n: int, shape: BenchShape, rounds: int) -> int:
     nh, k, m = shape.heads, shape.depth, shape.refresh
     if mode == "none":
         return 0
+    if mode == "lse":  # q rows, lse rows, the few gathered keys: no L term
+        return 4 * k * nh * (2 * shape.head_dim + 8)
     if mode == "drifttool":  # scores and their exp for one round: [K, heads, L] twice
         return 2 * k * nh * (n - 1 + k) * 4
     maps = sum(nh * (min(a + CHUNK, n - m) - a) * min(a + CHUNK, n - m) for a in range(0, n - m, CHUNK))
@@ -73,8 +80,10 @@ def child(mode: str, n: int, shape: BenchShape, rounds: int) -> dict:
     draft_round(drafter, prefill(drafter, warm, shape), warm, shape)
     kept: list[torch.Tensor] = []
     cap = None
-    if mode == "drifttool":
-        cap = Capture(drafter).attach()
+    if mode in ("drifttool", "lse"):
+        from drifttool.run.hooks import FULL_EVERY
+
+        cap = Capture(drafter, full_every=FULL_EVERY if mode == "drifttool" else 0).attach()
     elif mode == "eager":
         drafter.set_attn_impl("eager")
         drafter.layer.self_attn.hook_probs.register_forward_hook(lambda _m, _i, out: kept.append(out))
@@ -98,7 +107,7 @@ def child(mode: str, n: int, shape: BenchShape, rounds: int) -> dict:
 def run_point(mode: str, n: int, a) -> dict:
     cmd = [sys.executable, __file__, "--child", mode, "--contexts", str(n), "--rounds", str(a.rounds),
            "--heads", str(a.heads), "--kv-heads", str(a.kv_heads), "--hidden", str(a.hidden)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_MMAP_THRESHOLD_=str(MMAP_THRESHOLD))
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     if p.returncode != 0:
         raise RuntimeError(f"memory point {mode}@{n} failed:\n{p.stderr[-2000:]}")
@@ -137,31 +146,37 @@ def main(argv=None) -> dict:
     rows = []
     for n in ctxs:
         meas = {m: res[m, n]["peak_delta"] / MiB if (m, n) in res else None for m in MODES}
-        cap = meas["drifttool"] - meas["none"]
         ratio = f"{meas['eager'] / meas['drifttool']:.1f}x" if meas["eager"] is not None else "n/a"
         eager = f"{meas['eager']:.1f}" if meas["eager"] is not None else "skipped"
-        rows.append([fmt_ctx(n), f"{meas['none']:.1f}", f"{meas['drifttool']:.1f}", f"{cap:+.1f}", eager, ratio,
+        rows.append([fmt_ctx(n), f"{meas['none']:.1f}", f"{meas['lse'] - meas['none']:+.2f}",
+                     f"{meas['drifttool'] - meas['none']:+.2f}", f"{meas['drifttool']:.1f}", eager, ratio,
+                     f"{analytic('lse', n, shape, a.rounds) / MiB:.3f}",
                      f"{analytic('drifttool', n, shape, a.rounds) / MiB:.2f}",
-                     f"{analytic('eager', n, shape, a.rounds) / MiB:.0f}",
-                     f"{meas['drifttool'] * 1024 / n:.1f}"])
-    print_table(["context", "none MiB", "drifttool MiB", "capture adds", "eager MiB", "eager/drifttool",
-                 "drifttool held (analytic)", "eager held (analytic)", "drifttool KiB/token"], rows)
+                     f"{analytic('eager', n, shape, a.rounds) / MiB:.0f}"])
+    print_table(["context", "none MiB", "lse adds", "drifttool adds", "drifttool MiB", "eager MiB", "eager/drifttool",
+                 "lse held (analytic)", "drifttool held (analytic)", "eager held (analytic)"], rows)
     method = next(iter(res.values()))["method"]
-    print(f"(MiB = peak RSS above the pre-run level, measured via {method}; 'held' = bytes the capture must keep "
-          f"at its peak; eager skipped where its maps exceed --max-eager-gib {a.max_eager_gib})")
+    mmap = "in-process, no fixed mmap threshold" if a.smoke else f"MALLOC_MMAP_THRESHOLD_={MMAP_THRESHOLD}"
+    print(f"(MiB = peak RSS above the pre-run level, measured via {method}, {mmap}; 'adds' = the mode minus "
+          f"`none` at the same context; 'held' = bytes the capture must keep at its peak; eager skipped where its "
+          f"maps exceed --max-eager-gib {a.max_eager_gib})")
     ref = 8192 if ("eager", 8192) in res else max(n for n in ctxs if ("eager", n) in res)
     ratio_ref = res["eager", ref]["peak_delta"] / res["drifttool", ref]["peak_delta"]
-    fit = linear_fit(ctxs, [res["drifttool", n]["peak_delta"] / MiB for n in ctxs])
+    adds = {m: [(res[m, n]["peak_delta"] - res["none", n]["peak_delta"]) / MiB for n in ctxs]
+            for m in ("lse", "drifttool")}
+    fits = {m: linear_fit(ctxs, v) for m, v in adds.items()}
     eager_n = [n for n in ctxs if ("eager", n) in res]
     growth = ""
     if len(eager_n) > 1:
         lo, hi = eager_n[0], eager_n[-1]
         expo = math.log(res["eager", hi]["peak_delta"] / res["eager", lo]["peak_delta"]) / math.log(hi / lo)
         growth = f"; eager grows as L^{expo:.1f} ({fmt_ctx(lo)}-{fmt_ctx(hi)})"
-    print(f"SUMMARY memory: eager/drifttool at {fmt_ctx(ref)} = {ratio_ref:.1f}x; drifttool peak = "
-          f"{fit['a']:.1f} MiB + {fit['b'] * 1024:.2f} KiB/token x L (max residual {fit['res']:.1f} MiB)"
-          + growth)
-    return {"ratio": ratio_ref, "ref": ref, "fit": fit, "points": {f"{m}@{n}": v for (m, n), v in res.items()}}
+    fit = fits["drifttool"]
+    print(f"SUMMARY memory: eager/drifttool at {fmt_ctx(ref)} = {ratio_ref:.1f}x; capture adds (drifttool) "
+          f"{fit['a']:.2f} MiB + {fit['b'] * 1024:.3f} KiB/token x L (max residual {fit['res']:.2f} MiB); "
+          f"lse path adds {fits['lse']['a']:.2f} MiB + {fits['lse']['b'] * 1024:.3f} KiB/token x L "
+          f"(max residual {fits['lse']['res']:.2f} MiB)" + growth)
+    return {"ratio": ratio_ref, "ref": ref, "fit": fit, "fits": fits, "points": {f"{m}@{n}": v for (m, n), v in res.items()}}
 
 
 def linear_fit(xs: list[int], ys: list[float]) -> dict[str, float]:

@@ -26,7 +26,16 @@ import argparse
 import time
 
 import torch
-from _common import BenchShape, Context, draft_round, fmt_ctx, make_drafter, median, parse_contexts, print_table
+from _common import (
+    BenchShape,
+    Context,
+    draft_round,
+    fmt_ctx,
+    make_drafter,
+    median,
+    parse_contexts,
+    print_table,
+)
 
 from drifttool.run.hooks import FULL_EVERY, Capture
 
@@ -39,13 +48,19 @@ def bar_for(shape_name: str, n: int) -> float | None:
     return REAL_BAR if shape_name == "real" and 2048 <= n <= 65536 else BARS[shape_name].get(n)
 
 
-def time_rounds(drafter, cache, ctx, shape, rounds: int, cap: Capture | None) -> tuple[float, float]:
-    """(CPU, wall) seconds per round, mean over `rounds` back-to-back rounds."""
+def time_rounds(
+    drafter, cache, ctx, shape, rounds: int, cap: Capture | None, start: int = 0
+) -> tuple[float, float]:
+    """(CPU, wall) seconds per round, mean over `rounds` back-to-back rounds numbered from `start` (the capture's
+    full-row schedule counts rounds: numbering runs on across repetitions so the timed mix is the real one)."""
     obs = [cap] if cap is not None else []
     c0, w0 = time.thread_time(), time.perf_counter()
-    for r in range(rounds):
+    for r in range(start, start + rounds):
         draft_round(drafter, cache, ctx, shape, r, obs)
     return (time.thread_time() - c0) / rounds, (time.perf_counter() - w0) / rounds
+
+
+_REAL: dict = {}  # the real-scale drafter of this run, by dtype
 
 
 def setup(a, n: int):
@@ -54,9 +69,9 @@ def setup(a, n: int):
 
     dtype = getattr(torch, a.dtype)
     if a.shape == "real":
-        from real_scale import AUX, H, VD, load
+        from real_scale import AUX, VD, H, load
 
-        drafter = load(dtype)
+        drafter = _REAL.get(dtype) or _REAL.setdefault(dtype, load(dtype))  # loaded once per main()
         shape = BenchShape(H, 32, 8, VD, a.depth)
         feat_dim = len(AUX) * H
     else:
@@ -75,6 +90,7 @@ def measure(a, n: int, paths: tuple[str, ...]) -> dict:
     caps = {p: Capture(drafter, full_every=a.full_every if p == "new" else 1) for p in paths}
     end_cpu: dict[str, list[float]] = {p: [] for p in paths}
     for p, cap in caps.items():
+
         def timed_end_round(*args, _f=cap.end_round, _p=p):  # the per-round computation alone (CPU time)
             c0 = time.thread_time()
             _f(*args)
@@ -90,22 +106,27 @@ def measure(a, n: int, paths: tuple[str, ...]) -> dict:
             with caps[m]:
                 time_rounds(drafter, cache, ctx, shape, a.warmup, caps[m])
     for rep in range(a.reps):
-        order = modes[rep % len(modes):] + modes[: rep % len(modes)]  # rotate to cancel drift
+        order = modes[rep % len(modes) :] + modes[: rep % len(modes)]  # rotate to cancel drift
         for m in order:
             if m == "off":
                 t[m].append(time_rounds(drafter, cache, ctx, shape, a.rounds, None))
             else:
-                caps[m].new_prompt()
+                caps[m].rounds.clear()  # keep memory flat; the round numbering runs on
                 with caps[m]:
-                    t[m].append(time_rounds(drafter, cache, ctx, shape, a.rounds, caps[m]))
+                    t[m].append(
+                        time_rounds(drafter, cache, ctx, shape, a.rounds, caps[m], a.warmup + rep * a.rounds)
+                    )
     off = median([c for c, _ in t["off"]])
     out = {"n": n, "off_ms": 1e3 * off, "shape": shape, "floor_ms": 1e3 * recompute_floor(cache, shape, n)}
     for p in paths:
         pr = [x[0] / y[0] for x, y in zip(t[p], t["off"])]
-        out[p] = {"on_ms": 1e3 * median([c for c, _ in t[p]]), "ratio": median([c for c, _ in t[p]]) / off,
-                  "spread": (min(pr), median(pr), max(pr)),
-                  "wall_ratio": median([w for _, w in t[p]]) / median([w for _, w in t["off"]]),
-                  "end_ms": 1e3 * median(end_cpu[p])}
+        out[p] = {
+            "on_ms": 1e3 * median([c for c, _ in t[p]]),
+            "ratio": median([c for c, _ in t[p]]) / off,
+            "spread": (min(pr), median(pr), max(pr)),
+            "wall_ratio": median([w for _, w in t[p]]) / median([w for _, w in t["off"]]),
+            "end_ms": 1e3 * median(end_cpu[p]),
+        }
     return out
 
 
@@ -168,36 +189,75 @@ def main(argv=None) -> list[dict]:
         a.paths = paths
         profile(a, parse_contexts(a.profile)[0])
         return []
-    res = [measure(a, n, paths) for n in parse_contexts(a.contexts)]
+    try:
+        res = [measure(a, n, paths) for n in parse_contexts(a.contexts)]
+    finally:
+        _REAL.clear()  # run_all runs fp32 then bf16 in one process: one real-scale drafter at a time
     shape = res[0]["shape"]
-    print(f"# capture overhead: {shape.describe().replace('fp32', a.dtype)}; {a.shape} shape; {a.reps} "
-          f"interleaved reps x {a.rounds} rounds; new path: full rows every {a.full_every} rounds; "
-          f"{a.threads} torch thread(s)")
+    print(
+        f"# capture overhead: {shape.describe().replace('fp32', a.dtype)}; {a.shape} shape; {a.reps} "
+        f"interleaved reps x {a.rounds} rounds; new path: full rows every {a.full_every} rounds; "
+        f"{a.threads} torch thread(s)"
+    )
     rows = []
     for r in res:
         for p in paths:
             x = r[p]
             bar = bar_for(a.shape, r["n"])
-            verdict = "" if bar is None else (f"<= {bar:.2f} ok" if x["ratio"] <= bar else f"> {bar:.2f} MISSED")
+            verdict = (
+                "" if bar is None else (f"<= {bar:.2f} ok" if x["ratio"] <= bar else f"> {bar:.2f} MISSED")
+            )
             lo, md, hi = x["spread"]
-            rows.append([fmt_ctx(r["n"]), p, f"{r['off_ms']:.2f}", f"{x['on_ms']:.2f}", f"{x['ratio']:.3f}x",
-                         f"{lo:.3f} / {md:.3f} / {hi:.3f}", f"{x['end_ms']:.2f}",
-                         f"{100 * x['end_ms'] / r['off_ms']:.1f}%", f"{r['floor_ms']:.2f}", f"{x['wall_ratio']:.3f}x",
-                         verdict])
-    print_table(["context", "path", "off ms", "on ms", "on/off", "per-rep min / med / max", "end_round ms",
-                 "end/off", "floor ms", "on/off wall", "bar"], rows)
-    print("(ms = median CPU ms per drafting round; per-rep = on/off of each repetition; end_round = the per-round "
-          "capture computation alone (median over rounds); floor = one matmul + exp over K x heads x L, the least "
-          "a capture that recomputes rows costs)")
+            rows.append(
+                [
+                    fmt_ctx(r["n"]),
+                    p,
+                    f"{r['off_ms']:.2f}",
+                    f"{x['on_ms']:.2f}",
+                    f"{x['ratio']:.3f}x",
+                    f"{lo:.3f} / {md:.3f} / {hi:.3f}",
+                    f"{x['end_ms']:.2f}",
+                    f"{100 * x['end_ms'] / r['off_ms']:.1f}%",
+                    f"{r['floor_ms']:.2f}",
+                    f"{x['wall_ratio']:.3f}x",
+                    verdict,
+                ]
+            )
+    print_table(
+        [
+            "context",
+            "path",
+            "off ms",
+            "on ms",
+            "on/off",
+            "per-rep min / med / max",
+            "end_round ms",
+            "end/off",
+            "floor ms",
+            "on/off wall",
+            "bar",
+        ],
+        rows,
+    )
+    print(
+        "(ms = median CPU ms per drafting round; per-rep = on/off of each repetition; end_round = the per-round "
+        "capture computation alone (median over rounds); floor = one matmul + exp over K x heads x L, the least "
+        "a capture that recomputes rows costs)"
+    )
     parts = []
     for r in res:
         for p in paths:
             bar = bar_for(a.shape, r["n"])
             lo, _, hi = r[p]["spread"]
-            parts.append(f"{fmt_ctx(r['n'])} {p} {r[p]['ratio']:.3f}x [{lo:.3f}-{hi:.3f}]"
-                         + ("" if bar is None else f" ({'met' if r[p]['ratio'] <= bar else 'MISSED'} <= {bar:.2f})"))
-    print(f"SUMMARY {a.label}: " + ", ".join(parts)
-          + f" (capture on/off, median CPU time per drafting round, {a.shape} shape hidden {shape.hidden}, {a.dtype})")
+            parts.append(
+                f"{fmt_ctx(r['n'])} {p} {r[p]['ratio']:.3f}x [{lo:.3f}-{hi:.3f}]"
+                + ("" if bar is None else f" ({'met' if r[p]['ratio'] <= bar else 'MISSED'} <= {bar:.2f})")
+            )
+    print(
+        f"SUMMARY {a.label}: "
+        + ", ".join(parts)
+        + f" (capture on/off, median CPU time per drafting round, {a.shape} shape hidden {shape.hidden}, {a.dtype})"
+    )
     return res
 
 

@@ -3,9 +3,10 @@
     .venv/bin/python bench/run_all.py            # full settings (minutes on 2 CPU cores)
     .venv/bin/python bench/run_all.py --smoke    # everything at toy sizes (seconds): checks that it runs
 
-Order: the timing-sensitive overhead benchmark first (the issue's small drafter at 512..16k, then a larger
-drafter at 2k and 16k; the smoke run skips the larger one), then end-to-end capture, trace I/O, and the
-memory benchmark last (it starts one process per point). Each script also runs on its own; see --help.
+Order: the timing-sensitive overhead benchmarks first (the small bench drafter at 2k/16k/64k, a hidden-1024
+drafter at 2k/16k, then the real-scale Llama-3.1-8B EAGLE-3 head shape at 2k/16k/64k in fp32 and bf16, each
+capture path against capture off; the smoke run does the small drafter only), then end-to-end capture (with the
+trace's bytes per round), trace I/O, and the memory benchmark last (it starts one process per point). Each script also runs on its own; see --help.
 """
 
 from __future__ import annotations
@@ -25,11 +26,14 @@ import bench_memory  # noqa: E402
 import bench_overhead  # noqa: E402
 import bench_trace_io  # noqa: E402
 
-# (name, module, full-run arguments); --smoke replaces the arguments
+# (name, module, full-run arguments); --smoke runs only the entries without arguments, with --smoke
 LARGE = ["--label", "overhead-large", "--hidden", "1024", "--heads", "16", "--kv-heads", "4", "--vocab", "32000",
          "--contexts", "2k,16k", "--reps", "7", "--rounds", "6"]
-SCRIPTS = (("overhead", bench_overhead, []), ("overhead-large", bench_overhead, LARGE), ("e2e", bench_e2e, []),
-           ("trace_io", bench_trace_io, []), ("memory", bench_memory, []))
+REAL = ["--shape", "real", "--contexts", "2k,16k,64k", "--reps", "5", "--rounds", "4", "--warmup", "2"]
+SCRIPTS = (("overhead", bench_overhead, []), ("overhead-large", bench_overhead, LARGE),
+           ("overhead-real-fp32", bench_overhead, [*REAL, "--label", "overhead-real-fp32"]),
+           ("overhead-real-bf16", bench_overhead, [*REAL, "--dtype", "bfloat16", "--label", "overhead-real-bf16"]),
+           ("e2e", bench_e2e, []), ("trace_io", bench_trace_io, []), ("memory", bench_memory, []))
 
 
 class Tee(io.TextIOBase):

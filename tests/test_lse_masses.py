@@ -38,8 +38,9 @@ def target():
 
 
 def make(t, kind: str, seed: int = 3) -> Eagle3Drafter:
-    cfg = dataclasses.replace(tiny_drafter_config(t), num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                              **KINDS[kind])
+    cfg = dataclasses.replace(
+        tiny_drafter_config(t), num_attention_heads=4, num_key_value_heads=2, head_dim=8, **KINDS[kind]
+    )
     torch.manual_seed(seed)
     d = Eagle3Drafter(cfg)
     with torch.no_grad():
@@ -64,7 +65,11 @@ def test_fused_attention_is_sdpa_plus_exact_lse():
     """CPU: the lse kernel's output is bitwise F.scaled_dot_product_attention's; its lse is the row's."""
     g = torch.Generator().manual_seed(0)
     for dt, tol in ((torch.float32, 1e-5), (torch.bfloat16, 1e-3)):
-        for t_, length, masked, causal in ((1, 40, False, False), (3, 40, True, False), (12, 12, False, True)):
+        for t_, length, masked, causal in (
+            (1, 40, False, False),
+            (3, 40, True, False),
+            (12, 12, False, True),
+        ):
             q = torch.randn(1, 8, t_, 16, generator=g).to(dt)
             k, v = (torch.randn(1, 2, length, 16, generator=g).to(dt) for _ in range(2))
             mask = None
@@ -72,7 +77,9 @@ def test_fused_attention_is_sdpa_plus_exact_lse():
                 mask = torch.ones(t_, length, dtype=torch.bool).tril(length - t_)
                 mask[:, :5] = False  # a window's hidden oldest slots
             out, lse = fused_attention(q, k, v, mask, causal, 0.3)
-            ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=0.3, enable_gqa=True)
+            ref = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=causal, scale=0.3, enable_gqa=True
+            )
             assert torch.equal(out, ref)
             s = (q.float() @ k.float().repeat_interleave(4, 1).transpose(-1, -2)) * 0.3
             vis = torch.ones(t_, length, dtype=torch.bool).tril() if causal else mask
@@ -86,7 +93,8 @@ class EagerRows:
     def __init__(self, d):
         self.rows: list[torch.Tensor] = []
         self.h = d.layer.self_attn.hook_probs.register_forward_hook(
-            lambda _m, _i, out: self.rows.append(out[0, :, -1].clone()))
+            lambda _m, _i, out: self.rows.append(out[0, :, -1].clone())
+        )
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
@@ -95,7 +103,9 @@ def test_lse_masses_equal_reference_and_eager(target, kind):
     spec = SinkSpec.parse(SINK)
     ref, new = Capture(d, sink=spec, full_every=1), Capture(d, sink=spec, full_every=0)
     with ref, new:
-        res = speculate(target, d, _ids(), depth=K, max_new_tokens=14, mode="teacher-forced", observers=[ref, new])
+        res = speculate(
+            target, d, _ids(), depth=K, max_new_tokens=14, mode="teacher-forced", observers=[ref, new]
+        )
     assert len(res.rounds) >= 4
     eager = EagerRows(d)
     d.set_attn_impl("eager")
@@ -164,7 +174,10 @@ def _largest_allocation(fn) -> int:
 
 def test_bf16_lse_path_matches_reference_without_upcasting_the_cache(target):
     d = make(target, "gqa", seed=7).to(torch.bfloat16)
-    ref, new = Capture(d, sink=SinkSpec.parse(SINK), full_every=1), Capture(d, sink=SinkSpec.parse(SINK), full_every=0)
+    ref, new = (
+        Capture(d, sink=SinkSpec.parse(SINK), full_every=1),
+        Capture(d, sink=SinkSpec.parse(SINK), full_every=0),
+    )
     with ref, new:
         res = speculate(target, d, _ids(), depth=K, max_new_tokens=10, observers=[ref, new])
     assert len(res.rounds) >= 3
@@ -177,7 +190,9 @@ def test_bf16_lse_path_matches_reference_without_upcasting_the_cache(target):
     keys = cache[:, :, : n + K - 1][0]  # as Capture gets it: a strided view of the cache
     q = torch.randn(K, 4, hd, generator=g).bfloat16()
     lse = torch.full((K, 4), 5.0)
-    largest = _largest_allocation(lambda: stats.lse_masses(q, keys, n, lse, torch.tensor([0, 1, 2, 3]), 0.35, None))
+    largest = _largest_allocation(
+        lambda: stats.lse_masses(q, keys, n, lse, torch.tensor([0, 1, 2, 3]), 0.35, None)
+    )
     assert 0 < largest < keys.numel() * keys.element_size() // 100
     # the reference path does score the whole row (the contrast that makes this check able to fail)
     assert _largest_allocation(lambda: stats.masked_logits(q, keys, n, 0.35)) > keys.numel() * 2
@@ -208,7 +223,9 @@ def test_schedule_is_recorded_and_analyses_skip_rounds_without_full_rows(target)
     assert np.isfinite(at["max_prob"]).all()
     # depth means of entropy: over the full rounds only
     dm = tabs["depths"].groupby("depth")["entropy"].mean()
-    want = tabs["depths"][tabs["depths"]["round"].isin(np.flatnonzero(full))].groupby("depth")["entropy"].mean()
+    want = (
+        tabs["depths"][tabs["depths"]["round"].isin(np.flatnonzero(full))].groupby("depth")["entropy"].mean()
+    )
     pd.testing.assert_series_equal(dm, want)
 
 

@@ -2,7 +2,8 @@
 
 A fixed "first N positions" sink region can be empty for a drafter that has found other sinks. From two cheap
 per-head statistics the full rounds record (`heads.max_prob`, the head's largest weight, and `heads.top_pos`,
-the key slot holding it; rounds without full rows, `rounds.full_stats` false, store top_pos -1 and are skipped) this module reports per series x depth: how concentrated heads are, and which kind of
+the key slot holding it; other rounds, `rounds.full_stats` false, store -1 and are skipped) this module
+reports per series x depth: how concentrated heads are, and which kind of
 position they look at hardest — position 0 (the target's natural sink when the text starts there), the next
 few positions, the most recent context, the chain's own draft slots, or elsewhere in the prompt — plus the
 positions that most often hold the maximum. Traces written before these columns existed give an empty frame.
@@ -41,7 +42,7 @@ def _with_context(heads: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataFrame | N
     if heads.empty or "top_pos" not in heads or "max_prob" not in heads:
         return None
     keys = [c for c in ("series", "drafter", "prompt_id", "round") if c in heads and c in rounds]
-    h = heads[heads["top_pos"] >= 0]  # -1: a round without full rows (rounds.full_stats false), no maximum known
+    h = heads[heads["top_pos"] >= 0]  # -1: a round without full rows (rounds.full_stats false): no maximum
     if h.empty:
         return None
     h = h.merge(rounds[[*keys, "context_len"]], on=keys, how="left")

@@ -50,7 +50,8 @@ class MLAAttention(Eagle3Attention):
         self.kv_a_layernorm = RMSNorm(self.kvr, cfg.rms_norm_eps)
         self.kv_b_proj = nn.Linear(self.kvr, self.nh * (self.nope + self.vd), bias=False)
         self.o_proj = nn.Linear(self.nh * self.vd, cfg.hidden_size, bias=False)
-        self.hook_q, self.hook_k, self.hook_probs, self.hook_lse = HookPoint(), HookPoint(), HookPoint(), HookPoint()
+        self.hook_q, self.hook_k, self.hook_probs = HookPoint(), HookPoint(), HookPoint()
+        self.hook_lse = HookPoint()
         self.attn_impl = "sdpa"
 
     def project(self, z: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):

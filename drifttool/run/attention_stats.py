@@ -123,9 +123,9 @@ def lse_masses(q: torch.Tensor, keys: torch.Tensor, n: int, lse: torch.Tensor, s
     s = torch.matmul(qg, kg.transpose(1, 2)).view(nkv, k_, nh // nkv, idx.shape[0])
     s.mul_(scale or 1.0 / math.sqrt(hd))
     p = (s - rearrange(lse.float(), "k (g r) -> g k r", g=nkv)[..., None]).exp_()
-    lo = torch.tensor([window_start(n, j, window) for j in range(k_)], device=dev)
-    vis = (idx[None, :] >= lo[:, None]).float()[None, :, None, :]  # [1, K, 1, S+K-1]: inside depth j's window
-    p.mul_(vis)
+    if window is not None and window_start(n, k_ - 1, window) > 0:  # some key left some depth's window
+        lo = torch.tensor([window_start(n, j, window) for j in range(k_)], device=dev)
+        p.mul_((idx[None, :] >= lo[:, None]).float()[None, :, None, :])  # [1, K, 1, S+K-1]: inside the window
     ns = sink_idx.shape[0]
     sink = p[..., :ns].sum(-1)
     _, draft_w, own_w = chain_masks(k_, str(dev))
@@ -139,7 +139,8 @@ def lse_masses(q: torch.Tensor, keys: torch.Tensor, n: int, lse: torch.Tensor, s
 def hidden_stats(x: torch.Tensor) -> torch.Tensor:
     """HIDDEN_FIELDS [K, 7] from the layer input, pre and post hidden states x [3, K, H] (fp32): rms and L2 of
     each, and whether the input or pre state holds a massive activation."""
-    r, l2 = rms(x), x.norm(dim=-1)
+    ss = x.pow(2).sum(-1)  # one pass serves both: l2 = sqrt(ss), rms = sqrt(ss / H)
+    l2, r = ss.sqrt(), (ss / x.shape[-1]).sqrt()
     return torch.stack([r[0], l2[0], r[1], l2[1], r[2], l2[2], massive(x[:2]).any(0).float()], -1)
 
 

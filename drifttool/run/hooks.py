@@ -117,7 +117,9 @@ class Capture:
     keep_qk: bool = False  # keep q rows + draft keys so `attention()` can rebuild any row later
     seed: int = 0
     adapter: DrafterAdapter | None = None
-    full_every: int = 1  # full rows on rounds 0, N, 2N, ... (1: every round = reference; 0: sampled rows only)
+    full_every: int = (
+        1  # full rows on rounds 0, N, 2N, ... (1: every round = reference; 0: sampled rows only)
+    )
 
     def __post_init__(self):
         self.adapter = self.adapter or DrafterAdapter.for_drifttool(self.drafter)
@@ -169,7 +171,9 @@ class Capture:
             return f
 
         def lse_row(out):  # [B, nh, T] -> the last row [B, nh, 1]; None where the kernel gave none
-            self._lse.append(None if out is None else out[..., -1:] if out.shape[-1] == 1 else out[..., -1:].clone())
+            self._lse.append(
+                None if out is None else out[..., -1:] if out.shape[-1] == 1 else out[..., -1:].clone()
+            )
 
         self._handles = [
             tap(mods[ad.q], last_row(lambda: self._q)),
