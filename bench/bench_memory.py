@@ -146,7 +146,8 @@ def main(argv=None) -> dict:
     rows = []
     for n in ctxs:
         meas = {m: res[m, n]["peak_delta"] / MiB if (m, n) in res else None for m in MODES}
-        ratio = f"{meas['eager'] / meas['drifttool']:.1f}x" if meas["eager"] is not None else "n/a"
+        ratio = f"{meas['eager'] / meas['drifttool']:.1f}x" if meas["eager"] is not None and meas["drifttool"] > 0 \
+            else "n/a"
         eager = f"{meas['eager']:.1f}" if meas["eager"] is not None else "skipped"
         rows.append([fmt_ctx(n), f"{meas['none']:.1f}", f"{meas['lse'] - meas['none']:+.2f}",
                      f"{meas['drifttool'] - meas['none']:+.2f}", f"{meas['drifttool']:.1f}", eager, ratio,
@@ -161,7 +162,7 @@ def main(argv=None) -> dict:
           f"`none` at the same context; 'held' = bytes the capture must keep at its peak; eager skipped where its "
           f"maps exceed --max-eager-gib {a.max_eager_gib})")
     ref = 8192 if ("eager", 8192) in res else max(n for n in ctxs if ("eager", n) in res)
-    ratio_ref = res["eager", ref]["peak_delta"] / res["drifttool", ref]["peak_delta"]
+    ratio_ref = res["eager", ref]["peak_delta"] / max(1, res["drifttool", ref]["peak_delta"])  # smoke: can be 0
     adds = {m: [(res[m, n]["peak_delta"] - res["none", n]["peak_delta"]) / MiB for n in ctxs]
             for m in ("lse", "drifttool")}
     fits = {m: linear_fit(ctxs, v) for m, v in adds.items()}

@@ -551,8 +551,9 @@ def run_capture_vllm(
                  "checkpoint_given_to_vllm": {n: ("as is" if plans[n][0] else "converted to speculators layout")
                                               for n in names},
                  "shard_key": "DRAFTER:PROMPT", "replay_tolerance": tolerance(vdtype)},
-        "attention": "vLLM's recorded drafter inputs replayed through drifttool's drafter; softmax rows of the K "
-                     "draft queries against the round's final key cache (no L x L maps); acceptance from vLLM",
+        "attention": "vLLM's recorded drafter inputs replayed through drifttool's drafter; masses from its attention "
+                     "kernel's log-sum-exp over the sink and draft keys, on full rounds softmax rows of the K draft "
+                     "queries against the round's final key cache (no L x L maps); acceptance from vLLM",
     }
     manifest = build_manifest(info, str(target), models, capture_settings, extra_manifest)
 
