@@ -68,12 +68,12 @@ def pooled(root: Path) -> Comparison:
 def window(cmp: Comparison) -> None:
     # compare's rule (analysis/decay.py): a round is beyond when its deepest draft query sits at >= the window
     r = cmp.rounds.assign(beyond=cmp.rounds["context_len"] - 2 + cmp.rounds["depth"] >= TRAINED_WINDOW)
-    print("\n| drafter | context | prompts | rounds | mean acc. length [95% CI] |")
+    print("\n| drafter | deepest draft position | prompts | rounds | mean acc. length [95% CI] |")
     print("|---|---|---|---|---|")
     for (s, b), g in r.groupby(["series", "beyond"]):
         agg = g.groupby("prompt_id")["accepted"].agg(["sum", "count"])
         m, lo, hi = bootstrap_ratio(agg["sum"].to_numpy(), agg["count"].to_numpy())
-        label = f"> {TRAINED_WINDOW} (beyond)" if b else f"≤ {TRAINED_WINDOW}"
+        label = f"≥ {TRAINED_WINDOW} (beyond)" if b else f"< {TRAINED_WINDOW}"
         print(
             f"| {s} | {label} | {g.prompt_id.nunique()} | {len(g)} | {1 + m:.2f} [{1 + lo:.2f}, {1 + hi:.2f}] |"
         )
