@@ -135,8 +135,10 @@ class Target:
         self.length = 0
 
     @torch.no_grad()
-    def forward(self, ids: torch.Tensor) -> TargetOut:
-        """Append ids [T] (or [1,T]) to the running sequence; return their logits and aux features."""
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> TargetOut:
+        """Append ids [T] (or [1,T]) to the running sequence; return their logits and aux features. A draft tree
+        passes its nodes' `positions` [T] and `mask` (bool [T, length + T], True = may attend)."""
         ids = ids.reshape(1, -1).to(self.device)
         if self.length + ids.shape[1] > self.max_positions:
             raise DriftError(
@@ -162,7 +164,13 @@ class Target:
                 handles.append(self.layers[n - 1].register_forward_hook(grab_out))
         try:
             pos = torch.arange(self.length, self.length + ids.shape[1], device=self.device)[None]
-            out = self.model(input_ids=ids, use_cache=True, position_ids=pos, **{self._cache_kw: self._cache})
+            extra = {}
+            if positions is not None:
+                pos = positions.reshape(1, -1).to(self.device)
+            if mask is not None:  # additive form: eager attention adds it, SDPA takes a float mask as is
+                add = torch.zeros(mask.shape, dtype=self.dtype, device=self.device)
+                extra["attention_mask"] = add.masked_fill_(~mask.to(self.device), torch.finfo(self.dtype).min)[None, None]
+            out = self.model(input_ids=ids, use_cache=True, position_ids=pos, **{self._cache_kw: self._cache}, **extra)
         finally:
             for h in handles:
                 h.remove()
