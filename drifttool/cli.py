@@ -57,6 +57,8 @@ def capture(
     quiet: bool = typer.Option(False, "--quiet"),
     engine: str = typer.Option("hf", "--engine", help="hf (drifttool's own loop) | vllm (a real vLLM EAGLE-3 run)"),
     vllm_arg: list[str] = typer.Option([], "--vllm-arg", help="key=value passed to vllm.LLM (--engine vllm)"),
+    tree: str | None = typer.Option(None, "--tree", help="draft trees: 'dynamic:top_k=K,depth=D,total=N' (EAGLE) "
+                                                         "or rank paths '[(0,),(1,),(0,0)]' (vLLM); see docs/trees.md"),
 ):
     """Run target + drafters over a probe suite with capture hooks and write a trace."""
     from .run.engines.hf import DrafterSpec, parse_overrides, run_capture
@@ -75,6 +77,10 @@ def capture(
     if vllm_arg and engine != "vllm":
         raise DriftError("--vllm-arg: only with --engine vllm")
     run, extra = run_capture, {}
+    if tree is not None:
+        if engine != "hf":
+            raise DriftError("--tree: only with --engine hf (vLLM's tree mode is not replayed)")
+        extra["tree"] = tree
     if engine == "vllm":  # vLLM is imported only on this path
         from .run.engines.vllm import parse_vllm_args, run_capture_vllm
 

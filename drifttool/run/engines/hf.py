@@ -26,6 +26,8 @@ from ..loop import check_prompt, positions_needed, speculate, teacher_forcing_da
 from ..probes import Probe, check_text_length, load_suite
 from ..runner import RunSettings, check_drafters, check_same_aux, prompt_seed, write_run
 from ..sinks import SinkSpec
+from ..tree import TreeSpec, parse_tree
+from .hf_tree import capture_tree_prompt
 
 
 @dataclass
@@ -178,9 +180,17 @@ def run_capture(
     progress: bool = True,
     extra_manifest: dict[str, Any] | None = None,
     draft_sampling: str = "greedy",
+    tree: TreeSpec | str | None = None,
 ) -> Path:
     """Capture every probe with every drafter into the trace `out`; returns its path. `draft_sampling`
-    (temperature > 0 only): "greedy" as vLLM drafts by default, or "probabilistic" (see loop.DRAFT_SAMPLING)."""
+    (temperature > 0 only): "greedy" as vLLM drafts by default, or "probabilistic" (see loop.DRAFT_SAMPLING).
+    `tree` (run/tree.py: static rank paths or dynamic:top_k=..,depth=..,total=..): draft trees instead of chains;
+    `depth` is then the tree's depth bound."""
+    if tree is not None:
+        tree = parse_tree(tree) if isinstance(tree, str) else tree
+        if mode != "generate":
+            raise DriftError("--tree: trees are verified by the target (--mode generate only)")
+        depth = tree.max_depth
     st = RunSettings.of(depth=depth, mode=mode, max_new_tokens=max_new_tokens, sink=sink, seed=seed,
                         temperature=temperature, keep_rows=keep_rows, dtype=dtype, device=device, limit=limit,
                         draft_sampling=draft_sampling)  # before anything is loaded or written
@@ -202,7 +212,8 @@ def run_capture(
         try:
             check_text_length(probe, tgt, max_new_tokens + depth + 1)
             ids = probe.tokens(tgt)
-            check_prompt(ids, tgt, positions_needed(len(ids), probe.max_new_tokens or max_new_tokens, depth))
+            check_prompt(ids, tgt, positions_needed(len(ids), probe.max_new_tokens or max_new_tokens,
+                                                    tree.max_nodes if tree is not None else depth))
         except DriftError as e:
             raise DriftError(f"{probes}: probe {probe.id!r}: {e}") from None
         token_ids[probe.id] = ids
@@ -213,13 +224,22 @@ def run_capture(
     }
     if any(p.messages is not None for p in suite):
         capture_settings["chat_format"] = tgt.chat_format
+    if tree is not None:
+        capture_settings["tree"] = tree.to_dict()
+        capture_settings["attention"] = ("softmax rows of the tree's query rows (root + expanded nodes) against the "
+                                         "round's final key cache under the ancestor mask (no L x L maps)")
+        capture_settings["draft_sampling"] = "tree: drafter top-k at temperature 1 (EAGLE); sampled verification q = 1"
     manifest = build_manifest(tgt, tgt_path, models, capture_settings, extra_manifest)
 
     def step(writer, bar, probe) -> None:
         mnt = probe.max_new_tokens or max_new_tokens
         try:
-            tables, rows = capture_prompt(tgt, models, probe, token_ids[probe.id], depth, mode, mnt, st.sink, seed,
-                                          keep_rows, temperature, draft_sampling)
+            if tree is not None:
+                tables, rows = capture_tree_prompt(tgt, models, probe, token_ids[probe.id], tree, mnt, st.sink, seed,
+                                                   temperature), None
+            else:
+                tables, rows = capture_prompt(tgt, models, probe, token_ids[probe.id], depth, mode, mnt, st.sink,
+                                              seed, keep_rows, temperature, draft_sampling)
         except DriftError as e:  # e.g. NaN/inf target features: name the target and the probe
             raise DriftError(f"{tgt_path or tgt.name}: probe {probe.id!r}: {e}") from None
         writer.add(probe.id, tables, rows)

@@ -1,0 +1,76 @@
+"""Tree traces: `capture --tree` writes rounds + tree_nodes + tree_heads (schema 2) that read back validated and agree
+with each other; chain traces stay readable; bad --tree values fail with one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _capture_fixtures import build_models, cli, prompt, write_probes
+
+from drifttool.errors import DriftError
+from drifttool.run.engines.hf import DrafterSpec, run_capture
+from drifttool.trace.reader import read_trace
+from drifttool.trace.schema import SCHEMA_VERSION
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tree")
+    m = build_models(root)
+    probes = write_probes(root / "probes.jsonl", [{"id": f"p{i}", "token_ids": prompt(i, 14 + 5 * i)} for i in range(3)])
+    return root, m, probes
+
+
+def test_tree_trace_tables(env):
+    root, m, probes = env
+    out = run_capture(str(m["target"]), [DrafterSpec.parse(f"e3={m['eagle3']}"), DrafterSpec.parse(f"e31={m['eagle31']}")],
+                      str(probes), str(root / "t.drift"), max_new_tokens=12, progress=False,
+                      tree="dynamic:top_k=3,depth=4,total=10")
+    t = read_trace(out)
+    assert t.manifest["schema_version"] == SCHEMA_VERSION == 2 and t.is_tree
+    assert t.manifest["capture"]["tree"] == {"kind": "dynamic", "top_k": 3, "depth": 4, "total": 10}
+    nodes, heads, rounds = t.tree_nodes, t.tree_heads, t.rounds
+    assert len(t.depths) == 0 and len(rounds) > 0
+    key = ["drafter", "prompt_id", "round"]
+    per = nodes.groupby(key)
+    assert (per.size() == 9).all()  # total - 1 nodes every round
+    acc = nodes[nodes.accepted].groupby(key).size().reindex(rounds.set_index(key).index, fill_value=0)
+    assert (acc.to_numpy() == rounds.accepted.to_numpy()).all()
+    # accepted nodes form one path from depth 1 and every accepted node matched the target
+    a = nodes[nodes.accepted]
+    assert a.match.all()
+    for _, g in a.groupby(key):
+        assert sorted(g.depth) == list(range(1, len(g) + 1))
+    total = nodes.sink_mass + nodes.draft_mass + nodes.own_mass + nodes.prompt_mass
+    np.testing.assert_allclose(total, 1.0, atol=1e-5)
+    np.testing.assert_allclose(nodes.self_mass, nodes.draft_mass + nodes.own_mass, atol=1e-6)
+    assert (nodes[nodes.depth == 1].self_mass == 0).all()  # drafted by the root: no draft ancestors
+    assert (nodes[nodes.depth > 1].own_mass > 0).all()
+    # head means of tree_heads are the node rows
+    hm = heads.groupby([*key, "node"])[["sink_mass", "self_mass", "entropy"]].mean()
+    nm = nodes.set_index([*key, "node"])[["sink_mass", "self_mass", "entropy"]].loc[hm.index]
+    np.testing.assert_allclose(hm.to_numpy(), nm.to_numpy(), atol=1e-5)
+    assert nodes.main_path.any() and (~nodes.main_path).any()
+
+
+def test_chain_trace_has_no_tree_tables(env):
+    root, m, probes = env
+    out = run_capture(str(m["target"]), [DrafterSpec.parse(f"e3={m['eagle3']}")], str(probes), str(root / "c.drift"),
+                      depth=3, max_new_tokens=8, progress=False, limit=1)
+    t = read_trace(out)
+    assert not t.is_tree and len(t.depths) > 0
+    with pytest.raises(DriftError, match="chain trace"):
+        t.tree_nodes
+
+
+def test_cli_tree_capture_and_errors(env):
+    root, m, probes = env
+    r = cli("capture", "--target", m["target"], "--drafter", m["eagle3"], "--probes", probes, "--out",
+            root / "cli.drift", "--max-new-tokens", "6", "--limit", "1", "--quiet", "--tree", "[(0,), (1,), (0, 0)]")
+    assert r.returncode == 0, r.stderr
+    t = read_trace(root / "cli.drift")
+    assert t.manifest["capture"]["tree"]["paths"] == [[0], [1], [0, 0]] and len(t.tree_nodes) > 0
+    r = cli("capture", "--target", m["target"], "--drafter", m["eagle3"], "--probes", probes, "--out",
+            root / "bad.drift", "--tree", "[(0,), (1, 1)]")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "--tree" in (r.stderr + r.stdout) and "lacks its parent" in (r.stderr + r.stdout)
