@@ -63,6 +63,32 @@ class Trace:
     def drafters(self) -> list[str]:
         return [d["name"] for d in self.manifest["drafters"]]
 
+    @property
+    def is_tree(self) -> bool:
+        return self.data.is_tree
+
+    @property
+    def tree_nodes(self) -> pd.DataFrame:
+        """Draft-tree traces: one row per round x node (docs/trees.md)."""
+        return self.data.tree_nodes
+
+    @property
+    def tree_heads(self) -> pd.DataFrame:
+        return self.data.tree_heads
+
+    def tree_summary(self, *others: Trace) -> pd.DataFrame:
+        """Per depth and branch (main path, side branches, accepted path, all nodes), with 95% intervals."""
+        from .analysis.tree_compare import tree_depth_table
+
+        return tree_depth_table([self.data, *(o.data for o in others)])
+
+    def tree_figure(self, drafter: str, prompt_id: str, round: int, color: str = "self_mass"):
+        """One round's tree drawn: nodes coloured by `color`, the accepted path in bold."""
+        from .analysis.tree_compare import tree_round
+        from .tree_plots import tree_round_figure
+
+        return tree_round_figure(tree_round(self.tree_nodes, drafter, prompt_id, round), color)
+
     def comparison(self, *others: Trace) -> Comparison:
         return Comparison.of([self.data, *(o.data for o in others)])
 

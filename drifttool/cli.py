@@ -162,7 +162,17 @@ def compare(
     from .analysis.compare import Comparison
     from .trace.reader import read_trace
 
-    cmp = Comparison.of([read_trace(t) for t in traces], trained_window=trained_window)
+    datas = [read_trace(t) for t in traces]
+    if any(d.is_tree for d in datas):  # draft trees: per depth, main path vs side branches (docs/trees.md)
+        from .analysis.tree_compare import render_tree_table, tree_depth_table
+
+        tab = tree_depth_table(datas)
+        if as_json:
+            typer.echo(json.dumps({"tree_depths": tab.to_dict(orient="records")}, indent=1, default=str))
+        else:
+            render_tree_table(_console(), tab)
+        return
+    cmp = Comparison.of(datas, trained_window=trained_window)
     if as_json:
         typer.echo(json.dumps(cmp.to_json(breakeven=breakeven), indent=1, default=str))
         return

@@ -74,3 +74,40 @@ def test_cli_tree_capture_and_errors(env):
             root / "bad.drift", "--tree", "[(0,), (1, 1)]")
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "--tree" in (r.stderr + r.stdout) and "lacks its parent" in (r.stderr + r.stdout)
+
+
+def test_tree_compare_api_and_figures(env):
+    import json
+
+    import drifttool
+    from drifttool.tree_plots import tree_layout
+
+    root, m, probes = env
+    path = root / "t.drift"
+    if not path.exists():
+        test_tree_trace_tables(env)
+    tr = drifttool.load(path)
+    tab = tr.tree_summary()
+    nodes = tr.tree_nodes
+    assert set(tab.branch) == {"main path", "side branches", "accepted path", "all nodes"}
+    # the numbers are the node means: recompute one cell by hand
+    sel = nodes[(nodes.drafter == "e3") & (nodes.depth == 2) & ~nodes.main_path]
+    cell = tab[(tab.drafter == "e3") & (tab.depth == 2) & (tab.branch == "side branches")].iloc[0]
+    assert cell.nodes == len(sel) and abs(cell.self_mass - sel.self_mass.mean()) < 1e-9
+    assert abs(cell.accepted - sel.accepted.mean()) < 1e-9
+    r0 = nodes.iloc[0]
+    fig = tr.tree_figure(r0.drafter, r0.prompt_id, int(r0["round"]))
+    g = nodes[(nodes.drafter == r0.drafter) & (nodes.prompt_id == r0.prompt_id) & (nodes["round"] == r0["round"])]
+    assert len(fig.data[-1].x) == len(g)  # one marker per node (plus the root trace)
+    with pytest.raises(DriftError, match="no nodes"):
+        tr.tree_figure("e3", "nope", 0)
+    y = tree_layout({1: 0, 2: 0, 3: 1, 4: 1})
+    assert y[3] == 0 and y[4] == 1 and y[2] == 2 and y[1] == 0.5 and y[0] == 1.25
+    r = cli("compare", path, "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["tree_depths"]
+    assert {x["branch"] for x in rows} >= {"main path", "side branches"}
+    r = cli("compare", path)
+    assert r.returncode == 0 and "side branches" in r.stdout
+    r = cli("compare", path, root / "c.drift")
+    assert r.returncode != 0 and "chain trace" in (r.stdout + r.stderr) and "Traceback" not in r.stderr
