@@ -60,7 +60,7 @@ def test_chain_trace_has_no_tree_tables(env):
     t = read_trace(out)
     assert not t.is_tree and len(t.depths) > 0
     with pytest.raises(DriftError, match="chain trace"):
-        t.tree_nodes
+        _ = t.tree_nodes
 
 
 def test_cli_tree_capture_and_errors(env):

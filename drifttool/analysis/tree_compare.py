@@ -66,7 +66,10 @@ def render_tree_table(console, tab: pd.DataFrame) -> None:
         for c in ("depth", "branch", "nodes", "self mass", "sink mass", "entropy", "accepted"):
             t.add_column(c, justify="right" if c != "branch" else "left", no_wrap=True)
         for _, r in g.sort_values(["depth", "branch"]).iterrows():
-            cell = lambda m: f"{r[m]:.3f} ± {r[m + '_ci']:.3f}" if np.isfinite(r[m + "_ci"]) else f"{r[m]:.3f}"  # noqa: E731
-            t.add_row(str(r.depth), r.branch, str(r.nodes), cell("self_mass"), cell("sink_mass"), cell("entropy"),
-                      cell("accepted"))
+            t.add_row(str(r.depth), r.branch, str(r.nodes),
+                      *(_cell(r, m) for m in ("self_mass", "sink_mass", "entropy", "accepted")))
         console.print(t)
+
+
+def _cell(r: pd.Series, m: str) -> str:
+    return f"{r[m]:.3f} ± {r[m + '_ci']:.3f}" if np.isfinite(r[m + "_ci"]) else f"{r[m]:.3f}"
