@@ -3,6 +3,8 @@ with each other; chain traces stay readable; bad --tree values fail with one lin
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from _capture_fixtures import build_models, cli, prompt, write_probes
@@ -111,3 +113,29 @@ def test_tree_compare_api_and_figures(env):
     assert r.returncode == 0 and "side branches" in r.stdout
     r = cli("compare", path, root / "c.drift")
     assert r.returncode != 0 and "chain trace" in (r.stdout + r.stderr) and "Traceback" not in r.stderr
+
+
+def test_dashboard_trees_page(env, monkeypatch):
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("streamlit")
+    from streamlit.testing.v1 import AppTest
+
+    root, m, probes = env
+    path = root / "t.drift"
+    if not path.exists():
+        test_tree_trace_tables(env)
+    app = Path(__file__).resolve().parent.parent / "app" / "dashboard.py"
+    monkeypatch.setattr(sys, "argv", [str(app), str(path)])
+    at = AppTest.from_file(str(app), default_timeout=120)
+    at.run()
+    # the chain pages do not crash on a tree trace (the overview opens first)
+    assert not at.exception, [e.message for e in at.exception]
+    at.switch_page("app_pages/trees.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    charts = at.get("plotly_chart")
+    assert len(charts) >= 2
+    spec = json.loads(charts[1].proto.spec)
+    names = {t.get("name", "") for t in spec["data"]}
+    assert any("side branches" in n for n in names) and any("main path" in n for n in names)
