@@ -125,7 +125,8 @@ def info(trace: str = typer.Argument(..., help="NAME.drift folder"), as_json: bo
     c.print(f"capture: depth={cap.get('depth')} mode={cap.get('mode')} sink={cap.get('sink')} seed={cap.get('seed')} "
             f"dtype={cap.get('dtype')} probes={cap.get('probes', {}).get('path')}"
             + (f" temperature={cap.get('temperature')} draft_sampling={cap.get('draft_sampling')}"
-               if cap.get("draft_sampling") else ""), markup=False)
+               if cap.get("draft_sampling") else "")
+            + (f" tree={cap['tree']}" if cap.get("tree") else ""), markup=False)
     for d in m["drafters"]:
         ov = f" overrides={d['overrides']}" if d.get("overrides") else ""
         c.print(f"drafter {d['name']}: layout={d.get('layout')} variant={d.get('variant')} flags={d.get('flags')}{ov}",

@@ -39,26 +39,63 @@ def tree_round_figure(nodes: pd.DataFrame, color: str = "self_mass", token_text=
     fig = go.Figure()
     for u, p in parents.items():
         on = u in acc
-        fig.add_trace(go.Scatter(x=[by.depth[p] if p else 0, by.depth[u]], y=[y[p], y[u]], mode="lines",
-                                 line={"width": 4 if on else 1, "color": "#222" if on else "#bbb"},
-                                 hoverinfo="skip", showlegend=False))
+        fig.add_trace(
+            go.Scatter(
+                x=[by.depth[p] if p else 0, by.depth[u]],
+                y=[y[p], y[u]],
+                mode="lines",
+                line={"width": 4 if on else 1, "color": "#222" if on else "#bbb"},
+                hoverinfo="skip",
+                showlegend=False,
+            )
+        )
     tok = (lambda i: token_text(int(i))) if token_text else (lambda i: str(int(i)))
     text = [f"{tok(r.draft_id)}" for r in by.itertuples()]
-    hover = [f"node {u} (depth {r.depth}, rank {r.rank})<br>token {tok(r.draft_id)}  target {tok(r.target_id)}<br>"
-             f"score {r.score:.3f}  self {r.self_mass:.3f}  sink {r.sink_mass:.3f}  entropy {r.entropy:.3f}"
-             f"<br>{'accepted' if r.accepted else 'rejected'}{' · main path' if r.main_path else ''}"
-             for u, r in by.iterrows()]
-    fig.add_trace(go.Scatter(x=[0], y=[y[0]], mode="markers+text", text=["root"], textposition="middle left",
-                             marker={"size": 14, "color": "#555", "symbol": "diamond"}, showlegend=False,
-                             hoverinfo="text", hovertext=["root: the last committed token"]))
-    fig.add_trace(go.Scatter(
-        x=by.depth, y=[y[u] for u in by.index], mode="markers+text", text=text, textposition="top center",
-        hovertext=hover, hoverinfo="text", showlegend=False,
-        marker={"size": 16, "color": by[color], "colorscale": "Viridis", "showscale": True,
+    hover = [
+        f"node {u} (depth {r.depth}, rank {r.rank})<br>token {tok(r.draft_id)}  target {tok(r.target_id)}<br>"
+        f"score {r.score:.3f}  self {r.self_mass:.3f}  sink {r.sink_mass:.3f}  entropy {r.entropy:.3f}"
+        f"<br>{'accepted' if r.accepted else 'rejected'}{' · main path' if r.main_path else ''}"
+        for u, r in by.iterrows()
+    ]
+    fig.add_trace(
+        go.Scatter(
+            x=[0],
+            y=[y[0]],
+            mode="markers+text",
+            text=["root"],
+            textposition="middle left",
+            marker={"size": 14, "color": "#555", "symbol": "diamond"},
+            showlegend=False,
+            hoverinfo="text",
+            hovertext=["root: the last committed token"],
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=by.depth,
+            y=[y[u] for u in by.index],
+            mode="markers+text",
+            text=text,
+            textposition="top center",
+            hovertext=hover,
+            hoverinfo="text",
+            showlegend=False,
+            marker={
+                "size": 16,
+                "color": by[color],
+                "colorscale": "Viridis",
+                "showscale": True,
                 "colorbar": {"title": color.replace("_", " ")},
-                "line": {"width": [3 if u in acc else 0 for u in by.index], "color": "#d62728"}}))
-    fig.update_layout(xaxis={"title": "depth", "dtick": 1}, yaxis={"visible": False}, height=max(300, 28 * len(y)),
-                      title=f"draft tree: {len(by)} nodes, {len(acc)} accepted (bold path)")
+                "line": {"width": [3 if u in acc else 0 for u in by.index], "color": "#d62728"},
+            },
+        )
+    )
+    fig.update_layout(
+        xaxis={"title": "depth", "dtick": 1},
+        yaxis={"visible": False},
+        height=max(300, 28 * len(y)),
+        title=f"draft tree: {len(by)} nodes, {len(acc)} accepted (bold path)",
+    )
     return fig
 
 
@@ -68,9 +105,19 @@ def tree_depth_curves(tab: pd.DataFrame, metric: str = "self_mass") -> go.Figure
     dashes = {"main path": "solid", "side branches": "dot", "accepted path": "dash", "all nodes": "dashdot"}
     for (trace, drafter, branch), g in tab.groupby(["trace", "drafter", "branch"], sort=False):
         g = g.sort_values("depth")
-        fig.add_trace(go.Scatter(x=g.depth, y=g[metric], name=f"{trace}/{drafter} · {branch}", mode="lines+markers",
-                                 line={"dash": dashes.get(branch, "solid")},
-                                 error_y={"type": "data", "array": g[f"{metric}_ci"].fillna(0), "visible": True}))
-    fig.update_layout(xaxis={"title": "depth", "dtick": 1}, yaxis={"title": metric.replace("_", " ")},
-                      title=f"{metric.replace('_', ' ')} per depth, by branch")
+        fig.add_trace(
+            go.Scatter(
+                x=g.depth,
+                y=g[metric],
+                name=f"{trace}/{drafter} · {branch}",
+                mode="lines+markers",
+                line={"dash": dashes.get(branch, "solid")},
+                error_y={"type": "data", "array": g[f"{metric}_ci"].fillna(0), "visible": True},
+            )
+        )
+    fig.update_layout(
+        xaxis={"title": "depth", "dtick": 1},
+        yaxis={"title": metric.replace("_", " ")},
+        title=f"{metric.replace('_', ' ')} per depth, by branch",
+    )
     return fig

@@ -15,7 +15,9 @@ from drifttool.run.tree_capture import TreeCapture
 from drifttool.run.tree_loop import speculate_tree
 
 
-@pytest.mark.parametrize("spec", ["dynamic:top_k=3,depth=4,total=12", "[(0,), (1,), (0, 0), (1, 0), (1, 1), (0, 0, 0)]"])
+@pytest.mark.parametrize(
+    "spec", ["dynamic:top_k=3,depth=4,total=12", "[(0,), (1,), (0, 0), (1, 0), (1, 1), (0, 0, 0)]"]
+)
 def test_tree_rows_equal_eager_attention(trained_pair, spec):
     t, d = trained_pair.target, trained_pair.drafter
     attn = d.layer.self_attn
@@ -35,15 +37,18 @@ def test_tree_rows_equal_eager_attention(trained_pair, spec):
                 def end_round(self, drafter, cache, rec):
                     per_round.append(list(probs))
 
-            res = speculate_tree(t, d, trained_pair.prompts[1], parse_tree(spec), max_new_tokens=20,
-                                 observers=[Split(), cap])
+            res = speculate_tree(
+                t, d, trained_pair.prompts[1], parse_tree(spec), max_new_tokens=20, observers=[Split(), cap]
+            )
     finally:
         h.remove()
         d.set_attn_impl("sdpa")
     for rec, rc, calls in zip(res.rounds, cap.rounds, per_round):
         tree, n = rec.tree, rec.context_len
         length = max(c.shape[-1] for c in calls)
-        rows = [calls[0][:, -1]] + [c[:, j] for c in calls[1:] for j in range(c.shape[1])]  # [nh, L_call] each
+        rows = [calls[0][:, -1]] + [
+            c[:, j] for c in calls[1:] for j in range(c.shape[1])
+        ]  # [nh, L_call] each
         rows = [torch.nn.functional.pad(r, (0, length - r.shape[-1])) for r in rows]
         seq = res.prompt_ids + res.output_ids
         sinks = sink.positions_in(seq[:n])
@@ -54,10 +59,16 @@ def test_tree_rows_equal_eager_attention(trained_pair, spec):
             while a > 0:
                 anc.append(tree.slot[a])
                 a = tree.parents[a]
-            want = torch.stack([
-                p[:, sinks].sum(-1), p[:, anc].sum(-1) if anc else torch.zeros(p.shape[0], dtype=p.dtype),
-                p[:, tree.slot[u]] if u else torch.zeros(p.shape[0], dtype=p.dtype),
-                -(p * p.clamp_min(1e-300).log()).sum(-1), p.max(-1).values], -1).numpy()
+            want = torch.stack(
+                [
+                    p[:, sinks].sum(-1),
+                    p[:, anc].sum(-1) if anc else torch.zeros(p.shape[0], dtype=p.dtype),
+                    p[:, tree.slot[u]] if u else torch.zeros(p.shape[0], dtype=p.dtype),
+                    -(p * p.clamp_min(1e-300).log()).sum(-1),
+                    p.max(-1).values,
+                ],
+                -1,
+            ).numpy()
             np.testing.assert_allclose(rc.heads[r, :, :5], want, atol=1e-5, rtol=0)
             assert (rc.heads[r, :, 5] == p.argmax(-1).numpy()).all()
             total = rc.heads[r, :, 0] + rc.heads[r, :, 1] + rc.heads[r, :, 2]
@@ -75,8 +86,14 @@ def test_top1_tree_capture_equals_chain_capture(trained_pair, k):
     with Capture(d) as cc:
         chain = drifttool.speculate(t, d, prompt, depth=k, max_new_tokens=20, observers=[cc])
     with TreeCapture(d) as tc:
-        speculate_tree(t, d, prompt, parse_tree(f"dynamic:top_k=1,depth={k},total={k + 1}"), max_new_tokens=20,
-                       observers=[tc])
+        speculate_tree(
+            t,
+            d,
+            prompt,
+            parse_tree(f"dynamic:top_k=1,depth={k},total={k + 1}"),
+            max_new_tokens=20,
+            observers=[tc],
+        )
     assert len(cc.rounds) == len(tc.rounds) == len(chain.rounds)
     for a, b in zip(cc.rounds, tc.rounds):
         assert b.rows == list(range(k))  # root + nodes 1..k-1 fed: the producers of depths 1..k

@@ -13,8 +13,11 @@ from drifttool.run.tree import TreeSpec, parse_tree
 from drifttool.run.tree_loop import speculate_tree
 
 N_NEW = 24
-TREES = ["dynamic:top_k=3,depth=4,total=12", "[(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 0, 0)]",
-         "dynamic:top_k=4,depth=6,total=30"]
+TREES = [
+    "dynamic:top_k=3,depth=4,total=12",
+    "[(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 0, 0)]",
+    "dynamic:top_k=4,depth=6,total=30",
+]
 
 
 def _lm_head_calls(drafter):
@@ -83,8 +86,20 @@ def test_dynamic_tree_rules(trained_pair):
         assert min(tr.score[1:]) <= max(tr.score[1:])
 
 
-@pytest.mark.parametrize("bad", ["dynamic:top_k=0,depth=3,total=5", "dynamic:top_k=2,depth=3", "dynamic:k=2",
-                                 "[(0,), (1, 0)]", "[(0,), (0,)]", "[]", "[(-1,)]", "nonsense(", "dynamic:top_k=x"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "dynamic:top_k=0,depth=3,total=5",
+        "dynamic:top_k=2,depth=3",
+        "dynamic:k=2",
+        "[(0,), (1, 0)]",
+        "[(0,), (0,)]",
+        "[]",
+        "[(-1,)]",
+        "nonsense(",
+        "dynamic:top_k=x",
+    ],
+)
 def test_bad_tree_specs(bad):
     with pytest.raises(DriftError, match="--tree"):
         parse_tree(bad)

@@ -17,9 +17,14 @@ def _tree(tokens_by_path: dict[tuple, int]) -> DraftTree:
     idx = {(): 0}
     for i, p in enumerate(paths, 1):
         idx[p] = i
-    return DraftTree(tokens=[0] + [tokens_by_path[p] for p in paths], parents=[-1] + [idx[p[:-1]] for p in paths],
-                     depths=[0] + [len(p) for p in paths], ranks=[0] + [p[-1] for p in paths],
-                     logp=[0.0] * (len(paths) + 1), score=[0.0] * (len(paths) + 1))
+    return DraftTree(
+        tokens=[0] + [tokens_by_path[p] for p in paths],
+        parents=[-1] + [idx[p[:-1]] for p in paths],
+        depths=[0] + [len(p) for p in paths],
+        ranks=[0] + [p[-1] for p in paths],
+        logp=[0.0] * (len(paths) + 1),
+        score=[0.0] * (len(paths) + 1),
+    )
 
 
 # siblings include the target's most likely token and a duplicate token (tried once only)
@@ -32,8 +37,14 @@ def _wrong_walk(tree, probs, gen):
     cur, path = 0, []
     while True:
         p = probs[cur].double()
-        nxt = next((c for c in kids[cur] if float(torch.rand((), generator=gen, dtype=torch.float64))
-                    < float(p[tree.tokens[c]])), None)
+        nxt = next(
+            (
+                c
+                for c in kids[cur]
+                if float(torch.rand((), generator=gen, dtype=torch.float64)) < float(p[tree.tokens[c]])
+            ),
+            None,
+        )
         if nxt is None:
             return path, int(torch.multinomial(p, 1, generator=gen))
         path.append(nxt)
@@ -62,7 +73,9 @@ def test_sampled_tree_walk_preserves_target_distribution(seed):
     expected = np.outer(pp, pp).ravel() / np.outer(pp, pp).sum() * n
     good = _first_two(sampled_walk, p, n, seed)
     assert stats.chisquare(good, expected).pvalue > 1e-3
-    bad = _first_two(_wrong_walk, p, n, seed)  # the test has power: the broken walk is caught on the same seeds
+    bad = _first_two(
+        _wrong_walk, p, n, seed
+    )  # the test has power: the broken walk is caught on the same seeds
     assert stats.chisquare(bad, expected).pvalue < 1e-6
 
 
@@ -103,7 +116,12 @@ def test_speculate_tree_first_two_tokens_match_target():
     prompt = [3, 1, 4]
     v = target.vocab_size
     p1 = target.model(input_ids=torch.tensor([prompt])).logits[0, -1].float().softmax(-1)
-    p2 = target.model(input_ids=torch.tensor([prompt + [y] for y in range(v)])).logits[:, -1].float().softmax(-1)
+    p2 = (
+        target.model(input_ids=torch.tensor([prompt + [y] for y in range(v)]))
+        .logits[:, -1]
+        .float()
+        .softmax(-1)
+    )
     exact = (p1[:, None] * p2).double().ravel().numpy()
     exact /= exact.sum()
     tree = parse_tree("dynamic:top_k=3,depth=2,total=8")
@@ -134,8 +152,15 @@ def test_speculate_tree_long_run_pit():
 
     target, drafter = _target_drafter()
     prompt = [3, 1, 4]
-    res = speculate_tree(target, drafter, prompt, parse_tree("[(0,), (1,), (0, 0), (1, 0), (0, 0, 0)]"),
-                         max_new_tokens=240, temperature=1.0, seed=11)
+    res = speculate_tree(
+        target,
+        drafter,
+        prompt,
+        parse_tree("[(0,), (1,), (0, 0), (1, 0), (0, 0, 0)]"),
+        max_new_tokens=240,
+        temperature=1.0,
+        seed=11,
+    )
     assert sum(r.accepted for r in res.rounds) > 5
     seq = prompt + res.output_ids
     probs = target.model(input_ids=torch.tensor([seq])).logits[0].float().softmax(-1).double().numpy()

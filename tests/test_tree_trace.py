@@ -19,15 +19,23 @@ from drifttool.trace.schema import SCHEMA_VERSION
 def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("tree")
     m = build_models(root)
-    probes = write_probes(root / "probes.jsonl", [{"id": f"p{i}", "token_ids": prompt(i, 14 + 5 * i)} for i in range(3)])
+    probes = write_probes(
+        root / "probes.jsonl", [{"id": f"p{i}", "token_ids": prompt(i, 14 + 5 * i)} for i in range(3)]
+    )
     return root, m, probes
 
 
 def test_tree_trace_tables(env):
     root, m, probes = env
-    out = run_capture(str(m["target"]), [DrafterSpec.parse(f"e3={m['eagle3']}"), DrafterSpec.parse(f"e31={m['eagle31']}")],
-                      str(probes), str(root / "t.drift"), max_new_tokens=12, progress=False,
-                      tree="dynamic:top_k=3,depth=4,total=10")
+    out = run_capture(
+        str(m["target"]),
+        [DrafterSpec.parse(f"e3={m['eagle3']}"), DrafterSpec.parse(f"e31={m['eagle31']}")],
+        str(probes),
+        str(root / "t.drift"),
+        max_new_tokens=12,
+        progress=False,
+        tree="dynamic:top_k=3,depth=4,total=10",
+    )
     t = read_trace(out)
     assert t.manifest["schema_version"] == SCHEMA_VERSION == 2 and t.is_tree
     assert t.manifest["capture"]["tree"] == {"kind": "dynamic", "top_k": 3, "depth": 4, "total": 10}
@@ -57,8 +65,16 @@ def test_tree_trace_tables(env):
 
 def test_chain_trace_has_no_tree_tables(env):
     root, m, probes = env
-    out = run_capture(str(m["target"]), [DrafterSpec.parse(f"e3={m['eagle3']}")], str(probes), str(root / "c.drift"),
-                      depth=3, max_new_tokens=8, progress=False, limit=1)
+    out = run_capture(
+        str(m["target"]),
+        [DrafterSpec.parse(f"e3={m['eagle3']}")],
+        str(probes),
+        str(root / "c.drift"),
+        depth=3,
+        max_new_tokens=8,
+        progress=False,
+        limit=1,
+    )
     t = read_trace(out)
     assert not t.is_tree and len(t.depths) > 0
     with pytest.raises(DriftError, match="chain trace"):
@@ -67,13 +83,40 @@ def test_chain_trace_has_no_tree_tables(env):
 
 def test_cli_tree_capture_and_errors(env):
     root, m, probes = env
-    r = cli("capture", "--target", m["target"], "--drafter", m["eagle3"], "--probes", probes, "--out",
-            root / "cli.drift", "--max-new-tokens", "6", "--limit", "1", "--quiet", "--tree", "[(0,), (1,), (0, 0)]")
+    r = cli(
+        "capture",
+        "--target",
+        m["target"],
+        "--drafter",
+        m["eagle3"],
+        "--probes",
+        probes,
+        "--out",
+        root / "cli.drift",
+        "--max-new-tokens",
+        "6",
+        "--limit",
+        "1",
+        "--quiet",
+        "--tree",
+        "[(0,), (1,), (0, 0)]",
+    )
     assert r.returncode == 0, r.stderr
     t = read_trace(root / "cli.drift")
     assert t.manifest["capture"]["tree"]["paths"] == [[0], [1], [0, 0]] and len(t.tree_nodes) > 0
-    r = cli("capture", "--target", m["target"], "--drafter", m["eagle3"], "--probes", probes, "--out",
-            root / "bad.drift", "--tree", "[(0,), (1, 1)]")
+    r = cli(
+        "capture",
+        "--target",
+        m["target"],
+        "--drafter",
+        m["eagle3"],
+        "--probes",
+        probes,
+        "--out",
+        root / "bad.drift",
+        "--tree",
+        "[(0,), (1, 1)]",
+    )
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "--tree" in (r.stderr + r.stdout) and "lacks its parent" in (r.stderr + r.stdout)
 
@@ -99,7 +142,9 @@ def test_tree_compare_api_and_figures(env):
     assert abs(cell.accepted - sel.accepted.mean()) < 1e-9
     r0 = nodes.iloc[0]
     fig = tr.tree_figure(r0.drafter, r0.prompt_id, int(r0["round"]))
-    g = nodes[(nodes.drafter == r0.drafter) & (nodes.prompt_id == r0.prompt_id) & (nodes["round"] == r0["round"])]
+    g = nodes[
+        (nodes.drafter == r0.drafter) & (nodes.prompt_id == r0.prompt_id) & (nodes["round"] == r0["round"])
+    ]
     assert len(fig.data[-1].x) == len(g)  # one marker per node (plus the root trace)
     with pytest.raises(DriftError, match="no nodes"):
         tr.tree_figure("e3", "nope", 0)

@@ -16,8 +16,12 @@ METRICS = ("self_mass", "sink_mass", "prompt_mass", "entropy", "accepted")
 
 def branch_of(nodes: pd.DataFrame) -> dict[str, pd.Series]:
     """Boolean row selections of tree_nodes per branch."""
-    return {"main path": nodes.main_path, "side branches": ~nodes.main_path, "accepted path": nodes.accepted,
-            "all nodes": pd.Series(True, index=nodes.index)}
+    return {
+        "main path": nodes.main_path,
+        "side branches": ~nodes.main_path,
+        "accepted path": nodes.accepted,
+        "all nodes": pd.Series(True, index=nodes.index),
+    }
 
 
 def tree_depth_table(traces: list[TraceData]) -> pd.DataFrame:
@@ -25,7 +29,9 @@ def tree_depth_table(traces: list[TraceData]) -> pd.DataFrame:
     (`accepted` = the fraction of the branch's nodes that the target accepted)."""
     chains = [t.path.name for t in traces if not t.is_tree]
     if chains:
-        raise DriftError(f"compare: {chains[0]} is a chain trace; tree traces (--tree) are compared among themselves")
+        raise DriftError(
+            f"compare: {chains[0]} is a chain trace; tree traces (--tree) are compared among themselves"
+        )
     out = []
     for t in traces:
         raw = t.tree_nodes
@@ -33,16 +39,31 @@ def tree_depth_table(traces: list[TraceData]) -> pd.DataFrame:
         for name, sel in branch_of(raw).items():
             sub = nodes[sel]
             for (drafter, depth), g in sub.groupby(["drafter", "depth"]):
-                row = {"trace": t.name, "drafter": drafter, "branch": name, "depth": int(depth), "nodes": len(g),
-                       "prompts": g.prompt_id.nunique()}
+                row = {
+                    "trace": t.name,
+                    "drafter": drafter,
+                    "branch": name,
+                    "depth": int(depth),
+                    "nodes": len(g),
+                    "prompts": g.prompt_id.nunique(),
+                }
                 per_prompt = g.groupby("prompt_id")[list(METRICS)].mean()
                 for m in METRICS:
                     row[m] = float(g[m].mean())
                     k = len(per_prompt)
-                    row[f"{m}_ci"] = float(1.96 * per_prompt[m].std(ddof=1) / np.sqrt(k)) if k > 1 else float("nan")
+                    row[f"{m}_ci"] = (
+                        float(1.96 * per_prompt[m].std(ddof=1) / np.sqrt(k)) if k > 1 else float("nan")
+                    )
                 out.append(row)
-    cols = ["trace", "drafter", "branch", "depth", "nodes", "prompts",
-            *(c for m in METRICS for c in (m, f"{m}_ci"))]
+    cols = [
+        "trace",
+        "drafter",
+        "branch",
+        "depth",
+        "nodes",
+        "prompts",
+        *(c for m in METRICS for c in (m, f"{m}_ci")),
+    ]
     return pd.DataFrame(out, columns=cols)
 
 
@@ -50,7 +71,9 @@ def tree_round(nodes: pd.DataFrame, drafter: str, prompt_id: str, round_: int) -
     """One round's nodes (for drawing the tree), root excluded; DriftError when the round is not in the trace."""
     g = nodes[(nodes.drafter == drafter) & (nodes.prompt_id == prompt_id) & (nodes["round"] == round_)]
     if g.empty:
-        raise DriftError(f"tree round: no nodes for drafter {drafter!r}, prompt {prompt_id!r}, round {round_}")
+        raise DriftError(
+            f"tree round: no nodes for drafter {drafter!r}, prompt {prompt_id!r}, round {round_}"
+        )
     return g.sort_values("node").reset_index(drop=True)
 
 
@@ -66,8 +89,12 @@ def render_tree_table(console, tab: pd.DataFrame) -> None:
         for c in ("depth", "branch", "nodes", "self mass", "sink mass", "entropy", "accepted"):
             t.add_column(c, justify="right" if c != "branch" else "left", no_wrap=True)
         for _, r in g.sort_values(["depth", "branch"]).iterrows():
-            t.add_row(str(r.depth), r.branch, str(r.nodes),
-                      *(_cell(r, m) for m in ("self_mass", "sink_mass", "entropy", "accepted")))
+            t.add_row(
+                str(r.depth),
+                r.branch,
+                str(r.nodes),
+                *(_cell(r, m) for m in ("self_mass", "sink_mass", "entropy", "accepted")),
+            )
         console.print(t)
 
 

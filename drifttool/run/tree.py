@@ -85,8 +85,10 @@ def parse_tree(text: str) -> TreeSpec:
     try:
         paths = ast.literal_eval(s)
     except (ValueError, SyntaxError):
-        raise DriftError(f"{where}: expected 'dynamic:top_k=K,depth=D,total=N' or a list of rank paths such as "
-                         "'[(0,), (1,), (0, 0)]'") from None
+        raise DriftError(
+            f"{where}: expected 'dynamic:top_k=K,depth=D,total=N' or a list of rank paths such as "
+            "'[(0,), (1,), (0, 0)]'"
+        ) from None
     if not isinstance(paths, (list, tuple)) or not all(isinstance(p, (list, tuple)) for p in paths):
         raise DriftError(f"{where}: expected a list of rank paths such as '[(0,), (1,), (0, 0)]'")
     return _static([tuple(p) for p in paths], where)
@@ -212,14 +214,20 @@ class _Drafting:
             new[u] = len(new)
         nodes = [0, *keep]
         return DraftTree(
-            tokens=[self.tok[u] for u in nodes], parents=[-1] + [new[self.par[u]] for u in keep],
-            depths=[self.dep[u] for u in nodes], ranks=[self.rank[u] for u in nodes],
-            logp=[self.lp[u] for u in nodes], score=[self.sc[u] for u in nodes],
-            fed=[new[u] for u in self.fed if u in new], slot={new[u]: s for u, s in self.slot.items() if u in new})
+            tokens=[self.tok[u] for u in nodes],
+            parents=[-1] + [new[self.par[u]] for u in keep],
+            depths=[self.dep[u] for u in nodes],
+            ranks=[self.rank[u] for u in nodes],
+            logp=[self.lp[u] for u in nodes],
+            score=[self.sc[u] for u in nodes],
+            fed=[new[u] for u in self.fed if u in new],
+            slot={new[u]: s for u, s in self.slot.items() if u in new},
+        )
 
 
-def draft_tree(drafter: Eagle3Drafter, cache: KVCache, step: DraftStep, n: int, root: int,
-               spec: TreeSpec) -> DraftTree:
+def draft_tree(
+    drafter: Eagle3Drafter, cache: KVCache, step: DraftStep, n: int, root: int, spec: TreeSpec
+) -> DraftTree:
     """Draft one round's tree from the refreshed root step (the query at slot n-1)."""
     b = _Drafting(drafter, cache, n, root, step)
     if spec.kind == "static":
@@ -238,7 +246,9 @@ def _static_tree(b: _Drafting, spec: TreeSpec) -> DraftTree:
         for p in level:
             v, i = tops[node_of[p[:-1]]]
             if p[-1] >= len(i):
-                raise DriftError(f"--tree: rank {p[-1]} in path {p!r} exceeds the draft vocabulary ({len(i)})")
+                raise DriftError(
+                    f"--tree: rank {p[-1]} in path {p!r} exceeds the draft vocabulary ({len(i)})"
+                )
             node_of[p] = b.add(node_of[p[:-1]], i[p[-1]], p[-1], v[p[-1]])
     return b.tree([node_of[p] for p in spec.paths])
 

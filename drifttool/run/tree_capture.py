@@ -36,7 +36,9 @@ class TreeRoundCapture:
     hidden: np.ndarray  # [R, 7] attention_stats.HIDDEN_FIELDS
 
 
-def region_masks(parents: list[int], rows: list[int], col: dict[int, int], f: int) -> tuple[torch.Tensor, torch.Tensor]:
+def region_masks(
+    parents: list[int], rows: list[int], col: dict[int, int], f: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Over the F fed slots (col[u] = the column of fed node u), per query row of node rows[r] (0 = the root, which
     sees no fed slot): its strict ancestors' slots [R, F] and its own slot [R, F]."""
     anc = torch.zeros(len(rows), f, dtype=torch.bool)
@@ -52,8 +54,15 @@ def region_masks(parents: list[int], rows: list[int], col: dict[int, int], f: in
     return anc, own
 
 
-def tree_head_stats(q: torch.Tensor, keys: torch.Tensor, n: int, anc: torch.Tensor, own: torch.Tensor,
-                    sink_idx: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+def tree_head_stats(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    n: int,
+    anc: torch.Tensor,
+    own: torch.Tensor,
+    sink_idx: torch.Tensor,
+    scale: float | None = None,
+) -> torch.Tensor:
     """TREE_HEAD_FIELDS [R, nh, 6] of R query rows q [R, nh, hd] over keys [nkv, n + F, hd] (context slots 0..n-1,
     then the F fed slots), each row seeing the context and the fed slots marked in anc | own ([R, F]). Log-sum-exp
     form: log p = s - lse; entropy = -sum(p log p) over visible slots."""
@@ -104,8 +113,10 @@ class TreeCapture:
 
             return f
 
-        self._handles = [tap(mods[getattr(ad, name)], keep(key))
-                         for name, key in (("q", "q"), ("layer_in", "in"), ("pre", "pre"), ("post", "post"))]
+        self._handles = [
+            tap(mods[getattr(ad, name)], keep(key))
+            for name, key in (("q", "q"), ("layer_in", "in"), ("pre", "pre"), ("post", "post"))
+        ]
         return self
 
     def detach(self) -> None:
@@ -139,11 +150,18 @@ class TreeCapture:
         anc, own = region_masks(tree.parents, rows, col, keys.shape[1] - n)
         sink_pos = self.sink.index(torch.tensor(self._seq[:n], dtype=torch.long)).to(keys.device)
         heads = tree_head_stats(q.index_select(0, keep), keys, n, anc, own, sink_pos, self.scale)
-        x = torch.stack([torch.cat(st[k], -2)[0].detach().float().index_select(0, keep) for k in ("in", "pre", "post")])
+        x = torch.stack(
+            [torch.cat(st[k], -2)[0].detach().float().index_select(0, keep) for k in ("in", "pre", "post")]
+        )
         hidden = stats.hidden_stats(x)
         host = torch.cat([heads.flatten(), hidden.flatten()]).cpu().numpy()
         if not np.isfinite(host).all():
-            raise DriftError(f"drafter activations: NaN or inf in tree round {record.round} (try --dtype float32)")
+            raise DriftError(
+                f"drafter activations: NaN or inf in tree round {record.round} (try --dtype float32)"
+            )
         o = heads.numel()
-        self.rounds.append(TreeRoundCapture(record.round, n, rows, host[:o].reshape(heads.shape),
-                                            host[o:].reshape(len(rows), -1)))
+        self.rounds.append(
+            TreeRoundCapture(
+                record.round, n, rows, host[:o].reshape(heads.shape), host[o:].reshape(len(rows), -1)
+            )
+        )

@@ -50,7 +50,9 @@ class TreeResult:
 
 def _features_ok(feats: torch.Tensor) -> None:
     if not torch.isfinite(feats).all():
-        raise DriftError("target features: NaN or inf in the target's hidden states (check the target weights/dtype)")
+        raise DriftError(
+            "target features: NaN or inf in the target's hidden states (check the target weights/dtype)"
+        )
 
 
 def _sample(logits: torch.Tensor, temperature: float, gen: torch.Generator) -> int:
@@ -61,8 +63,15 @@ def _sample(logits: torch.Tensor, temperature: float, gen: torch.Generator) -> i
 
 @torch.no_grad()
 def speculate_tree(
-    target: Target, drafter: Eagle3Drafter, prompt_ids: list[int], tree: TreeSpec, max_new_tokens: int = 64,
-    temperature: float = 0.0, seed: int = 0, observers=(), stop_ids: tuple[int, ...] = (),
+    target: Target,
+    drafter: Eagle3Drafter,
+    prompt_ids: list[int],
+    tree: TreeSpec,
+    max_new_tokens: int = 64,
+    temperature: float = 0.0,
+    seed: int = 0,
+    observers=(),
+    stop_ids: tuple[int, ...] = (),
 ) -> TreeResult:
     """Speculatively decode from `prompt_ids` with one draft tree per round; lossless w.r.t. the target (greedy
     when temperature == 0, else EAGLE's multi-candidate rejection). Observers get the loop's round callbacks
