@@ -44,18 +44,23 @@ class RunSettings:
     device: str = "cpu"
     limit: int | None = None
     draft_sampling: str = "greedy"
+    device_map: str | None = None  # the target spread over devices (model.target.DEVICE_MAPS); None: on `device`
 
     @classmethod
     def of(cls, depth: int = 8, mode: str = "generate", max_new_tokens: int = 64, sink: SinkSpec | None = None,
            seed: int = 0, temperature: float = 0.0, keep_rows: int = 2, dtype: Any = "float32", device: str = "cpu",
-           limit: int | None = None, draft_sampling: str = "greedy") -> RunSettings:
+           limit: int | None = None, draft_sampling: str = "greedy", device_map: str | None = None) -> RunSettings:
         """Validated settings; each wrong value is one DriftError line naming its CLI option."""
         run_settings(depth, max_new_tokens, temperature, seed, keep_rows, limit, sink)
         if str(device).startswith("cuda") and not torch.cuda.is_available():
             raise DriftError(f"--device {device}: CUDA is not available on this machine")
         check_settings(depth, max_new_tokens, mode, temperature, draft_sampling)
+        if device_map is not None:
+            from ..model.target import check_device_map
+
+            check_device_map(device_map)
         return cls(depth, mode, max_new_tokens, sink or SinkSpec(), seed, temperature, keep_rows, dtype_name(dtype),
-                   device, limit, draft_sampling)
+                   device, limit, draft_sampling, device_map)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -70,6 +75,8 @@ class RunSettings:
             "probes": {"path": str(probes), "sha256": hashlib.sha256(Path(probes).read_bytes()).hexdigest()[:16],
                        "n_prompts": n_prompts, "limit": self.limit},
             "attention_window": WINDOW_NOTE,
+            # recorded only when used, so traces written before the option keep their settings hash
+            **({"device_map": self.device_map} if self.device_map is not None else {}),
         }
 
 

@@ -158,6 +158,12 @@ def build_manifest(target: Target, target_path: str | None, models: dict[str, Ea
     return m
 
 
+def drafter_device(target: Target, device: str, device_map: str | None) -> str:
+    """Where the drafters run: `device`, or with a device_map the target's last device (its lm_head's), where
+    its features and logits come out, so a round moves no tensor between devices."""
+    return str(target.last_device) if device_map is not None else device
+
+
 def run_capture(
     target: str | Target,
     drafters: list[DrafterSpec],
@@ -178,12 +184,14 @@ def run_capture(
     progress: bool = True,
     extra_manifest: dict[str, Any] | None = None,
     draft_sampling: str = "greedy",
+    device_map: str | None = None,
 ) -> Path:
     """Capture every probe with every drafter into the trace `out`; returns its path. `draft_sampling`
-    (temperature > 0 only): "greedy" as vLLM drafts by default, or "probabilistic" (see loop.DRAFT_SAMPLING)."""
+    (temperature > 0 only): "greedy" as vLLM drafts by default, or "probabilistic" (see loop.DRAFT_SAMPLING).
+    `device_map` (e.g. "auto") spreads the target over devices; the drafters then run on its last device."""
     st = RunSettings.of(depth=depth, mode=mode, max_new_tokens=max_new_tokens, sink=sink, seed=seed,
                         temperature=temperature, keep_rows=keep_rows, dtype=dtype, device=device, limit=limit,
-                        draft_sampling=draft_sampling)  # before anything is loaded or written
+                        draft_sampling=draft_sampling, device_map=device_map)  # before anything is loaded or written
     check_drafters(drafters)
     suite = load_suite(probes)
     if limit is not None:
@@ -192,9 +200,10 @@ def run_capture(
 
     # hub ids become their cached snapshot folders here, so identity, tokenizer copy and manifest see files
     tgt_path = None if isinstance(target, (Target, nn.Module)) else str(resolve(target, "target"))
-    tgt = load_target(tgt_path or target, device=device, dtype=st.torch_dtype)
+    tgt = load_target(tgt_path or target, device=device, dtype=st.torch_dtype, device_map=device_map)
+    dev = drafter_device(tgt, device, device_map)
     drafters = [DrafterSpec(d.name, str(resolve(d.path, "drafter")), d.overrides) for d in drafters]
-    models = {d.name: load_drafter(d.path, target=tgt, overrides=d.overrides, device=device, dtype=st.torch_dtype)
+    models = {d.name: load_drafter(d.path, target=tgt, overrides=d.overrides, device=dev, dtype=st.torch_dtype)
               for d in drafters}
     check_same_aux(models)
     token_ids = {}  # every probe checked before anything is written; the error names the file and the probe
