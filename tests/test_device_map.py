@@ -23,7 +23,9 @@ from drifttool.run.engines.hf import DrafterSpec, drafter_device, run_capture
 def paths(tmp_path_factory):
     root = tmp_path_factory.mktemp("dm")
     p = build_models(root)
-    p["probes"] = write_probes(root / "probes.jsonl", [{"id": f"p{i}", "token_ids": prompt(i, 12)} for i in range(2)])
+    p["probes"] = write_probes(
+        root / "probes.jsonl", [{"id": f"p{i}", "token_ids": prompt(i, 12)} for i in range(2)]
+    )
     return p
 
 
@@ -60,18 +62,47 @@ def test_drafter_goes_to_the_targets_last_device():
 
 def test_capture_with_device_map_records_it_and_matches(paths, tmp_path):
     specs = [DrafterSpec.parse(f"e3={paths['eagle3']}")]
-    a = drifttool.load(run_capture(str(paths["target"]), specs, str(paths["probes"]), str(tmp_path / "a.drift"),
-                                   depth=3, max_new_tokens=8, progress=False))
-    b = drifttool.load(run_capture(str(paths["target"]), specs, str(paths["probes"]), str(tmp_path / "b.drift"),
-                                   depth=3, max_new_tokens=8, progress=False, device_map="auto"))
+    a = drifttool.load(
+        run_capture(
+            str(paths["target"]),
+            specs,
+            str(paths["probes"]),
+            str(tmp_path / "a.drift"),
+            depth=3,
+            max_new_tokens=8,
+            progress=False,
+        )
+    )
+    b = drifttool.load(
+        run_capture(
+            str(paths["target"]),
+            specs,
+            str(paths["probes"]),
+            str(tmp_path / "b.drift"),
+            depth=3,
+            max_new_tokens=8,
+            progress=False,
+            device_map="auto",
+        )
+    )
     assert b.manifest["capture"]["device_map"] == "auto" and "device_map" not in a.manifest["capture"]
     for c in ("draft_id", "accepted", "sink_mass", "draft_mass", "rms_post"):
         np.testing.assert_array_equal(a.depths[c].to_numpy(), b.depths[c].to_numpy(), err_msg=c)
 
 
 def test_bad_device_map_is_one_line(paths, tmp_path, capsys):
-    argv = ["capture", "--target", str(paths["target"]), "--drafter", str(paths["eagle3"]), "--probes",
-            str(paths["probes"]), "--out", str(tmp_path / "x.drift"), "--quiet"]
+    argv = [
+        "capture",
+        "--target",
+        str(paths["target"]),
+        "--drafter",
+        str(paths["eagle3"]),
+        "--probes",
+        str(paths["probes"]),
+        "--out",
+        str(tmp_path / "x.drift"),
+        "--quiet",
+    ]
     assert main([*argv, "--device-map", "everywhere"]) == 2
     err = capsys.readouterr().err
     assert "--device-map 'everywhere': expected one of auto" in err and "Traceback" not in err
@@ -85,8 +116,22 @@ def test_bad_device_map_is_one_line(paths, tmp_path, capsys):
 def test_bfloat16_end_to_end(paths, tmp_path):
     """--dtype bf16 (either spelling) loads target and drafter in bfloat16, records 'bfloat16', and measures
     the same attention as float32 up to bfloat16 rounding."""
-    base = ["capture", "--target", str(paths["target"]), "--drafter", f"e3={paths['eagle3']}", "--probes",
-            str(paths["probes"]), "--depth", "3", "--max-new-tokens", "8", "--quiet", "--mode", "teacher-forced"]
+    base = [
+        "capture",
+        "--target",
+        str(paths["target"]),
+        "--drafter",
+        f"e3={paths['eagle3']}",
+        "--probes",
+        str(paths["probes"]),
+        "--depth",
+        "3",
+        "--max-new-tokens",
+        "8",
+        "--quiet",
+        "--mode",
+        "teacher-forced",
+    ]
     assert main([*base, "--out", str(tmp_path / "f32.drift")]) == 0
     assert main([*base, "--out", str(tmp_path / "bf16.drift"), "--dtype", "bf16"]) == 0
     f32, bf = drifttool.load(tmp_path / "f32.drift"), drifttool.load(tmp_path / "bf16.drift")
@@ -96,8 +141,13 @@ def test_bfloat16_end_to_end(paths, tmp_path):
     for c in ("sink_mass", "draft_mass", "prompt_mass"):
         diff = np.abs(f32.depths[c].to_numpy() - bf.depths[c].to_numpy())
         assert diff.max() < 5e-2, (c, diff.max())
-        assert 0 < diff.max(), "bfloat16 really ran (a bf16 run equal to fp32 to the bit would mean it did not)"
-    d = drifttool.load_drafter(paths["eagle3"], target=load_target(paths["target"], dtype="bfloat16"),
-                               dtype="bfloat16")
+        assert 0 < diff.max(), (
+            "bfloat16 really ran (a bf16 run equal to fp32 to the bit would mean it did not)"
+        )
+    d = drifttool.load_drafter(
+        paths["eagle3"], target=load_target(paths["target"], dtype="bfloat16"), dtype="bfloat16"
+    )
     assert d.lm_head.weight.dtype == torch.bfloat16
-    assert json.loads((tmp_path / "bf16.drift" / "manifest.json").read_text())["capture"]["dtype"] == "bfloat16"
+    assert (
+        json.loads((tmp_path / "bf16.drift" / "manifest.json").read_text())["capture"]["dtype"] == "bfloat16"
+    )

@@ -11,4 +11,11 @@ Nothing here imports vLLM until a vLLM capture starts (`launch.import_vllm`)."""
 from .engine import run_capture_vllm
 from .launch import INSTALL_HINT, REQUIRED_ARGS, REQUIRED_ENV, import_vllm, parse_vllm_args
 
-__all__ = ["INSTALL_HINT", "REQUIRED_ARGS", "REQUIRED_ENV", "import_vllm", "parse_vllm_args", "run_capture_vllm"]
+__all__ = [
+    "INSTALL_HINT",
+    "REQUIRED_ARGS",
+    "REQUIRED_ENV",
+    "import_vllm",
+    "parse_vllm_args",
+    "run_capture_vllm",
+]

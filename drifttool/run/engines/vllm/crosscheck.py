@@ -42,17 +42,26 @@ def verdict(stats: dict[str, Any], dtype: str) -> str | None:
     for key, name in (("fc", "fc(features)"), ("feedback", "fed-back tensor")):
         rel = stats.get(f"replay_rel_{key}_diff", 0.0)
         if rel > tol[f"max_rel_{key}_diff"]:
-            bad.append(f"{name} differs by {stats.get(f'replay_max_{key}_diff', float('nan')):.3g} "
-                       f"({rel:.2g} of its scale > {tol[f'max_rel_{key}_diff']:.0e})")
+            bad.append(
+                f"{name} differs by {stats.get(f'replay_max_{key}_diff', float('nan')):.3g} "
+                f"({rel:.2g} of its scale > {tol[f'max_rel_{key}_diff']:.0e})"
+            )
     if not bad:
         return None
-    return ("replay disagrees with vLLM: " + "; ".join(bad) + ". Its masses describe a drafter vLLM did not run "
-            "(check sliding_window, flags and aux layer ids in `drifttool info`)")
+    return (
+        "replay disagrees with vLLM: " + "; ".join(bad) + ". Its masses describe a drafter vLLM did not run "
+        "(check sliding_window, flags and aux layer ids in `drifttool info`)"
+    )
 
 
 def spec_metrics(llm) -> dict[str, Any]:
     """Spec-decode counters from `LLM.get_metrics()`, summed over engines."""
-    out: dict[str, Any] = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0, "accepted_per_pos": []}
+    out: dict[str, Any] = {
+        "num_drafts": 0,
+        "num_draft_tokens": 0,
+        "num_accepted_tokens": 0,
+        "accepted_per_pos": [],
+    }
     for m in llm.get_metrics():
         key = SPEC_METRICS.get(m.name)
         if key is None:
@@ -78,14 +87,24 @@ def check_acceptance(records: list[RoundRecord], delta: dict, per_request, where
     """The trace's acceptance must equal vLLM's spec-decode metrics (and its per-request stats)."""
     acc = [r.accepted for r in records]
     k = len(records[0].draft_ids) if records else len(delta["accepted_per_pos"])
-    mine = {"num_drafts": len(acc), "num_accepted_tokens": sum(acc),
-            "accepted_per_pos": [sum(a > i for a in acc) for i in range(k)]}
-    theirs = {"num_drafts": delta["num_drafts"], "num_accepted_tokens": delta["num_accepted_tokens"],
-              "accepted_per_pos": (delta["accepted_per_pos"] + [0] * k)[:k]}
+    mine = {
+        "num_drafts": len(acc),
+        "num_accepted_tokens": sum(acc),
+        "accepted_per_pos": [sum(a > i for a in acc) for i in range(k)],
+    }
+    theirs = {
+        "num_drafts": delta["num_drafts"],
+        "num_accepted_tokens": delta["num_accepted_tokens"],
+        "accepted_per_pos": (delta["accepted_per_pos"] + [0] * k)[:k],
+    }
     if mine != theirs:
-        raise DriftError(f"--engine vllm: {where}: acceptance from vLLM's rejection sampler {mine} disagrees with "
-                         f"vLLM's spec-decode metrics {theirs}")
+        raise DriftError(
+            f"--engine vllm: {where}: acceptance from vLLM's rejection sampler {mine} disagrees with "
+            f"vLLM's spec-decode metrics {theirs}"
+        )
     steps = list(getattr(per_request, "per_step_accepted", None) or [])
     if steps and steps != acc:
-        raise DriftError(f"--engine vllm: {where}: per-round acceptance {acc} disagrees with vLLM's per-request "
-                         f"stats {steps}")
+        raise DriftError(
+            f"--engine vllm: {where}: per-round acceptance {acc} disagrees with vLLM's per-request "
+            f"stats {steps}"
+        )

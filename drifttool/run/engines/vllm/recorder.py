@@ -60,11 +60,15 @@ class VllmRecorder:
         self.proposer = getattr(runner, "drafter", None)
         self.sampler = getattr(runner, "rejection_sampler", None)
         if self.proposer is None or not hasattr(self.proposer, "propose") or self.sampler is None:
-            raise DriftError(f"--engine vllm: {type(runner).__name__} has no EAGLE drafter / rejection sampler "
-                             "(is speculative_config method eagle3?)")
+            raise DriftError(
+                f"--engine vllm: {type(runner).__name__} has no EAGLE drafter / rejection sampler "
+                "(is speculative_config method eagle3?)"
+            )
         self.model = _unwrap(self.proposer.model)
         if not hasattr(self.model, "combine_hidden_states"):
-            raise DriftError(f"--engine vllm: vLLM's drafter {type(self.model).__name__} is not an EAGLE-3 model")
+            raise DriftError(
+                f"--engine vllm: vLLM's drafter {type(self.model).__name__} is not an EAGLE-3 model"
+            )
         self.store = torch.device(store_device)
         self.events: list[Proposal | Verify] = []
         self._handles: list = []
@@ -81,7 +85,9 @@ class VllmRecorder:
             a = sig.bind(*args, **kwargs).arguments
             nxt = a.get("next_token_ids")
             if nxt is not None and nxt.shape[0] != 1:
-                raise DriftError(f"--engine vllm: {nxt.shape[0]} requests in one step; the recorder follows one")
+                raise DriftError(
+                    f"--engine vllm: {nxt.shape[0]} requests in one step; the recorder follows one"
+                )
             self._steps = []
             t0 = time.perf_counter()
             try:
@@ -93,8 +99,15 @@ class VllmRecorder:
                 return out
             tis = a.get("token_indices_to_sample")
             idx = int(tis.reshape(-1)[0]) if tis is not None else int(a["target_token_ids"].shape[0]) - 1
-            self.events.append(Proposal(self._keep(a["target_hidden_states"]), idx,
-                                        [int(t) for t in out.reshape(-1).tolist()], steps, wall))
+            self.events.append(
+                Proposal(
+                    self._keep(a["target_hidden_states"]),
+                    idx,
+                    [int(t) for t in out.reshape(-1).tolist()],
+                    steps,
+                    wall,
+                )
+            )
             return out
 
         return propose
@@ -107,20 +120,26 @@ class VllmRecorder:
         vals.update({k: kwargs[k] for k in names if k in kwargs})
         ids, pos, hid = (vals.get(k) for k in names)
         if ids is None or pos is None or hid is None or pos.dim() != 1:
-            raise DriftError("--engine vllm: the drafter was called without token ids / 1-D positions "
-                             "(multimodal or M-RoPE drafters are not supported)")
+            raise DriftError(
+                "--engine vllm: the drafter was called without token ids / 1-D positions "
+                "(multimodal or M-RoPE drafters are not supported)"
+            )
         self._steps.append(Step(self._keep(ids).long(), self._keep(pos).long(), self._keep(hid)))
 
     def _sampler_pre(self, _m, args, kwargs) -> None:
         md = args[0] if args else kwargs["metadata"]
         logits = args[2] if len(args) > 2 else kwargs["logits"]
-        self._pending = (md.draft_token_ids.reshape(-1).tolist(),
-                         logits[md.target_logits_indices].argmax(-1).tolist())
+        self._pending = (
+            md.draft_token_ids.reshape(-1).tolist(),
+            logits[md.target_logits_indices].argmax(-1).tolist(),
+        )
 
     def _sampler_post(self, _m, _args, _kwargs, out) -> None:
         row = out.sampled_token_ids.reshape(out.sampled_token_ids.shape[0], -1)
         if row.shape[0] != 1:
-            raise DriftError(f"--engine vllm: {row.shape[0]} requests verified in one step; the recorder follows one")
+            raise DriftError(
+                f"--engine vllm: {row.shape[0]} requests verified in one step; the recorder follows one"
+            )
         drafts, tgt = self._pending or ([], [])
         sampled = []
         for t in row[0].tolist():
@@ -131,7 +150,9 @@ class VllmRecorder:
         self._pending = None
 
     def attach(self) -> VllmRecorder:
-        self.proposer.propose = self._propose_wrapper(self.proposer.propose)  # shadows the method; detach() drops it
+        self.proposer.propose = self._propose_wrapper(
+            self.proposer.propose
+        )  # shadows the method; detach() drops it
         self._handles = [
             self.model.register_forward_pre_hook(self._model_pre, with_kwargs=True),
             self.sampler.register_forward_pre_hook(self._sampler_pre, with_kwargs=True),

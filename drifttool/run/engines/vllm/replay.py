@@ -33,20 +33,29 @@ class ReplayStats:
         self.fc_scale = max(self.fc_scale, float(theirs.float().abs().max()))
 
     def feedback(self, mine: torch.Tensor, theirs: torch.Tensor) -> None:
-        self.max_feedback_diff = max(self.max_feedback_diff, float((mine.float() - theirs.float()).abs().max()))
+        self.max_feedback_diff = max(
+            self.max_feedback_diff, float((mine.float() - theirs.float()).abs().max())
+        )
         self.feedback_scale = max(self.feedback_scale, float(theirs.float().abs().max()))
 
     def to_dict(self) -> dict[str, float]:
         agree = self.drafts_agree / self.drafts_total if self.drafts_total else float("nan")
-        return {"replay_draft_agreement": agree, "replay_max_fc_diff": self.max_fc_diff,
-                "replay_max_feedback_diff": self.max_feedback_diff,
-                "replay_rel_fc_diff": self.max_fc_diff / self.fc_scale if self.fc_scale else 0.0,
-                "replay_rel_feedback_diff": self.max_feedback_diff / self.feedback_scale if self.feedback_scale else 0.0}
+        return {
+            "replay_draft_agreement": agree,
+            "replay_max_fc_diff": self.max_fc_diff,
+            "replay_max_feedback_diff": self.max_feedback_diff,
+            "replay_rel_fc_diff": self.max_fc_diff / self.fc_scale if self.fc_scale else 0.0,
+            "replay_rel_feedback_diff": self.max_feedback_diff / self.feedback_scale
+            if self.feedback_scale
+            else 0.0,
+        }
 
 
 def align_error(msg: str) -> DriftError:
-    return DriftError(f"--engine vllm: recorded vLLM steps do not line up ({msg}); this vLLM version's "
-                      "proposer differs from what drifttool's recorder expects")
+    return DriftError(
+        f"--engine vllm: recorded vLLM steps do not line up ({msg}); this vLLM version's "
+        "proposer differs from what drifttool's recorder expects"
+    )
 
 
 def pair_rounds(events: list) -> list[tuple[Proposal, Verify | None]]:
@@ -66,8 +75,10 @@ def pair_rounds(events: list) -> list[tuple[Proposal, Verify | None]]:
 def first_pass_span(prop: Proposal, cache: KVCache, depth: int) -> tuple[int, int]:
     """(start, n): the first pass runs positions start..n-1, contiguous and continuing the cache."""
     if len(prop.drafts) != depth or len(prop.steps) != depth:
-        raise align_error(f"a proposal has {len(prop.drafts)} drafts / {len(prop.steps)} drafter calls, "
-                          f"expected num_speculative_tokens={depth}")
+        raise align_error(
+            f"a proposal has {len(prop.drafts)} drafts / {len(prop.steps)} drafter calls, "
+            f"expected num_speculative_tokens={depth}"
+        )
     pos = prop.steps[0].pos[: prop.sample_idx + 1]
     start, n = int(pos[0]), int(pos[-1]) + 1
     if not torch.equal(pos, torch.arange(start, n, device=pos.device)):
@@ -77,8 +88,9 @@ def first_pass_span(prop: Proposal, cache: KVCache, depth: int) -> tuple[int, in
     return start, n
 
 
-def replay_first_pass(drafter: Eagle3Drafter, cache: KVCache, prop: Proposal, start: int,
-                      stats: ReplayStats) -> tuple[DraftStep, int]:
+def replay_first_pass(
+    drafter: Eagle3Drafter, cache: KVCache, prop: Proposal, start: int, stats: ReplayStats
+) -> tuple[DraftStep, int]:
     """The loop's refresh on vLLM's features; returns its last step and the id fed there (depth 1's input)."""
     dev, dt = drafter.lm_head.weight.device, drafter.lm_head.weight.dtype
     s, first = prop.sample_idx, prop.steps[0]
@@ -89,8 +101,15 @@ def replay_first_pass(drafter: Eagle3Drafter, cache: KVCache, prop: Proposal, st
     return step, int(ids[-1])
 
 
-def replay_chain(drafter: Eagle3Drafter, cache: KVCache, prop: Proposal, step: DraftStep, n: int, depth: int,
-                 stats: ReplayStats) -> tuple[list[int], list[int]]:
+def replay_chain(
+    drafter: Eagle3Drafter,
+    cache: KVCache,
+    prop: Proposal,
+    step: DraftStep,
+    n: int,
+    depth: int,
+    stats: ReplayStats,
+) -> tuple[list[int], list[int]]:
     """Depths 2..K on vLLM's ids and fed-back tensors; returns (ids fed at depths 2..K, the replay's drafts)."""
     dev, dt = drafter.lm_head.weight.device, drafter.lm_head.weight.dtype
     fed, mine = [], [int(drafter.draft_to_target(step.logits[0, -1].argmax()))]
@@ -101,14 +120,16 @@ def replay_chain(drafter: Eagle3Drafter, cache: KVCache, prop: Proposal, step: D
         h = st.hidden[:1].to(dev)
         stats.feedback(step.feedback[0, -1], h[0])
         fed.append(int(st.ids[0]))
-        step = drafter(st.ids[:1].to(dev)[None], h[None].to(dt), st.pos[:1].to(dev)[None], cache,
-                       hidden_is_feature=False)
+        step = drafter(
+            st.ids[:1].to(dev)[None], h[None].to(dt), st.pos[:1].to(dev)[None], cache, hidden_is_feature=False
+        )
         mine.append(int(drafter.draft_to_target(step.logits[0, -1].argmax())))
     return fed, mine
 
 
-def vllm_round(index: int, prop: Proposal, ver: Verify, full: list[int], n: int, depth: int,
-               fed: list[int]) -> RoundRecord:
+def vllm_round(
+    index: int, prop: Proposal, ver: Verify, full: list[int], n: int, depth: int, fed: list[int]
+) -> RoundRecord:
     """The round as vLLM ran it (its drafts, its verdict), checked against the tokens vLLM emitted."""
     drafts = prop.drafts
     if ver.drafts != drafts[: len(ver.drafts)]:
@@ -118,16 +139,32 @@ def vllm_round(index: int, prop: Proposal, ver: Verify, full: list[int], n: int,
         raise align_error(f"round {index}: sampler output {ver.sampled} vs drafts {drafts}")
     emitted = full[n + 1 : n + 2 + a]
     if emitted != ver.sampled[: len(emitted)]:
-        raise align_error(f"round {index} at position {n}: vLLM emitted {emitted}, its sampler said {ver.sampled}")
+        raise align_error(
+            f"round {index} at position {n}: vLLM emitted {emitted}, its sampler said {ver.sampled}"
+        )
     tgt = list(ver.target_argmax[:depth]) + [-1] * (depth - len(ver.target_argmax))
-    return RoundRecord(round=index, context_len=n, draft_ids=list(drafts), target_ids=tgt, accepted=a,
-                       match=[d == t for d, t in zip(drafts, tgt)], bonus=ver.sampled[-1], input_ids=fed,
-                       draft_s=prop.wall)
+    return RoundRecord(
+        round=index,
+        context_len=n,
+        draft_ids=list(drafts),
+        target_ids=tgt,
+        accepted=a,
+        match=[d == t for d, t in zip(drafts, tgt)],
+        bonus=ver.sampled[-1],
+        input_ids=fed,
+        draft_s=prop.wall,
+    )
 
 
 @torch.no_grad()
-def replay_prompt(drafter: Eagle3Drafter, cap: Capture, events: list, prompt_ids: list[int],
-                  output_ids: list[int], depth: int) -> tuple[list[RoundRecord], ReplayStats]:
+def replay_prompt(
+    drafter: Eagle3Drafter,
+    cap: Capture,
+    events: list,
+    prompt_ids: list[int],
+    output_ids: list[int],
+    depth: int,
+) -> tuple[list[RoundRecord], ReplayStats]:
     """Replay one prompt's recorded drafter inputs through `drafter` with `cap` attached (vLLM's verdicts)."""
     full = [int(t) for t in prompt_ids] + [int(t) for t in output_ids]
     pairs = pair_rounds(events)

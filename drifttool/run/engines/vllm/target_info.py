@@ -17,7 +17,9 @@ class TargetInfo(TargetShape):
     def __init__(self, path: str | Path):
         p = Path(path)
         if not p.is_dir():
-            raise DriftError(f"{p}: target folder does not exist (expected an HF model folder with config.json)")
+            raise DriftError(
+                f"{p}: target folder does not exist (expected an HF model folder with config.json)"
+            )
         if not (p / "config.json").is_file():
             raise DriftError(f"{p / 'config.json'}: missing (expected an HF model config)")
         from transformers import AutoConfig
@@ -25,7 +27,9 @@ class TargetInfo(TargetShape):
         try:
             self.config = AutoConfig.from_pretrained(p)
         except (OSError, ValueError, KeyError) as e:
-            raise DriftError(f"{p / 'config.json'}: cannot read as an HF config: {str(e).splitlines()[0]}") from None
+            raise DriftError(
+                f"{p / 'config.json'}: cannot read as an HF config: {str(e).splitlines()[0]}"
+            ) from None
         self.path, self.name = p, str(p)
         if (p / "tokenizer.json").is_file():
             from tokenizers import Tokenizer
