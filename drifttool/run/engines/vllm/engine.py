@@ -33,7 +33,7 @@ from ...runner import RunSettings, check_drafters, check_same_aux, prompt_seed, 
 from ...sinks import SinkSpec
 from ..hf import DrafterSpec, build_manifest
 from .crosscheck import check_acceptance, metrics_delta, spec_metrics, tolerance, verdict
-from .launch import engine_args, import_vllm, shutdown, start_llm
+from .launch import engine_args, first_line, import_vllm, shutdown, start_llm
 from .recorder import VllmRecorder
 from .replay import replay_prompt
 from .target_info import TargetInfo
@@ -114,7 +114,15 @@ def capture_prompt(
     rec.reset()
     before = spec_metrics(llm)
     t0 = time.perf_counter()
-    res = llm.generate([{"prompt_token_ids": list(ids)}], sp, use_tqdm=False)[0].outputs[0]
+    try:
+        res = llm.generate([{"prompt_token_ids": list(ids)}], sp, use_tqdm=False)[0].outputs[0]
+    except DriftError:
+        raise
+    except Exception as e:  # vLLM accepted the models but failed running them: one line, not its traceback
+        raise DriftError(
+            f"--engine vllm: prompt {probe.id}: vLLM failed while generating "
+            f"({type(e).__name__}: {first_line(e)})"
+        ) from None
     wall = time.perf_counter() - t0
     delta = metrics_delta(before, spec_metrics(llm))
     out_ids = [int(t) for t in res.token_ids]
@@ -239,6 +247,13 @@ def run_capture_vllm(
         for d in drafters
     }
     check_same_aux(models)
+    for name, m in models.items():
+        if m.config.mla:
+            raise DriftError(
+                f"--engine vllm: drafter {name!r} has an MLA (DeepSeek-style latent attention) draft layer; "
+                "vLLM 0.32 does not serve MLA EAGLE-3 heads (it reads a deepseek_v3 draft config as "
+                "DeepSeek MTP and has no Eagle3 model for it); use --engine hf"
+            )
     run = VllmRun(vllm, info, str(target), st, dict(vllm_kwargs or {}))
     manifest = build_manifest(
         info, str(target), models, capture_settings(run, probes, len(suite), drafters), extra_manifest
