@@ -150,15 +150,24 @@ class EagerRows:
 
 
 @torch.no_grad()
-def one_round(d: Eagle3Drafter, ctx: int, depth: int, impl: str, cap: Capture | None = None, seed: int = 1):
-    """Refresh `ctx` slots (all but the last with SDPA: eager would materialise ctx x ctx scores), then the last
-    slot and K draft steps with `impl`; returns (per-depth logits [K, V], drafts, eager rows if eager)."""
+def one_round(
+    d: Eagle3Drafter,
+    ctx: int,
+    depth: int,
+    impl: str,
+    cap: Capture | None = None,
+    seed: int = 1,
+    prefill_impl: str = "sdpa",
+):
+    """Refresh `ctx` slots (all but the last with `prefill_impl`: at 32k eager would materialise ctx x ctx
+    scores), then the last slot and K draft steps with `impl`; returns (per-depth logits [K, V], drafts, eager
+    rows if eager)."""
     dev, dt = d.lm_head.weight.device, d.lm_head.weight.dtype
     g = torch.Generator(device="cpu").manual_seed(seed)
     seq = torch.randint(0, d.config.vocab_size, (ctx + 1,), generator=g).tolist()
     feats = torch.randn(ctx, d.config.num_aux * d.config.target_hidden_size, generator=g).to(dev, dt)
     cache = d.new_cache(capacity=ctx + depth + 8)
-    d.set_attn_impl("sdpa")
+    d.set_attn_impl(prefill_impl)
     if ctx > 1:
         refresh(d, cache, seq[1:ctx], 0, feats[: ctx - 1])
     d.set_attn_impl(impl)
@@ -220,7 +229,7 @@ def check_target(s: Scale, device: str, dtype: torch.dtype, tol: float) -> Row:
 
 def check_drafter(d: Eagle3Drafter, s: Scale, tol: float) -> Row:
     a, da, _ = one_round(d, s.parity_ctx, s.depth, "sdpa")
-    b, db, _ = one_round(d, s.parity_ctx, s.depth, "eager")
+    b, db, _ = one_round(d, s.parity_ctx, s.depth, "eager", prefill_impl="eager")  # every slot eager
     r = rel(a, b)
     return Row(
         f"drafter_sdpa_vs_eager ({s.parity_ctx} ctx, K={s.depth})",

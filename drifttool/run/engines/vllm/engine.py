@@ -30,7 +30,6 @@ from ...hooks import Capture
 from ...loop import positions_needed
 from ...probes import Probe, load_suite
 from ...runner import RunSettings, check_drafters, check_same_aux, prompt_seed, write_run
-from ...sinks import SinkSpec
 from ..hf import DrafterSpec, build_manifest
 from .crosscheck import check_acceptance, metrics_delta, spec_metrics, tolerance, verdict
 from .launch import engine_args, first_line, import_vllm, shutdown, start_llm
@@ -201,49 +200,33 @@ def run_capture_vllm(
     drafters: list[DrafterSpec],
     probes: str,
     out: str,
-    depth: int = 8,
-    mode: str = "generate",
-    max_new_tokens: int = 64,
-    device: str = "cpu",
-    dtype: str = "float32",
-    sink: SinkSpec | None = None,
-    seed: int = 0,
-    keep_rows: int = 2,
-    temperature: float = 0.0,
+    settings: RunSettings | None = None,
+    *,
     resume: bool = False,
     overwrite: bool = False,
-    limit: int | None = None,
     progress: bool = True,
     extra_manifest: dict[str, Any] | None = None,
     vllm_kwargs: dict[str, Any] | None = None,
-    draft_sampling: str = "greedy",
+    **settings_kw: Any,
 ) -> Path:
     """Like `run_capture`, but vLLM runs the speculative decoding; returns the trace path.
 
-    One vLLM engine per drafter; shards are keyed `DRAFTER:PROMPT`. `dtype` applies to vLLM and to the replay
-    drafter, `device` to the replay drafter."""
-    st = RunSettings.of(
-        depth=depth,
-        mode=mode,
-        max_new_tokens=max_new_tokens,
-        sink=sink,
-        seed=seed,
-        temperature=temperature,
-        keep_rows=keep_rows,
-        dtype=dtype,
-        device=device,
-        limit=limit,
-        draft_sampling=draft_sampling,
-    )
+    `settings` is a checked `RunSettings`, or give its keywords (`depth=8`, `max_new_tokens`, `dtype`, `device`,
+    `sink`, `seed`, `keep_rows`, `temperature`, `limit`, ...; see `RunSettings.of`). One vLLM engine per drafter;
+    shards are keyed `DRAFTER:PROMPT`. `dtype` applies to vLLM and to the replay drafter, `device` to the replay
+    drafter. `vllm_kwargs` go to `vllm.LLM` (they may not contradict launch.REQUIRED_ARGS)."""
+    if settings is not None and settings_kw:
+        raise DriftError(f"run_capture_vllm: give settings or {sorted(settings_kw)}, not both")
+    st = settings if settings is not None else RunSettings.of(**settings_kw)
     check_drafters(drafters)
     check_vllm_settings(st, target)
     vllm = import_vllm()
     suite = load_suite(probes)
-    if limit is not None:
-        suite = suite[:limit]
+    if st.limit is not None:
+        suite = suite[: st.limit]
     info = TargetInfo(target)
     models = {
-        d.name: load_drafter(d.path, target=info, overrides=d.overrides, device=device, dtype=st.torch_dtype)
+        d.name: load_drafter(d.path, target=info, overrides=d.overrides, device=st.device, dtype=st.torch_dtype)
         for d in drafters
     }
     check_same_aux(models)
