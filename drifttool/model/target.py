@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,29 @@ def _final_norm(model: nn.Module) -> nn.Module:
         return obj
     raise DriftError(f"target {type(model).__name__}: cannot find its final norm (expected model.norm), which a "
                      "drafter without aux features reads")
+
+
+def check_aux_ids(ids: list[int], num_layers: int) -> None:
+    """Aux ids in the input convention must name layer inputs 0..L (L = the last layer's output) or FINAL_HIDDEN."""
+    n = num_layers
+    for i in ids:
+        if i != FINAL_HIDDEN and not 0 <= i <= n:
+            raise DriftError(
+                f"eagle_aux_hidden_state_layer_ids: layer id {i} (as a layer input) is outside the target's "
+                f"{n} layers (0..{n}; {n} = the last layer's output)"
+            )
+
+
+@dataclass(frozen=True)
+class TargetShape:
+    """What a drafter checkpoint is checked against, and where a head without its own embeddings or lm_head
+    borrows them (called only then: a vLLM-held target reads them from disk)."""
+
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+    input_embeddings: Callable[[], torch.Tensor] | None = None
+    output_embeddings: Callable[[], torch.Tensor | None] | None = None
 
 
 @dataclass
@@ -113,20 +137,19 @@ class Target:
         """The target's lm_head weight [V, H] (its embeddings when tied)."""
         return self.model.get_output_embeddings().weight
 
+    def shape(self) -> TargetShape:
+        return TargetShape(self.num_layers, self.hidden_size, self.vocab_size, self.input_embeddings,
+                           self.output_embeddings)
+
     def set_aux_layer_ids(self, ids: list[int]) -> None:
         """ids in the input convention: i < L = the input of layer i, i = L = the last layer's output (before the
         final norm), as vLLM reads them."""
-        n = self.num_layers
         for i in ids:
             if i == FINAL_HIDDEN:
                 if self.model is not None:  # None: vLLM holds the weights
                     _final_norm(self.model)  # fails now, with one line, if the target has none to hook
-                continue
-            if not 0 <= i <= n:
-                raise DriftError(
-                    f"eagle_aux_hidden_state_layer_ids: layer id {i} (as a layer input) is outside the target's "
-                    f"{n} layers (0..{n}; {n} = the last layer's output)"
-                )
+            else:
+                check_aux_ids([i], self.num_layers)
         self.aux_layer_ids = list(ids)
 
     # -- running ------------------------------------------------------------------------------

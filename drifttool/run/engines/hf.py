@@ -14,7 +14,7 @@ import pandas as pd
 from torch import nn
 
 from ...errors import DriftError
-from ...model.checkpoint import load_drafter
+from ...model.checkpoint import read_drafter
 from ...model.config import trained_window
 from ...model.drafter import Eagle3Drafter
 from ...model.target import Target, load_target
@@ -194,9 +194,10 @@ def run_capture(
     tgt_path = None if isinstance(target, (Target, nn.Module)) else str(resolve(target, "target"))
     tgt = load_target(tgt_path or target, device=device, dtype=st.torch_dtype)
     drafters = [DrafterSpec(d.name, str(resolve(d.path, "drafter")), d.overrides) for d in drafters]
-    models = {d.name: load_drafter(d.path, target=tgt, overrides=d.overrides, device=device, dtype=st.torch_dtype)
+    models = {d.name: read_drafter(d.path, tgt.shape(), overrides=d.overrides, device=device, dtype=st.torch_dtype)
               for d in drafters}
     check_same_aux(models)
+    tgt.set_aux_layer_ids(next(iter(models.values())).config.input_aux_layer_ids)
     token_ids = {}  # every probe checked before anything is written; the error names the file and the probe
     for probe in suite:
         try:
