@@ -1,10 +1,14 @@
-"""Training scaffolding shared by the zoo trainers (train_target, train_drafter, train_real): the cosine decay
-each learning-rate schedule ends in, and setting a step's learning rate. Each trainer keeps its own warmup and
-its own notion of progress (planned steps, wall-clock budget)."""
+"""Training scaffolding shared by the zoo trainers (train_target, train_drafter, train_real): learning-rate
+schedules (linear warmup then cosine decay), setting a step's learning rate, the AdamW they all use, and the
+wall-clock budget of a resumable loop. Each trainer keeps its own notion of progress (planned steps, wall-clock
+budget)."""
 
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 
@@ -15,6 +19,46 @@ def cosine(lr: float, min_lr_frac: float, frac: float) -> float:
     return lo + 0.5 * (lr - lo) * (1 + math.cos(math.pi * frac))
 
 
+def warmup_cosine(lr: float, min_lr_frac: float, step: int, warm_steps: int, frac: float) -> float:
+    """Linear warmup over `warm_steps` steps, then cosine decay at progress `frac` (0..1) of the rest."""
+    if step < warm_steps:
+        return lr * (step + 1) / warm_steps
+    return cosine(lr, min_lr_frac, frac)
+
+
 def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
     for g in opt.param_groups:
         g["lr"] = lr
+
+
+def adamw(
+    params: Iterable[Any],
+    lr: float,
+    betas: tuple[float, float],
+    weight_decay: float | None = None,
+) -> torch.optim.AdamW:
+    """AdamW over parameters or parameter groups (groups carry their own weight decay: pass None)."""
+    kw = {} if weight_decay is None else {"weight_decay": weight_decay}
+    return torch.optim.AdamW(params, lr=lr, betas=betas, **kw)
+
+
+class Budget:
+    """Wall-clock bookkeeping of a resumable loop: the elapsed seconds live in `clock[key]` (carried across
+    resumes by the checkpointed state) and `save` runs every `ckpt_minutes`."""
+
+    def __init__(self, clock: dict, key: str, ckpt_minutes: float, save: Callable[[], None]):
+        self.clock, self.key, self.ckpt_s, self.save = clock, key, ckpt_minutes * 60, save
+        self.t0 = self.since = time.perf_counter()
+        self.base = clock[key]
+
+    def tick(self) -> float:
+        """After a step: update the elapsed time; returns this session's run time so far."""
+        now = time.perf_counter()
+        self.clock[self.key] = self.base + now - self.t0
+        return now - self.t0
+
+    def checkpoint_if_due(self) -> None:
+        """Save when `ckpt_minutes` have passed since the last save (not counting the saves themselves)."""
+        if time.perf_counter() - self.since > self.ckpt_s:
+            self.save()
+            self.since = time.perf_counter()
