@@ -21,8 +21,9 @@ def default_aux_layer_ids(num_layers: int) -> list[int]:
     return [2, num_layers // 2, num_layers - 3]
 
 
-def _decoder_layers(model: nn.Module) -> nn.ModuleList:
-    for path in ("model.layers", "model.decoder.layers", "transformer.h", "gpt_neox.layers"):
+def _first_attr(model: nn.Module, paths: tuple[str, ...]) -> nn.Module | None:
+    """The first dotted attribute path the model has (families name their submodules differently)."""
+    for path in paths:
         obj = model
         try:
             for part in path.split("."):
@@ -30,21 +31,24 @@ def _decoder_layers(model: nn.Module) -> nn.ModuleList:
         except AttributeError:
             continue
         return obj
-    raise DriftError(f"target {type(model).__name__}: cannot find its decoder layers (expected model.layers)")
+    return None
+
+
+def _decoder_layers(model: nn.Module) -> nn.ModuleList:
+    found = _first_attr(model, ("model.layers", "model.decoder.layers", "transformer.h", "gpt_neox.layers"))
+    if found is None:
+        raise DriftError(f"target {type(model).__name__}: cannot find its decoder layers (expected model.layers)")
+    return found
 
 
 def _final_norm(model: nn.Module) -> nn.Module:
     """The norm after the last decoder layer (its output is the hidden state the lm_head reads)."""
-    for path in ("model.norm", "model.decoder.final_layer_norm", "transformer.ln_f", "gpt_neox.final_layer_norm"):
-        obj = model
-        try:
-            for part in path.split("."):
-                obj = getattr(obj, part)
-        except AttributeError:
-            continue
-        return obj
-    raise DriftError(f"target {type(model).__name__}: cannot find its final norm (expected model.norm), which a "
-                     "drafter without aux features reads")
+    found = _first_attr(model, ("model.norm", "model.decoder.final_layer_norm", "transformer.ln_f",
+                                "gpt_neox.final_layer_norm"))
+    if found is None:
+        raise DriftError(f"target {type(model).__name__}: cannot find its final norm (expected model.norm), which a "
+                         "drafter without aux features reads")
+    return found
 
 
 def check_aux_ids(ids: list[int], num_layers: int) -> None:

@@ -8,9 +8,33 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+
+@dataclass
+class StepArgs:
+    """The optimiser, batch and bookkeeping settings the step-planned trainers (train_target, train_drafter)
+    share; each overrides the defaults it differs in. Every `long_every`-th step uses `long_window`-token
+    windows (half the batch, same tokens per step) so probes up to the target's full context stay in
+    distribution, while the other steps use the cheaper `window` (attention cost grows with length; SPEC §8
+    saw instability when training only at 1024). long_every=0 disables it."""
+
+    lr: float = 1.5e-3
+    min_lr_frac: float = 0.1
+    warmup_frac: float = 0.03
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.95)
+    clip: float = 1.0
+    batch_tokens: int = 2048
+    window: int = 512
+    long_window: int = 1024
+    long_every: int = 4
+    seed: int = 0
+    ckpt_minutes: float = 3.0
+    threads: int = 1
 
 
 def cosine(lr: float, min_lr_frac: float, frac: float) -> float:

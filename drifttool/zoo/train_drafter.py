@@ -24,14 +24,14 @@ from ..model.drafter import Eagle3Drafter
 from . import DEFAULT_BUILD_DIR
 from .ckpt import load_ckpt, save_ckpt
 from .drafters import VARIANTS, DrafterShape, variant_drafters
-from .schedule import Budget, adamw, set_lr, warmup_cosine
+from .schedule import Budget, StepArgs, adamw, set_lr, warmup_cosine
 from .windows import batch_shape, heldout_windows, sample_windows
 
 DrafterSpec = DrafterShape  # the name this module used before the shape was shared with train_real
 
 
 @dataclass
-class DrafterTrainArgs:
+class DrafterTrainArgs(StepArgs):
     target_dir: str = ""
     data_dir: str = str(DEFAULT_BUILD_DIR / "data")
     work_dir: str = str(DEFAULT_BUILD_DIR / "drafters")  # checkpoints, plan
@@ -40,22 +40,7 @@ class DrafterTrainArgs:
     steps: int | None = None  # fixed step count (tests); otherwise planned once from measured speed
     ttt_steps: int = 4
     loss_decay: float = 0.8
-    lr: float = 1.5e-3
-    min_lr_frac: float = 0.1
-    warmup_frac: float = 0.03
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.95)
-    clip: float = 1.0
-    batch_tokens: int = 2048
-    window: int = 512
-    # As for the target: every 4th step uses 1024-token windows (half the batch) so the drafter has seen
-    # positions up to the target's full context that probes cut at.
-    long_window: int = 1024
-    long_every: int = 4
-    seed: int = 0
-    ckpt_minutes: float = 3.0
     eval_windows: int = 24
-    threads: int = 1
     variants: tuple[str, ...] = ("eagle3", "eagle3.1")
     spec: DrafterShape = field(default_factory=DrafterShape)
 

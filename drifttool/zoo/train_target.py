@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from . import DEFAULT_BUILD_DIR
 from . import data as zdata
 from .ckpt import load_ckpt, save_ckpt
-from .schedule import Budget, adamw, cosine, set_lr
+from .schedule import Budget, StepArgs, adamw, cosine, set_lr
 from .windows import batch_shape, heldout_windows, sample_windows
 
 PHASES = ("A", "B")
@@ -47,34 +47,19 @@ class TargetSpec:
 
 
 @dataclass
-class TrainArgs:
+class TrainArgs(StepArgs):
     build_dir: str = str(DEFAULT_BUILD_DIR)
     minutes_a: float = 25.0
     minutes_b: float = 15.0
     steps_a: int | None = None  # fixed step counts (tests); otherwise planned from measured speed
     steps_b: int | None = None
-    lr: float = 1.5e-3
-    min_lr_frac: float = 0.1
-    warmup_frac: float = 0.03
     weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.95)
-    clip: float = 1.0
     batch_tokens: int = 4096
-    window: int = 512
-    # Every `long_every`-th step uses 1024-token windows (half the batch, same tokens per step): positions
-    # 512..1023 are trained so probes up to the full context stay in distribution, while 3/4 of the steps
-    # use the cheaper 512 windows (attention cost grows with length; SPEC §8 saw instability when training
-    # only at 1024). Set long_every=0 to disable.
-    long_window: int = 1024
-    long_every: int = 4
     sink_lambda: float = 1.0
     sink_tau: float = 0.5
     sink_min_query: int = 16
-    seed: int = 0
-    ckpt_minutes: float = 3.0
     eval_windows: int = 48
     max_bytes: int = 32_000_000
-    threads: int = 1
     spec: TargetSpec = field(default_factory=TargetSpec)
 
 
