@@ -205,14 +205,14 @@ def test_replay_that_ignores_the_window_is_flagged(models, windowed, tmp_path, m
     import drifttool.run.engines.vllm.engine as eng
 
     target, root, dirs, prompts, probes = models
-    real = eng.load_drafter
+    real = eng.read_drafter
 
     def no_window(*a, **kw):
         d = real(*a, **kw)
         d.config.sliding_window = None
         return d
 
-    monkeypatch.setattr(eng, "load_drafter", no_window)
+    monkeypatch.setattr(eng, "read_drafter", no_window)
     tv = _run_vllm(root, probes, windowed, tmp_path / "bad.drift")
     flags = tv.manifest.get("flags") or []
     assert flags and all(f["check"] == "replay" for f in flags)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,8 +21,9 @@ def default_aux_layer_ids(num_layers: int) -> list[int]:
     return [2, num_layers // 2, num_layers - 3]
 
 
-def _decoder_layers(model: nn.Module) -> nn.ModuleList:
-    for path in ("model.layers", "model.decoder.layers", "transformer.h", "gpt_neox.layers"):
+def _first_attr(model: nn.Module, paths: tuple[str, ...]) -> nn.Module | None:
+    """The first dotted attribute path the model has (families name their submodules differently)."""
+    for path in paths:
         obj = model
         try:
             for part in path.split("."):
@@ -29,21 +31,47 @@ def _decoder_layers(model: nn.Module) -> nn.ModuleList:
         except AttributeError:
             continue
         return obj
-    raise DriftError(f"target {type(model).__name__}: cannot find its decoder layers (expected model.layers)")
+    return None
+
+
+def _decoder_layers(model: nn.Module) -> nn.ModuleList:
+    found = _first_attr(model, ("model.layers", "model.decoder.layers", "transformer.h", "gpt_neox.layers"))
+    if found is None:
+        raise DriftError(f"target {type(model).__name__}: cannot find its decoder layers (expected model.layers)")
+    return found
 
 
 def _final_norm(model: nn.Module) -> nn.Module:
     """The norm after the last decoder layer (its output is the hidden state the lm_head reads)."""
-    for path in ("model.norm", "model.decoder.final_layer_norm", "transformer.ln_f", "gpt_neox.final_layer_norm"):
-        obj = model
-        try:
-            for part in path.split("."):
-                obj = getattr(obj, part)
-        except AttributeError:
-            continue
-        return obj
-    raise DriftError(f"target {type(model).__name__}: cannot find its final norm (expected model.norm), which a "
-                     "drafter without aux features reads")
+    found = _first_attr(model, ("model.norm", "model.decoder.final_layer_norm", "transformer.ln_f",
+                                "gpt_neox.final_layer_norm"))
+    if found is None:
+        raise DriftError(f"target {type(model).__name__}: cannot find its final norm (expected model.norm), which a "
+                         "drafter without aux features reads")
+    return found
+
+
+def check_aux_ids(ids: list[int], num_layers: int) -> None:
+    """Aux ids in the input convention must name layer inputs 0..L (L = the last layer's output) or FINAL_HIDDEN."""
+    n = num_layers
+    for i in ids:
+        if i != FINAL_HIDDEN and not 0 <= i <= n:
+            raise DriftError(
+                f"eagle_aux_hidden_state_layer_ids: layer id {i} (as a layer input) is outside the target's "
+                f"{n} layers (0..{n}; {n} = the last layer's output)"
+            )
+
+
+@dataclass(frozen=True)
+class TargetShape:
+    """What a drafter checkpoint is checked against, and where a head without its own embeddings or lm_head
+    borrows them (called only then: a vLLM-held target reads them from disk)."""
+
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+    input_embeddings: Callable[[], torch.Tensor] | None = None
+    output_embeddings: Callable[[], torch.Tensor | None] | None = None
 
 
 @dataclass
@@ -52,9 +80,9 @@ class TargetOut:
     features: torch.Tensor  # [T, A*Ht] aux hidden states, low -> high layer
 
 
-class TargetShape:
-    """What a drafter needs from its target without running it: sizes from the config, the tokenizer, the aux
-    layer ids it reads and the embeddings it may share. `Target` runs an HF model on top of this; the vllm
+class TargetBase:
+    """A target without running it: sizes from the config, the tokenizer and chat template, the aux layer ids
+    it is read at, its `shape()` for checking a drafter. `Target` runs an HF model on top of this; the vllm
     engine's `TargetInfo` is only this (vLLM holds the weights and runs the target)."""
 
     model: nn.Module | None = None  # None: the weights live elsewhere (vLLM)
@@ -95,20 +123,19 @@ class TargetShape:
         """The target's lm_head weight [V, H] (its embeddings when tied)."""
         raise NotImplementedError
 
+    def shape(self) -> TargetShape:
+        return TargetShape(self.num_layers, self.hidden_size, self.vocab_size, self.input_embeddings,
+                           self.output_embeddings)
+
     def set_aux_layer_ids(self, ids: list[int]) -> None:
         """ids in the input convention: i < L = the input of layer i, i = L = the last layer's output (before the
         final norm), as vLLM reads them."""
-        n = self.num_layers
         for i in ids:
             if i == FINAL_HIDDEN:
-                if self.model is not None:
+                if self.model is not None:  # None: vLLM holds the weights
                     _final_norm(self.model)  # fails now, with one line, if the target has none to hook
-                continue
-            if not 0 <= i <= n:
-                raise DriftError(
-                    f"eagle_aux_hidden_state_layer_ids: layer id {i} (as a layer input) is outside the target's "
-                    f"{n} layers (0..{n}; {n} = the last layer's output)"
-                )
+            else:
+                check_aux_ids([i], self.num_layers)
         self.aux_layer_ids = list(ids)
 
     def encode(self, text: str) -> list[int]:
@@ -133,7 +160,7 @@ class TargetShape:
         return self.tokenizer.decode(ids, skip_special_tokens=True) if self.tokenizer is not None else " ".join(map(str, ids))
 
 
-class Target(TargetShape):
+class Target(TargetBase):
     """Wraps an HF causal LM with one running KV cache (batch 1).
 
     Aux features are the inputs of layers `aux_layer_ids` (HF `hidden_states[idx]`; id L = the last layer's
@@ -331,7 +358,7 @@ def load_target(
     from ..dtypes import parse_dtype
 
     dtype = parse_dtype(dtype)
-    if isinstance(path, TargetShape):
+    if isinstance(path, TargetBase):
         return path
     if isinstance(path, nn.Module):
         return Target(path.to(device=device, dtype=dtype), aux_layer_ids)

@@ -98,21 +98,45 @@ def prompt_seed(seed: int, prompt_id: str) -> int:
     return (seed * 1_000_003 + zlib.crc32(prompt_id.encode())) % (2**31)
 
 
-@contextmanager
-def sigterm_as_interrupt():
-    """SIGTERM behaves like Ctrl-C so the current shard boundary is respected either way."""
-    def handler(signum, frame):
+class Interrupts:
+    """Ctrl-C and SIGTERM both raise KeyboardInterrupt, so a run stops at a shard boundary either way -- except
+    while a shard is being committed (`held`): then the signal waits until the commit ends. A signal landing
+    inside pyarrow's writer cleanup would otherwise be dropped by Python ("Exception ignored in __del__"), and
+    one between a rename and its bookkeeping would leave the shard half moved."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.pending = False
+
+    def handler(self, signum, frame) -> None:
+        if self.depth:
+            self.pending = True
+            return
         raise KeyboardInterrupt
 
-    try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
+    @contextmanager
+    def held(self):
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+        if not self.depth and self.pending:  # only after a clean commit; an error in it propagates as is
+            self.pending = False
+            raise KeyboardInterrupt
+
+    @contextmanager
+    def installed(self):
+        try:
+            old = {s: signal.signal(s, self.handler) for s in (signal.SIGTERM, signal.SIGINT)}
+        except ValueError:  # not the main thread: signals stay as they are
+            yield
+            return
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
 
 
 def write_run(out: str, manifest: dict[str, Any], plan: Callable[[TraceWriter], Iterable[tuple[int, Any]]],
@@ -129,7 +153,9 @@ def write_run(out: str, manifest: dict[str, Any], plan: Callable[[TraceWriter], 
         work = list(plan(writer))
         from .progress import progress_bar
 
-        with sigterm_as_interrupt(), progress_bar(sum(n for n, _ in work), n_models, enabled=progress) as bar:
+        interrupts = Interrupts()
+        writer.guard = interrupts.held
+        with interrupts.installed(), progress_bar(sum(n for n, _ in work), n_models, enabled=progress) as bar:
             for _, item in work:
                 step(writer, bar, item)
         writer.finish()

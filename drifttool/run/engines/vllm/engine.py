@@ -22,15 +22,16 @@ from typing import Any
 import torch
 
 from ....errors import DriftError
-from ....model.checkpoint import detect_layout, load_drafter, save_drafter
+from ....model.checkpoint import detect_layout, read_drafter, save_drafter
 from ....model.config import trained_window
 from ....model.drafter import Eagle3Drafter
+from ....trace.manifest import build_manifest
 from ....trace.records import add_rows, prompt_row, prompt_tables
 from ...hooks import Capture
 from ...loop import positions_needed
 from ...probes import Probe, load_suite
 from ...runner import RunSettings, check_drafters, check_same_aux, prompt_seed, write_run
-from ..hf import DrafterSpec, build_manifest
+from ..hf import DrafterSpec
 from .crosscheck import check_acceptance, metrics_delta, spec_metrics, tolerance, verdict
 from .launch import engine_args, first_line, import_vllm, shutdown, start_llm
 from .recorder import VllmRecorder
@@ -50,7 +51,7 @@ class VllmRun:
 
 
 def given_as_is(spec: DrafterSpec) -> bool:
-    """Whether vLLM can be given the folder as is (speculators layout, no what-if overrides); load_drafter
+    """Whether vLLM can be given the folder as is (speculators layout, no what-if overrides); read_drafter
     already reads a speculators config as vLLM does (top-level flags, norm_before_residual absent = true, the
     draft-layer window from layer_types). Any other layout is converted to the drafter drifttool replays."""
     try:
@@ -226,10 +227,13 @@ def run_capture_vllm(
         suite = suite[: st.limit]
     info = TargetInfo(target)
     models = {
-        d.name: load_drafter(d.path, target=info, overrides=d.overrides, device=st.device, dtype=st.torch_dtype)
+        d.name: read_drafter(
+            d.path, info.shape(), overrides=d.overrides, device=st.device, dtype=st.torch_dtype
+        )
         for d in drafters
     }
     check_same_aux(models)
+    info.set_aux_layer_ids(next(iter(models.values())).config.input_aux_layer_ids)  # as the manifest records
     for name, m in models.items():
         if m.config.mla:
             raise DriftError(

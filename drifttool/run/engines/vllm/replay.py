@@ -1,4 +1,4 @@
-"""vLLM's recorded drafter inputs replayed through drifttool's drafter (same checkpoint via `load_drafter`),
+"""vLLM's recorded drafter inputs replayed through drifttool's drafter (same checkpoint via `read_drafter`),
 under the same `Capture` the hf engine uses: the first pass is the loop's own `refresh` step; depths 2..K are
 fed vLLM's ids and fed-back tensors, so each depth's attention is measured on exactly the input vLLM's drafter
 had. Acceptance and bonus tokens are vLLM's; the replay's own drafts and tensors are compared with vLLM's

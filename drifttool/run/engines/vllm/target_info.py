@@ -8,11 +8,11 @@ from pathlib import Path
 import torch
 
 from ....errors import DriftError
-from ....model.target import TargetShape, default_aux_layer_ids
+from ....model.target import TargetBase, default_aux_layer_ids
 
 
-class TargetInfo(TargetShape):
-    """An HF target folder read without loading its model: what load_drafter, the probes and the manifest use."""
+class TargetInfo(TargetBase):
+    """An HF target folder read without loading its model: what read_drafter (its `shape()`), the probes and the manifest use."""
 
     def __init__(self, path: str | Path):
         p = Path(path)
