@@ -70,6 +70,28 @@ def test_missing_vllm_is_one_clear_error(monkeypatch, tmp_path):
                  "--out", "o.drift"]) == 2
 
 
+def test_target_info_reads_a_folder_without_its_model(tmp_path):
+    """The vllm engine's target: config sizes, embeddings from disk, a shape for read_drafter, chat rendering;
+    nothing that could run it (vLLM does)."""
+    from _capture_fixtures import TINY
+
+    from drifttool.model.target import Target, TargetBase
+    from drifttool.model.tiny import tiny_target
+    from drifttool.run.engines.vllm.target_info import TargetInfo
+
+    t = tiny_target(**TINY)
+    t.model.save_pretrained(tmp_path / "target")
+    info = TargetInfo(tmp_path / "target")
+    assert isinstance(info, TargetBase) and not isinstance(info, Target) and not hasattr(info, "forward")
+    assert (info.num_layers, info.hidden_size, info.vocab_size) == (TINY["layers"], TINY["hidden"], TINY["vocab"])
+    shape = info.shape()
+    torch.testing.assert_close(shape.input_embeddings(), t.input_embeddings(), atol=0, rtol=0)
+    torch.testing.assert_close(shape.output_embeddings(), t.output_embeddings(), atol=0, rtol=0)
+    assert "hello" in info.render_chat([{"role": "user", "content": "hello"}]) and info.chat_format
+    with pytest.raises(DriftError, match="eagle_aux_hidden_state_layer_ids: layer id 9"):
+        info.set_aux_layer_ids([1, 9])
+
+
 # -- the integration test -------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
