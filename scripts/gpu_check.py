@@ -7,6 +7,8 @@ Prints a pass/fail table:
   load_drafter) in bfloat16: logits of a K-step chain, SDPA vs eager.
 - capture_rows_vs_eager: the capture's recomputed attention rows (Capture(keep_qk=True)) vs the eager
   attention probabilities of the same steps, every depth and head, at 32k context.
+- device_map_placement: that target spread over every GPU (device_map "balanced"; needs >= 2) vs on one:
+  features, logits, and the tokens speculation emits with the drafter on its last device.
 - long_context_32k: the same drafter refreshed over 32768 positions and drafting K steps with the capture
   attached: finite logits, wall time, peak memory.
 Without CUDA it prints one line and exits 0 (CI skips it). `--device cpu --scale tiny` runs the same checks at
@@ -104,7 +106,7 @@ SCALES = {
 @dataclass
 class Row:
     name: str
-    ok: bool
+    ok: bool | None  # None: skipped (e.g. placement over GPUs on a one-GPU machine)
     measured: str
     bar: str
 
@@ -215,7 +217,10 @@ def check_target(s: Scale, device: str, dtype: torch.dtype, tol: float) -> Row:
     )
     out = {}
     for impl in ("eager", "sdpa"):
-        m.set_attn_implementation(impl)
+        if hasattr(m, "set_attn_implementation"):
+            m.set_attn_implementation(impl)
+        else:  # older transformers read the config field at each forward
+            m.config._attn_implementation = impl
         t = Target(m, [1, s.target["num_hidden_layers"] // 2, s.target["num_hidden_layers"] - 1])
         out[impl] = t.forward(ids)
     rf, rl = rel(out["sdpa"].features, out["eager"].features), rel(out["sdpa"].logits, out["eager"].logits)
@@ -224,6 +229,45 @@ def check_target(s: Scale, device: str, dtype: torch.dtype, tol: float) -> Row:
         max(rf, rl) < tol,
         f"features {rf:.2e}, logits {rl:.2e}",
         f"< {tol:.0e} rel",
+    )
+
+
+def check_placement(s: Scale, device: str, dtype: torch.dtype, tmp: Path, tol: float) -> Row:
+    """The target spread by device_map ("balanced" over every GPU; "auto" on CPU, one device) gives the numbers
+    of the target on one device, and speculation with the drafter on its last device emits the same tokens."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from drifttool.model.target import load_target
+    from drifttool.model.tiny import tiny_drafter
+    from drifttool.run.loop import speculate
+
+    gpus = torch.cuda.device_count() if device.startswith("cuda") else 0
+    name = f"device_map_placement ({gpus or 1} device{'s' if gpus > 1 else ''})"
+    if device.startswith("cuda") and gpus < 2:
+        return Row(name, None, "one GPU: nothing to spread", "needs >= 2 GPUs")
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(**s.target, tie_word_embeddings=False)).to(dtype).save_pretrained(
+        tmp / "target"
+    )
+    one = load_target(tmp / "target", device=device, dtype=dtype)
+    spread = load_target(tmp / "target", dtype=dtype, device_map="balanced" if gpus else "auto")
+    ids = torch.randint(
+        0, s.target["vocab_size"], (min(s.parity_ctx, 1024),), generator=torch.Generator().manual_seed(3)
+    )
+    a, b = one.forward(ids), spread.forward(ids)
+    r = max(rel(b.features.to(a.features.device), a.features), rel(b.logits.to(a.logits.device), a.logits))
+    d = tiny_drafter(one, seed=1).to(device=one.last_device, dtype=dtype)
+    prompt = ids[:32].tolist()
+    outs = []
+    for t in (one, spread):
+        t.reset()
+        outs.append(speculate(t, d.to(t.last_device), prompt, depth=4, max_new_tokens=16).output_ids)
+    same = outs[0] == outs[1]
+    return Row(
+        name,
+        r < tol and same,
+        f"{len(spread.devices)} devices, rel {r:.2e}, tokens {'equal' if same else 'DIFFER'}",
+        f"< {tol:.0e} rel, same tokens",
     )
 
 
@@ -284,6 +328,7 @@ def run(device: str, scale: str, dtype: torch.dtype) -> list[Row]:
     parity_tol, rows_tol = (3e-2, 1e-2) if bf16 else (1e-4, 1e-5)
     out = [check_target(s, device, dtype, parity_tol)]
     with tempfile.TemporaryDirectory(prefix="drifttool-gpu-check-") as tmp:
+        out.append(check_placement(s, device, dtype, Path(tmp), parity_tol))
         d = drafter_of(s, device, dtype, Path(tmp))
         out += [check_drafter(d, s, parity_tol), check_rows(d, s, rows_tol), check_long(d, s, device)]
     return out
@@ -293,7 +338,8 @@ def table(rows: list[Row]) -> str:
     w = max(len(r.name) for r in rows)
     m = max(len(r.measured) for r in rows)
     lines = [f"{'check':<{w}}  result  {'measured':<{m}}  bar"]
-    lines += [f"{r.name:<{w}}  {'PASS' if r.ok else 'FAIL':<6}  {r.measured:<{m}}  {r.bar}" for r in rows]
+    word = {True: "PASS", False: "FAIL", None: "SKIP"}
+    lines += [f"{r.name:<{w}}  {word[r.ok]:<6}  {r.measured:<{m}}  {r.bar}" for r in rows]
     return "\n".join(lines)
 
 
@@ -313,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gpu_check: {name}, scale {a.scale}, {a.dtype}, torch {torch.__version__}")
     rows = run(a.device, a.scale, getattr(torch, a.dtype))
     print(table(rows))
-    return 0 if all(r.ok for r in rows) else 1
+    return 0 if all(r.ok is not False for r in rows) else 1
 
 
 if __name__ == "__main__":

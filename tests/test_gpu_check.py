@@ -41,7 +41,7 @@ def test_without_cuda_one_line_and_exit_0():
 def test_tiny_checks_pass_on_cpu(capsys):
     assert _module().main(["--device", "cpu", "--scale", "tiny", "--dtype", "float32"]) == 0
     out = capsys.readouterr().out
-    assert out.count("PASS") == 4 and "FAIL" not in out
+    assert out.count("PASS") == 5 and "FAIL" not in out and "device_map_placement" in out
 
 
 def test_a_wrong_capture_row_fails(capsys, monkeypatch):
