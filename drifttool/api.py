@@ -15,11 +15,12 @@ from .dtypes import dtype_name
 from .errors import DriftError
 from .model.drafter import Eagle3Drafter
 from .model.target import Target, load_target
-from .run.engines.hf import build_manifest, capture_one
+from .run.engines.hf import capture_one
 from .run.hooks import Capture
 from .run.loop import MODES, SpecResult
 from .run.probes import Probe
 from .run.sinks import SinkSpec
+from .trace.manifest import build_manifest
 from .trace.reader import TraceData, read_trace
 from .trace.writer import TraceWriter
 
@@ -85,12 +86,14 @@ class Trace:
     def tree_figure(self, drafter: str, prompt_id: str, round: int, color: str = "self_mass"):
         """One round's tree drawn: nodes coloured by `color`, the accepted path in bold."""
         from .analysis.tree_compare import tree_round
-        from .tree_plots import tree_round_figure
+        from .plots import tree_round_figure
 
         return tree_round_figure(tree_round(self.tree_nodes, drafter, prompt_id, round), color)
 
-    def comparison(self, *others: Trace) -> Comparison:
-        return Comparison.of([self.data, *(o.data for o in others)])
+    def comparison(self, *others: Trace, trained_window: int | None = None) -> Comparison:
+        """The full comparison object (trained_window: the length the drafters were trained at, when their
+        configs do not say; see `decay.windows`)."""
+        return Comparison.of([self.data, *(o.data for o in others)], trained_window=trained_window)
 
     def summary(self) -> pd.DataFrame:
         """The per-depth table with 95% bootstrap CIs over prompts."""

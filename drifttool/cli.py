@@ -44,7 +44,10 @@ def capture(
     override: list[str] = typer.Option([], "--override", help="flag=value applied to every drafter"),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens"),
     device: str = typer.Option("cpu", "--device"),
-    dtype: str = typer.Option("float32", "--dtype"),
+    device_map: str | None = typer.Option(None, "--device-map",
+                                          help="auto | balanced | sequential: spread the target over GPUs (hf "
+                                               "engine; the drafter runs on the target's last device)"),
+    dtype: str = typer.Option("float32", "--dtype", help="float32 | bfloat16 | float16 (target and drafters)"),
     sink: str = typer.Option("4", "--sink", help="first:N | pos:i,j | tok:id,... (';' to combine)"),
     seed: int = typer.Option(0, "--seed"),
     keep_rows: int = typer.Option(2, "--keep-rows", help="full attention rows sampled per prompt and drafter"),
@@ -76,7 +79,9 @@ def capture(
         raise DriftError(f"--engine {engine!r}: expected hf or vllm")
     if vllm_arg and engine != "vllm":
         raise DriftError("--vllm-arg: only with --engine vllm")
-    run, extra = run_capture, {}
+    run, extra = run_capture, ({"device_map": device_map} if device_map is not None else {})
+    if engine == "vllm" and device_map is not None:
+        raise DriftError("--device-map: only with --engine hf (vLLM places the target itself; see --vllm-arg)")
     if tree is not None:
         if engine != "hf":
             raise DriftError("--tree: only with --engine hf (vLLM's tree mode is not replayed)")

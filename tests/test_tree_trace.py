@@ -125,7 +125,7 @@ def test_tree_compare_api_and_figures(env):
     import json
 
     import drifttool
-    from drifttool.tree_plots import tree_layout
+    from drifttool.plots import tree_layout
 
     root, m, probes = env
     path = root / "t.drift"

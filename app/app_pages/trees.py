@@ -5,7 +5,7 @@ itself: the other pages' filters are per chain depth."""
 import dashlib
 import streamlit as st
 
-from drifttool import tree_plots
+from drifttool import plots
 from drifttool.analysis.tree_compare import tree_depth_table, tree_round
 from drifttool.errors import DriftError
 from drifttool.trace.reader import read_trace
@@ -39,12 +39,12 @@ rnd = c3.selectbox("Round", rounds, key="tree_round")
 color = c4.selectbox(
     "Colour", ["self_mass", "sink_mass", "prompt_mass", "entropy", "score"], key="tree_color"
 )
-dashlib.chart(tree_plots.tree_round_figure(tree_round(nodes, drafter, prompt, rnd), color), "tree round")
+dashlib.chart(plots.tree_round_figure(tree_round(nodes, drafter, prompt, rnd), color), "tree round")
 tab = tree_depth_table(traces)
 metric = st.selectbox(
     "Per-depth metric", ["self_mass", "sink_mass", "prompt_mass", "entropy", "accepted"], key="tree_metric"
 )
-dashlib.chart(tree_plots.tree_depth_curves(tab[tab.trace == pick], metric), "tree depth curves")
+dashlib.chart(plots.tree_depth_curves(tab[tab.trace == pick], metric), "tree depth curves")
 st.caption(
     "main path: rank 0 at every step (what a top-1 chain would draft); side branches: some rank > 0; "
     "accepted: the target's accepted path. A node's numbers are those of the query that drafted it."
