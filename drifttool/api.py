@@ -363,3 +363,24 @@ def capture(target, drafter: Eagle3Drafter, depth: int = 8, **kw) -> LiveCapture
     `dt.speculate(target, drafter, ids)` and the CLI's --depth. (drafter, target) is accepted too."""
     target, drafter = _target_drafter(target, drafter)
     return LiveCapture(target, drafter, depth=depth, **kw)
+
+
+def capture_tree(target, drafter: Eagle3Drafter, prompt: str | list[int], tree: str, max_new_tokens: int = 64,
+                 sink: SinkSpec | None = None, temperature: float = 0.0, seed: int = 0,
+                 name: str | None = None) -> dict[str, pd.DataFrame]:
+    """One prompt drafted with trees (`tree` as `capture --tree`: 'dynamic:top_k=..,depth=..,total=..' or rank
+    paths), captured live; the trace's tables (`tree_nodes`, `tree_heads`, `rounds`, `prompts`) as DataFrames."""
+    from .run.engines.hf_tree import capture_tree_prompt
+    from .run.tree import parse_tree
+
+    target, drafter = _target_drafter(target, drafter)
+    if not isinstance(drafter, Eagle3Drafter):
+        raise DriftError(f"drafter: {type(drafter).__name__}; expected a loaded drafter (drifttool.load_drafter(PATH))")
+    run_settings(1, max_new_tokens, temperature, seed, 0, None, sink, prefix="")
+    spec = parse_tree(tree)
+    target = load_target(target)
+    ids = target.encode(prompt) if isinstance(prompt, str) else token_ids(prompt)
+    name = name or Path(drafter.config.source or "").name or drafter.config.variant
+    tabs = capture_tree_prompt(target, {name: drafter}, Probe("live-tree", token_ids=ids), ids, spec, max_new_tokens,
+                               sink or SinkSpec(), seed, temperature)
+    return {k: v for k, v in tabs.items() if k not in ("depths", "heads", "aux")}

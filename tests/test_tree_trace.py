@@ -184,3 +184,22 @@ def test_dashboard_trees_page(env, monkeypatch):
     spec = json.loads(charts[1].proto.spec)
     names = {t.get("name", "") for t in spec["data"]}
     assert any("side branches" in n for n in names) and any("main path" in n for n in names)
+
+
+def test_live_capture_tree(trained_pair):
+    import drifttool as dt
+
+    tabs = dt.capture_tree(
+        trained_pair.target,
+        trained_pair.drafter,
+        trained_pair.prompts[0],
+        "dynamic:top_k=2,depth=3,total=6",
+        max_new_tokens=10,
+        name="live",
+    )
+    nodes = tabs["tree_nodes"]
+    assert set(tabs) == {"rounds", "prompts", "tree_nodes", "tree_heads"}
+    assert (nodes.groupby("round").size() == 5).all() and (nodes.drafter == "live").all()
+    assert (tabs["rounds"].accepted.to_numpy() == nodes.groupby("round").accepted.sum().to_numpy()).all()
+    with pytest.raises(DriftError, match="--tree"):
+        dt.capture_tree(trained_pair.target, trained_pair.drafter, trained_pair.prompts[0], "dynamic:top_k=0")
