@@ -50,20 +50,26 @@ class RunSettings:
     device: str = "cpu"
     limit: int | None = None
     draft_sampling: str = "greedy"
+    device_map: str | None = None  # the target spread over devices (model.target.DEVICE_MAPS); None: on `device`
     full_every: int = FULL_EVERY  # entropy / head maxima (full rows) on rounds 0, N, 2N, ... (hooks.Capture)
 
     @classmethod
     def of(cls, depth: int = 8, mode: str = "generate", max_new_tokens: int = 64, sink: SinkSpec | None = None,
            seed: int = 0, temperature: float = 0.0, keep_rows: int = 2, dtype: Any = "float32", device: str = "cpu",
-           limit: int | None = None, draft_sampling: str = "greedy", full_every: int = FULL_EVERY) -> RunSettings:
+           limit: int | None = None, draft_sampling: str = "greedy", device_map: str | None = None,
+           full_every: int = FULL_EVERY) -> RunSettings:
         """Validated settings; each wrong value is one DriftError line naming its CLI option."""
         run_settings(depth, max_new_tokens, temperature, seed, keep_rows, limit, sink)
         if str(device).startswith("cuda") and not torch.cuda.is_available():
             raise DriftError(f"--device {device}: CUDA is not available on this machine")
         check_settings(depth, max_new_tokens, mode, temperature, draft_sampling)
         need_int("--full-every", full_every, 0, "a round interval >= 0 (1 = every round, 0 = sampled rows only)")
+        if device_map is not None:
+            from ..model.target import check_device_map
+
+            check_device_map(device_map)
         return cls(depth, mode, max_new_tokens, sink or SinkSpec(), seed, temperature, keep_rows, dtype_name(dtype),
-                   device, limit, draft_sampling, full_every)
+                   device, limit, draft_sampling, device_map, full_every)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -79,6 +85,8 @@ class RunSettings:
             "probes": {"path": str(probes), "sha256": hashlib.sha256(Path(probes).read_bytes()).hexdigest()[:16],
                        "n_prompts": n_prompts, "limit": self.limit},
             "attention_window": WINDOW_NOTE,
+            # recorded only when used, so traces written before the option keep their settings hash
+            **({"device_map": self.device_map} if self.device_map is not None else {}),
         }
 
 

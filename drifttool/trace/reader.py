@@ -11,7 +11,7 @@ import pandas as pd
 
 from ..errors import DriftError
 from ..jsonfile import read_json_object
-from .schema import KEY, ROWS_INDEX, SCHEMA_VERSION, TABLES
+from .schema import KEY, ROWS_INDEX, SCHEMA_VERSION, TABLES, TREE_TABLES
 from .validate import check_prompts, check_types, check_values, nonfinite_note
 
 
@@ -167,8 +167,9 @@ def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns:
 
     p = Path(path)
     m = manifest or read_manifest(p)
-    if name not in TABLES:
-        raise DriftError(f"table {name!r}: unknown; expected one of {', '.join(TABLES)}")
+    tables = {**TABLES, **TREE_TABLES}
+    if name not in tables:
+        raise DriftError(f"table {name!r}: unknown; expected one of {', '.join(tables)}")
     files = []
     for s in m["shards"]:
         f = shard_file(p, name, s["index"])
@@ -178,9 +179,9 @@ def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns:
     depth = m["capture"].get("depth")
     # many small shards: per-file overhead dominates, and Arrow releases the GIL while decoding
     with ThreadPoolExecutor(max_workers=4) as pool:
-        parts = list(pool.map(lambda fp: _read_shard(fp[0], name, columns or TABLES[name], columns, fp[1]), files))
+        parts = list(pool.map(lambda fp: _read_shard(fp[0], name, columns or tables[name], columns, fp[1]), files))
     if not parts:
-        return pd.DataFrame({c: pd.Series(dtype="float64") for c in (columns or TABLES[name])})
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in (columns or tables[name])})
     try:
         tbl = pa.concat_tables(parts, promote_options="default")
     except (pa.ArrowException, ValueError) as e:
@@ -199,7 +200,7 @@ def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns:
         df = tbl.to_pandas()
     except (pa.ArrowException, ValueError) as e:
         raise DriftError(f"{p / name}: shards are corrupt or have incompatible columns ({str(e).splitlines()[0]})") from None
-    need = [c for c in (columns or TABLES[name]) if c not in df.columns]
+    need = [c for c in (columns or tables[name]) if c not in df.columns]
     if need:
         raise DriftError(f"{p / name}: missing columns {need}")
     return df
@@ -245,6 +246,24 @@ class TraceData:
     @cached_property
     def aux(self) -> pd.DataFrame:
         return self.table("aux")
+
+    @property
+    def is_tree(self) -> bool:
+        """Captured with draft trees (`capture --tree`): per-node tables instead of per-depth ones."""
+        return bool(self.manifest["capture"].get("tree"))
+
+    def _tree_table(self, name: str) -> pd.DataFrame:
+        if not self.is_tree:
+            raise DriftError(f"{self.path}: a chain trace (captured without --tree); it has no {name} table")
+        return self.table(name)
+
+    @cached_property
+    def tree_nodes(self) -> pd.DataFrame:
+        return self._tree_table("tree_nodes")
+
+    @cached_property
+    def tree_heads(self) -> pd.DataFrame:
+        return self._tree_table("tree_heads")
 
     def rows_index(self) -> pd.DataFrame:
         """Sampled attention rows: index of (drafter, prompt, round) -> tensor name in rows/part-*.safetensors."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: draft-tree tables (TREE_TABLES); version-1 traces (chains) read unchanged
 
 KEY = ["drafter", "prompt_id", "round"]
 
@@ -38,3 +38,18 @@ OPTIONAL: dict[str, list[str]] = {"rounds": ["draft_s", "verify_s", "full_stats"
 # rows_index.sink_slots = the context slots the capture counted as sinks in that round (SinkSpec.index), so the
 # drill-down marks exactly those (the slot tokens alone lack position 0's token).
 ROWS_INDEX = [*KEY, "context_len", "tensor", "slot_tokens"]
+
+# Draft-tree captures (`capture --tree`, manifest capture.tree) write these besides the tables above (whose
+# per-depth tables stay empty: a tree has no single chain). A node's statistics are those of the drafter query
+# that drafted it (its parent's row), as a chain's depth-j row is the query that drafted depth j; draft_mass /
+# own_mass are the mass on its earlier ancestors / on its parent's slot, self_mass their sum (see docs/trees.md).
+TREE_TABLES: dict[str, list[str]] = {
+    # one row per round x tree node (the root excluded)
+    "tree_nodes": [*KEY, "node", "parent", "depth", "rank", "draft_id", "target_id", "match", "main_path", "accepted",
+                   "fed", "logp", "score", "context_len", "position", "sink_mass", "draft_mass", "own_mass",
+                   "self_mass", "prompt_mass", "entropy", "rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post",
+                   "l2_post", "massive", "beyond_window"],
+    # one row per round x tree node x head
+    "tree_heads": [*KEY, "node", "depth", "head", "sink_mass", "draft_mass", "own_mass", "self_mass", "prompt_mass",
+                   "entropy", "max_prob", "top_pos"],
+}
