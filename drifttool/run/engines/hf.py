@@ -178,9 +178,11 @@ def run_capture(
     progress: bool = True,
     extra_manifest: dict[str, Any] | None = None,
     draft_sampling: str = "greedy",
+    compact: bool = True,
 ) -> Path:
     """Capture every probe with every drafter into the trace `out`; returns its path. `draft_sampling`
-    (temperature > 0 only): "greedy" as vLLM drafts by default, or "probabilistic" (see loop.DRAFT_SAMPLING)."""
+    (temperature > 0 only): "greedy" as vLLM drafts by default, or "probabilistic" (see loop.DRAFT_SAMPLING).
+    `compact`: merge the shards into one file per table when the capture finishes (trace.compact)."""
     st = RunSettings.of(depth=depth, mode=mode, max_new_tokens=max_new_tokens, sink=sink, seed=seed,
                         temperature=temperature, keep_rows=keep_rows, dtype=dtype, device=device, limit=limit,
                         draft_sampling=draft_sampling)  # before anything is loaded or written
@@ -226,5 +228,6 @@ def run_capture(
         bar.advance(probe.id, int(len(tables.get("rounds", []))))
 
     writer = write_run(out, manifest, lambda w: [(1, p) for p in suite if p.id not in w.done], step, len(models),
-                       resume, overwrite, progress, Path(tgt_path) / "tokenizer.json" if tgt_path else None)
+                       resume, overwrite, progress, Path(tgt_path) / "tokenizer.json" if tgt_path else None,
+                       compact=compact)
     return writer.path
