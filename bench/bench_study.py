@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{min(fp):.2f}-{max(fp):.2f} s (median {np.median(fp):.2f}); peak RSS {min(rss):.0f}-{max(rss):.0f} MB "
               f"(python + imports ~{runs[0]['import_s']:.1f} s not counted)")
         ok = size <= 1.5e9 * a.prompts / 1000 and max(fp) <= 5 and max(rss) <= 2048
-        print(f"summary: study trace {size / 1e9:.3f} GB (target <= 1.5 GB at 1,000 prompts), first page "
+        print(f"SUMMARY study: trace {size / 1e9:.3f} GB (target <= 1.5 GB at 1,000 prompts), first page "
               f"{np.median(fp):.2f} s (<= 5 s), peak {max(rss):.0f} MB (<= 2048 MB){'' if ok else ' -- TARGET MISSED'}")
     finally:
         if not a.keep:

@@ -5,7 +5,8 @@
 
 Order: the timing-sensitive overhead benchmark first (the issue's small drafter at 512..16k, then a larger
 drafter at 2k and 16k; the smoke run skips the larger one), then end-to-end capture, trace I/O, and the
-memory benchmark last (it starts one process per point). Each script also runs on its own; see --help.
+memory benchmark (it starts one process per point), and the study-scale trace last (the full run writes and
+merges a 1,000-prompt trace: about half an hour on 2 cores). Each script also runs on its own; see --help.
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_e2e  # noqa: E402
 import bench_memory  # noqa: E402
 import bench_overhead  # noqa: E402
+import bench_study  # noqa: E402
 import bench_trace_io  # noqa: E402
 
 # (name, module, full-run arguments); --smoke replaces the arguments
 LARGE = ["--label", "overhead-large", "--hidden", "1024", "--heads", "16", "--kv-heads", "4", "--vocab", "32000",
          "--contexts", "2k,16k", "--reps", "7", "--rounds", "6"]
 SCRIPTS = (("overhead", bench_overhead, []), ("overhead-large", bench_overhead, LARGE), ("e2e", bench_e2e, []),
-           ("trace_io", bench_trace_io, []), ("memory", bench_memory, []))
+           ("trace_io", bench_trace_io, []), ("memory", bench_memory, []), ("study", bench_study, []))
 
 
 class Tee(io.TextIOBase):

@@ -37,20 +37,22 @@ def lock_trace(path: Path):
 
 
 def settle(path: Path, m: dict[str, Any]) -> None:
-    """Make the folder match manifest `m`: hidden files it lists are renamed into place, everything of ours it
-    does not list (uncommitted shards, shard files a merge replaced, older merged files) is deleted."""
+    """Make the folder match manifest `m`: everything of ours it does not list (uncommitted shards, shard files a
+    merge replaced, older merged files) is deleted first, then the hidden files it lists are renamed into place
+    (in that order, so a plain Parquet folder reader never sees a prompt twice)."""
     listed = {s["index"]: s for s in m["shards"]}
     gen = generation(m)
+    renames: list[tuple[Path, Path]] = []
     for p in list(path.rglob("*")):
         if not p.is_file():
             continue
         tmp = p.name.startswith(".") and p.name.endswith(".tmp")
         name = p.name[1:-4] if tmp else p.name
         if p.parent == path:
-            if name == "tokens.parquet" and tmp:
-                keep = (m.get("tokenizer") or {}).get("tokens") == name and not (path / name).exists()
-                os.replace(p, path / name) if keep else p.unlink()
-            elif tmp:  # e.g. an interrupted manifest write
+            if name == "tokens.parquet" and tmp and (m.get("tokenizer") or {}).get("tokens") == name \
+                    and not (path / name).exists():
+                renames.append((p, path / name))
+            elif tmp:  # e.g. an interrupted manifest write, or a merge's uncommitted token table
                 p.unlink()
             elif name == "tokenizer.json" and (m.get("tokenizer") or {}).get("tokens"):
                 p.unlink()  # a merge committed its token table; the copy was left by a crash
@@ -68,4 +70,6 @@ def settle(path: Path, m: dict[str, Any]) -> None:
         if not keep:
             p.unlink()
         elif tmp:
-            os.replace(p, p.with_name(name))
+            renames.append((p, p.with_name(name)))
+    for src, dst in renames:
+        os.replace(src, dst)
