@@ -127,7 +127,21 @@ def add_derived(table: str, tbl: pa.Table, wanted: list[str] | None) -> pa.Table
         else:  # prompt_mass = 1 - sink - draft - own
             val = pc.subtract(pc.subtract(pc.subtract(pa.scalar(1.0, pa.float32()), cols[0]), cols[1]), cols[2])
         tbl = tbl.append_column(c, val)
-    return tbl
+    return _schema_order(table, tbl)
+
+
+def _schema_order(table: str, tbl: pa.Table) -> pa.Table:
+    """Derived columns where the schema lists them (after the column before them there), not at the end."""
+    from .schema import TABLES
+
+    order = [c for c in tbl.column_names if c not in DERIVED.get(table, {})]
+    for c in DERIVED.get(table, {}):
+        if c not in tbl.column_names:
+            continue
+        cols = TABLES[table]
+        before = next((b for b in reversed(cols[:cols.index(c)]) if b in order), None)
+        order.insert(order.index(before) + 1 if before else len(order), c)
+    return tbl.select(order)
 
 
 def to_stored(table: str, tbl: pa.Table) -> pa.Table:
