@@ -20,7 +20,7 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def lock_trace(path: Path):
+def lock_trace(path: Path, hint: str = "wait for it to finish"):
     """Hold the trace folder's writer lock (released by the OS when the process dies); DriftError if held."""
     from filelock import FileLock, Timeout
 
@@ -29,8 +29,7 @@ def lock_trace(path: Path):
         lock = FileLock(path / LOCK, timeout=0)
         lock.acquire()
     except Timeout:
-        raise DriftError(f"{path}: another drifttool process is writing this trace (lock {LOCK} held); "
-                         "wait for it to finish or choose another --out") from None
+        raise DriftError(f"{path}: another capture is writing this trace (lock {LOCK} held); {hint}") from None
     except OSError as e:
         raise DriftError(f"{path}: cannot create the trace folder ({e.strerror})") from None
     return lock

@@ -58,7 +58,7 @@ class TraceWriter:
 
     def _acquire(self):
         try:
-            return lock_trace(self.path)
+            return lock_trace(self.path, "wait for it to finish or choose another --out")
         except DriftError as e:
             raise DriftError(f"--out {e}") from None
 
