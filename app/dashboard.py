@@ -25,6 +25,7 @@ PAGES = [
     ("drilldown.py", "Prompt drill-down", "drilldown"),
     ("magnitudes.py", "Magnitudes", "magnitudes"),
     ("rejection.py", "What predicts rejection", "rejection"),
+    ("trees.py", "Draft trees", "trees"),
 ]
 
 st.set_page_config(page_title="drifttool", layout="wide")

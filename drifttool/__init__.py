@@ -27,6 +27,11 @@ _LAZY = {
     "speculate": ".run.loop",
     "Target": ".model.target",
     "load_target": ".model.target",
+    "capture_tree": ".api",
+    "TreeSpec": ".run.tree",
+    "parse_tree": ".run.tree",
+    "speculate_tree": ".run.tree_loop",
+    "TreeCapture": ".run.tree_capture",
 }
 
 __all__ = [
@@ -45,6 +50,11 @@ __all__ = [
     "load_target",
     "save_drafter",
     "speculate",
+    "capture_tree",
+    "TreeSpec",
+    "parse_tree",
+    "speculate_tree",
+    "TreeCapture",
     "__version__",
 ]
 
@@ -71,9 +81,12 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .api import LiveCapture, Trace, capture, compare_many, load
+    from .api import LiveCapture, Trace, capture, capture_tree, compare_many, load
     from .model.checkpoint import load_drafter, save_drafter
     from .model.config import DrafterConfig
     from .model.drafter import Eagle3Drafter
     from .model.target import Target, load_target
     from .run.loop import RoundRecord, SpecResult, speculate
+    from .run.tree import TreeSpec, parse_tree
+    from .run.tree_capture import TreeCapture
+    from .run.tree_loop import speculate_tree

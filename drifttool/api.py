@@ -15,11 +15,12 @@ from .dtypes import dtype_name
 from .errors import DriftError
 from .model.drafter import Eagle3Drafter
 from .model.target import Target, load_target
-from .run.engines.hf import build_manifest, capture_one
+from .run.engines.hf import capture_one
 from .run.hooks import Capture
 from .run.loop import MODES, SpecResult
 from .run.probes import Probe
 from .run.sinks import SinkSpec
+from .trace.manifest import build_manifest
 from .trace.reader import TraceData, read_trace
 from .trace.writer import TraceWriter
 
@@ -63,8 +64,36 @@ class Trace:
     def drafters(self) -> list[str]:
         return [d["name"] for d in self.manifest["drafters"]]
 
-    def comparison(self, *others: Trace) -> Comparison:
-        return Comparison.of([self.data, *(o.data for o in others)])
+    @property
+    def is_tree(self) -> bool:
+        return self.data.is_tree
+
+    @property
+    def tree_nodes(self) -> pd.DataFrame:
+        """Draft-tree traces: one row per round x node (docs/trees.md)."""
+        return self.data.tree_nodes
+
+    @property
+    def tree_heads(self) -> pd.DataFrame:
+        return self.data.tree_heads
+
+    def tree_summary(self, *others: Trace) -> pd.DataFrame:
+        """Per depth and branch (main path, side branches, accepted path, all nodes), with 95% intervals."""
+        from .analysis.tree_compare import tree_depth_table
+
+        return tree_depth_table([self.data, *(o.data for o in others)])
+
+    def tree_figure(self, drafter: str, prompt_id: str, round: int, color: str = "self_mass"):
+        """One round's tree drawn: nodes coloured by `color`, the accepted path in bold."""
+        from .analysis.tree_compare import tree_round
+        from .plots import tree_round_figure
+
+        return tree_round_figure(tree_round(self.tree_nodes, drafter, prompt_id, round), color)
+
+    def comparison(self, *others: Trace, trained_window: int | None = None) -> Comparison:
+        """The full comparison object (trained_window: the length the drafters were trained at, when their
+        configs do not say; see `decay.windows`)."""
+        return Comparison.of([self.data, *(o.data for o in others)], trained_window=trained_window)
 
     def summary(self) -> pd.DataFrame:
         """The per-depth table with 95% bootstrap CIs over prompts."""
@@ -334,3 +363,24 @@ def capture(target, drafter: Eagle3Drafter, depth: int = 8, **kw) -> LiveCapture
     `dt.speculate(target, drafter, ids)` and the CLI's --depth. (drafter, target) is accepted too."""
     target, drafter = _target_drafter(target, drafter)
     return LiveCapture(target, drafter, depth=depth, **kw)
+
+
+def capture_tree(target, drafter: Eagle3Drafter, prompt: str | list[int], tree: str, max_new_tokens: int = 64,
+                 sink: SinkSpec | None = None, temperature: float = 0.0, seed: int = 0,
+                 name: str | None = None) -> dict[str, pd.DataFrame]:
+    """One prompt drafted with trees (`tree` as `capture --tree`: 'dynamic:top_k=..,depth=..,total=..' or rank
+    paths), captured live; the trace's tables (`tree_nodes`, `tree_heads`, `rounds`, `prompts`) as DataFrames."""
+    from .run.engines.hf_tree import capture_tree_prompt
+    from .run.tree import parse_tree
+
+    target, drafter = _target_drafter(target, drafter)
+    if not isinstance(drafter, Eagle3Drafter):
+        raise DriftError(f"drafter: {type(drafter).__name__}; expected a loaded drafter (drifttool.load_drafter(PATH))")
+    run_settings(1, max_new_tokens, temperature, seed, 0, None, sink, prefix="")
+    spec = parse_tree(tree)
+    target = load_target(target)
+    ids = target.encode(prompt) if isinstance(prompt, str) else token_ids(prompt)
+    name = name or Path(drafter.config.source or "").name or drafter.config.variant
+    tabs = capture_tree_prompt(target, {name: drafter}, Probe("live-tree", token_ids=ids), ids, spec, max_new_tokens,
+                               sink or SinkSpec(), seed, temperature)
+    return {k: v for k, v in tabs.items() if k not in ("depths", "heads", "aux")}

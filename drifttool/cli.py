@@ -44,7 +44,10 @@ def capture(
     override: list[str] = typer.Option([], "--override", help="flag=value applied to every drafter"),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens"),
     device: str = typer.Option("cpu", "--device"),
-    dtype: str = typer.Option("float32", "--dtype"),
+    device_map: str | None = typer.Option(None, "--device-map",
+                                          help="auto | balanced | sequential: spread the target over GPUs (hf "
+                                               "engine; the drafter runs on the target's last device)"),
+    dtype: str = typer.Option("float32", "--dtype", help="float32 | bfloat16 | float16 (target and drafters)"),
     sink: str = typer.Option("4", "--sink", help="first:N | pos:i,j | tok:id,... (';' to combine)"),
     seed: int = typer.Option(0, "--seed"),
     keep_rows: int = typer.Option(2, "--keep-rows", help="full attention rows sampled per prompt and drafter"),
@@ -58,6 +61,8 @@ def capture(
     engine: str = typer.Option("hf", "--engine", help="hf (drifttool's own loop) | vllm (a real vLLM EAGLE-3 run)"),
     vllm_arg: list[str] = typer.Option([], "--vllm-arg", help="key=value passed to vllm.LLM (--engine vllm)"),
     no_compact: bool = typer.Option(False, "--no-compact", help="keep one shard per prompt (skip the final merge)"),
+    tree: str | None = typer.Option(None, "--tree", help="draft trees: 'dynamic:top_k=K,depth=D,total=N' (EAGLE) "
+                                                         "or rank paths '[(0,),(1,),(0,0)]' (vLLM); see docs/trees.md"),
 ):
     """Run target + drafters over a probe suite with capture hooks and write a trace."""
     from .run.engines.hf import DrafterSpec, parse_overrides, run_capture
@@ -75,7 +80,13 @@ def capture(
         raise DriftError(f"--engine {engine!r}: expected hf or vllm")
     if vllm_arg and engine != "vllm":
         raise DriftError("--vllm-arg: only with --engine vllm")
-    run, extra = run_capture, {}
+    run, extra = run_capture, ({"device_map": device_map} if device_map is not None else {})
+    if engine == "vllm" and device_map is not None:
+        raise DriftError("--device-map: only with --engine hf (vLLM places the target itself; see --vllm-arg)")
+    if tree is not None:
+        if engine != "hf":
+            raise DriftError("--tree: only with --engine hf (vLLM's tree mode is not replayed)")
+        extra["tree"] = tree
     if engine == "vllm":  # vLLM is imported only on this path
         from .run.engines.vllm import parse_vllm_args, run_capture_vllm
 
@@ -124,7 +135,8 @@ def info(trace: str = typer.Argument(..., help="NAME.drift folder"), as_json: bo
     c.print(f"capture: depth={cap.get('depth')} mode={cap.get('mode')} sink={cap.get('sink')} seed={cap.get('seed')} "
             f"dtype={cap.get('dtype')} probes={cap.get('probes', {}).get('path')}"
             + (f" temperature={cap.get('temperature')} draft_sampling={cap.get('draft_sampling')}"
-               if cap.get("draft_sampling") else ""), markup=False)
+               if cap.get("draft_sampling") else "")
+            + (f" tree={cap['tree']}" if cap.get("tree") else ""), markup=False)
     for d in m["drafters"]:
         ov = f" overrides={d['overrides']}" if d.get("overrides") else ""
         c.print(f"drafter {d['name']}: layout={d.get('layout')} variant={d.get('variant')} flags={d.get('flags')}{ov}",
@@ -173,7 +185,17 @@ def compare(
     from .analysis.compare import Comparison
     from .trace.reader import read_trace
 
-    cmp = Comparison.of([read_trace(t) for t in traces], trained_window=trained_window)
+    datas = [read_trace(t) for t in traces]
+    if any(d.is_tree for d in datas):  # draft trees: per depth, main path vs side branches (docs/trees.md)
+        from .analysis.tree_compare import render_tree_table, tree_depth_table
+
+        tab = tree_depth_table(datas)
+        if as_json:
+            typer.echo(json.dumps({"tree_depths": tab.to_dict(orient="records")}, indent=1, default=str))
+        else:
+            render_tree_table(_console(), tab)
+        return
+    cmp = Comparison.of(datas, trained_window=trained_window)
     if as_json:
         typer.echo(json.dumps(cmp.to_json(breakeven=breakeven), indent=1, default=str))
         return

@@ -6,6 +6,7 @@ which measured quantity tracks rejections (mean rank correlation over depths >= 
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -16,12 +17,24 @@ from drifttool.analysis.compare import Comparison
 from drifttool.analysis.metrics import bootstrap_ratio
 from drifttool.trace import read_trace
 
-TRAINED_WINDOW = 2048
+
+def trained_window() -> int:
+    """The shipped drafters' stated trained window (their config's trained_window)."""
+    from drifttool.model.config import trained_window as tw
+    from drifttool.zoo import MODELS_DIR
+
+    cfg = json.loads((MODELS_DIR / "smollm2" / "eagle3" / "config.json").read_text())
+    return int(tw(cfg)["window"])
+
+
+TRAINED_WINDOW = trained_window()
 
 
 def per_suite(root: Path) -> None:
-    print("| suite | mode | drafter | prompts | mean acc. length [95% CI] | acc. rate d1 | sink mass d1 → d8 |"
-          " self mass d2 → d8 | rms_in d1 → d8 |")
+    print(
+        "| suite | mode | drafter | prompts | mean acc. length [95% CI] | acc. rate d1 | sink mass d1 → d8 |"
+        " self mass d2 → d8 | rms_in d1 → d8 |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for p in sorted([*root.glob("smollm2-*.drift"), *root.glob("teacher_forced/smollm2-*.drift")]):
         suite = p.name.removesuffix(".drift").removeprefix("smollm2-")
@@ -33,15 +46,19 @@ def per_suite(root: Path) -> None:
         for n in s.index:
             r = s.loc[n]
             v = lambda m, i, n=n, d=d: d.loc[(n, i), m]  # noqa: E731
-            print(f"| {suite.removesuffix('-tf')} | {mode} | {n} | {int(r.prompts)} | {r.mean_acceptance_length:.2f} "
-                  f"[{r.al_lo:.2f}, {r.al_hi:.2f}] | {v('acceptance_rate', 1):.3f} | {v('sink_mass', 1):.3f} → "
-                  f"{v('sink_mass', k):.3f} | {v('self_mass', 2):.2f} → {v('self_mass', k):.2f} | "
-                  f"{v('rms_in', 1):.2f} → {v('rms_in', k):.2f} |")
+            print(
+                f"| {suite.removesuffix('-tf')} | {mode} | {n} | {int(r.prompts)} | {r.mean_acceptance_length:.2f} "
+                f"[{r.al_lo:.2f}, {r.al_hi:.2f}] | {v('acceptance_rate', 1):.3f} | {v('sink_mass', 1):.3f} → "
+                f"{v('sink_mass', k):.3f} | {v('self_mass', 2):.2f} → {v('self_mass', k):.2f} | "
+                f"{v('rms_in', 1):.2f} → {v('rms_in', k):.2f} |"
+            )
 
 
 def pooled(root: Path) -> Comparison:
     """Every generate-mode suite pooled per drafter (series = drafter name, not trace:drafter)."""
-    cmp = Comparison.of([read_trace(p) for p in sorted(root.glob("smollm2-*.drift")) if not p.name.endswith("-tf.drift")])
+    cmp = Comparison.of(
+        [read_trace(p) for p in sorted(root.glob("smollm2-*.drift")) if not p.name.endswith("-tf.drift")]
+    )
     for df in (cmp.rounds, cmp.depths):
         df["series"] = df["drafter"]
         df["prompt_id"] = df["prompt_id"] + "|" + df["drafter"]  # prompt ids are unique across suites already
@@ -49,14 +66,17 @@ def pooled(root: Path) -> Comparison:
 
 
 def window(cmp: Comparison) -> None:
-    r = cmp.rounds.assign(beyond=cmp.rounds["context_len"] > TRAINED_WINDOW)
-    print("\n| drafter | context | prompts | rounds | mean acc. length [95% CI] |")
+    # compare's rule (analysis/decay.py): a round is beyond when its deepest draft query sits at >= the window
+    r = cmp.rounds.assign(beyond=cmp.rounds["context_len"] - 2 + cmp.rounds["depth"] >= TRAINED_WINDOW)
+    print("\n| drafter | deepest draft position | prompts | rounds | mean acc. length [95% CI] |")
     print("|---|---|---|---|---|")
     for (s, b), g in r.groupby(["series", "beyond"]):
         agg = g.groupby("prompt_id")["accepted"].agg(["sum", "count"])
         m, lo, hi = bootstrap_ratio(agg["sum"].to_numpy(), agg["count"].to_numpy())
-        label = f"> {TRAINED_WINDOW} (beyond)" if b else f"≤ {TRAINED_WINDOW}"
-        print(f"| {s} | {label} | {g.prompt_id.nunique()} | {len(g)} | {1 + m:.2f} [{1 + lo:.2f}, {1 + hi:.2f}] |")
+        label = f"≥ {TRAINED_WINDOW} (beyond)" if b else f"< {TRAINED_WINDOW}"
+        print(
+            f"| {s} | {label} | {g.prompt_id.nunique()} | {len(g)} | {1 + m:.2f} [{1 + lo:.2f}, {1 + hi:.2f}] |"
+        )
 
 
 def where(cmp: Comparison) -> None:
@@ -70,8 +90,10 @@ def where(cmp: Comparison) -> None:
     print("\n| drafter | depth | pos0 | early | recent | self | other | mean max weight |")
     print("|---|---|---|---|---|---|---|---|")
     for _, r in w[w.depth.isin([1, 2, cmp.depth])].iterrows():
-        print(f"| {r.series} | {int(r.depth)} | {r.pos0:.2f} | {r.early:.2f} | {r.recent:.2f} | {r.self:.2f} | "
-              f"{r.other:.2f} | {r.max_prob:.2f} |")
+        print(
+            f"| {r.series} | {int(r.depth)} | {r.pos0:.2f} | {r.early:.2f} | {r.recent:.2f} | {r.self:.2f} | "
+            f"{r.other:.2f} | {r.max_prob:.2f} |"
+        )
 
 
 def predictors(cmp: Comparison) -> None:

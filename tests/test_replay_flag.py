@@ -12,7 +12,7 @@ from _capture_fixtures import build_models, cli, prompt, write_probes
 import drifttool
 from drifttool.analysis.compare import Comparison
 from drifttool.run.engines.hf import DrafterSpec, run_capture
-from drifttool.run.engines.replay_check import tolerance, verdict
+from drifttool.run.engines.vllm.crosscheck import tolerance, verdict
 from drifttool.trace.reader import read_trace
 
 OK = {"replay_draft_agreement": 1.0, "replay_max_fc_diff": 3e-5, "replay_rel_fc_diff": 1e-5,

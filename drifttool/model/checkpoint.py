@@ -1,4 +1,5 @@
-"""Detect a drafter checkpoint's layout, normalise its config, validate every tensor, build the module.
+"""Read a drafter checkpoint (any layout in layouts.LAYOUTS), validate every tensor against the module's own
+shapes, build the drafter; write one back in a public layout.
 
 Layouts: SafeAILab EAGLE-3, speculators/vLLM, SpecForge, NVIDIA `eagle_config` (config reading: ckpt_config);
 Llama, Qwen3 or MLA draft layers.
@@ -19,16 +20,11 @@ from safetensors.torch import load_file, save_file
 from ..dtypes import parse_dtype
 from ..errors import DriftError
 from ..jsonfile import read_json_object
-from .ckpt_config import (  # noqa: F401 - detect_layout re-exported (the vLLM engine imports it from here)
-    OTHER_OVERRIDES,
-    check_conflicts,
-    detect_layout,
-    normalise_config,
-    parse_override,
-)
+from .ckpt_config import OTHER_OVERRIDES, check_conflicts, normalise_config, parse_override
 from .config import DrafterConfig
 from .drafter import Eagle3Drafter
-from .target import Target, load_target
+from .layouts import BY_NAME, canonical_key, detect_layout, savable  # noqa: F401 - detect_layout re-exported
+from .target import Target, TargetShape, check_aux_ids, load_target
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -36,58 +32,16 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def expected_shapes(cfg: DrafterConfig) -> dict[str, tuple[int, ...]]:
-    h, ht, a = cfg.hidden_size, cfg.target_hidden_size, cfg.num_aux
-    qd, kvd = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
-    s = {
-        "fc.weight": (h, a * ht),
-        "layers.0.input_layernorm.weight": (h,),
-        "layers.0.hidden_norm.weight": (h,),
-        "layers.0.self_attn.q_proj.weight": (qd, 2 * h),
-        "layers.0.self_attn.k_proj.weight": (kvd, 2 * h),
-        "layers.0.self_attn.v_proj.weight": (kvd, 2 * h),
-        "layers.0.self_attn.o_proj.weight": (h, qd),
-        "layers.0.post_attention_layernorm.weight": (h,),
-        "layers.0.mlp.gate_proj.weight": (cfg.intermediate_size, h),
-        "layers.0.mlp.up_proj.weight": (cfg.intermediate_size, h),
-        "layers.0.mlp.down_proj.weight": (h, cfg.intermediate_size),
-        "norm.weight": (h,),
-        "lm_head.weight": (cfg.draft_vocab_size, h),
-        "embed_tokens.weight": (cfg.vocab_size, h),
-        "d2t": (cfg.draft_vocab_size,),
-        "t2d": (cfg.vocab_size,),
-    }
-    if not a:
-        del s["fc.weight"]
-    if cfg.mla:
-        from .mla import mla_shapes
-
-        for k in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            del s[f"layers.0.self_attn.{k}.weight"]
-        s.update(mla_shapes(cfg))
-    if cfg.qk_norm:
-        s["layers.0.self_attn.q_norm.weight"] = (cfg.head_dim,)
-        s["layers.0.self_attn.k_norm.weight"] = (cfg.head_dim,)
-    if cfg.norm_before_fc:
-        s["input_norm.weight"] = (a * ht,)
-    if cfg.fc_norm:
-        for i in range(a):
-            s[f"fc_norm.{i}.weight"] = (ht,)
-    return s
+    """Every tensor a checkpoint for `cfg` may hold, with its shape: the drafter module's own state dict
+    (built on the meta device: no memory, no initialisation), plus the `t2d` mask checkpoints carry."""
+    with torch.device("meta"):
+        model = Eagle3Drafter(cfg)
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    shapes["t2d"] = (cfg.vocab_size,)
+    return shapes
 
 
 OPTIONAL = {"embed_tokens.weight", "d2t", "t2d", "lm_head.weight", "norm.weight"}
-
-
-def _canonical(key: str) -> str:
-    for p in ("model.", "draft_model."):
-        if key.startswith(p):
-            key = key[len(p):]
-    if key.startswith("midlayer."):
-        key = "layers.0." + key[len("midlayer."):]
-    for legacy in ("aux_norm.", "aux_norms."):  # SGLang's legacy name for the per-chunk fc_norm
-        if key.startswith(legacy):
-            key = "fc_norm." + key[len(legacy):]
-    return key
 
 
 def _load_bin(f: Path) -> dict[str, torch.Tensor]:
@@ -129,7 +83,7 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
             except (SafetensorError, OSError, ValueError, RuntimeError) as e:
                 raise DriftError(f"{f}: corrupt safetensors file ({str(e).splitlines()[0]})") from None
         for k, v in part.items():
-            key = _canonical(k)
+            key = canonical_key(k)
             if key in out:
                 raise DriftError(f"{f}: tensor {k!r} is also in {seen[key].name} (as {key!r}); a tensor may be given "
                                  "once (which copy is meant?)")
@@ -183,8 +137,9 @@ def load_drafter(
     device: str | torch.device = "cpu",
     dtype: torch.dtype | str = torch.float32,
 ) -> Eagle3Drafter:
-    """Load any supported layout; `overrides` (flag -> bool) answer what-if questions and are recorded.
-    `path` may be a hub id (`org/name`) found in the local Hugging Face cache (see hub.py)."""
+    """Load any supported layout and point `target` (a Target, or a folder to load) at the drafter's aux
+    layers; `overrides` (flag -> bool) answer what-if questions and are recorded. `path` may be a hub id
+    (`org/name`) found in the local Hugging Face cache (see hub.py)."""
     from .hub import resolve
 
     p = resolve(path, "drafter")
@@ -193,8 +148,29 @@ def load_drafter(
     dtype = parse_dtype(dtype)
     if target is not None and not isinstance(target, Target):
         target = load_target(target, device=device, dtype=dtype)
+    model = read_drafter(p, target.shape() if target is not None else None, overrides, device, dtype)
+    if target is not None:
+        target.set_aux_layer_ids(model.config.input_aux_layer_ids)
+    return model
+
+
+def read_drafter(
+    path,
+    shape: TargetShape | None = None,
+    overrides: dict[str, Any] | None = None,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | str = torch.float32,
+) -> Eagle3Drafter:
+    """A drafter checkpoint checked against the target's shape only; the target is not touched (the caller
+    sets its aux layers: `target.set_aux_layer_ids(model.config.input_aux_layer_ids)`)."""
+    from .hub import resolve
+
+    p = resolve(path, "drafter")
+    if not p.is_dir():
+        raise DriftError(f"{p}: drafter folder does not exist")
+    dtype = parse_dtype(dtype)
     raw = _read_json(p / "config.json")
-    cfg = normalise_config(raw, p, target)
+    cfg = normalise_config(raw, p, shape)
     check_conflicts(cfg, str(p / "config.json"))
     for k, v in (overrides or {}).items():
         val = parse_override(k, v)
@@ -204,14 +180,14 @@ def load_drafter(
     check_conflicts(cfg, "--override")
     sd = read_weights(p)
     validate(cfg, sd, p)
-    if target is not None:
-        _check_target(cfg, target, p)
-        target.set_aux_layer_ids(cfg.input_aux_layer_ids)
+    if shape is not None:
+        _check_target(cfg, shape, p)
+        check_aux_ids(cfg.input_aux_layer_ids, shape.num_layers)
     model = Eagle3Drafter(cfg)
     if "embed_tokens.weight" not in sd:
-        if target is None:
+        if shape is None or shape.input_embeddings is None:
             raise DriftError(f"{p}: checkpoint has no embed_tokens.weight; pass target=... to take the target's embeddings")
-        emb = target.input_embeddings()
+        emb = shape.input_embeddings()
         if tuple(emb.shape) != (cfg.vocab_size, cfg.hidden_size):
             raise DriftError(
                 f"{p}: checkpoint has no embed_tokens.weight and the target's embeddings have shape "
@@ -219,7 +195,7 @@ def load_drafter(
             )
         sd["embed_tokens.weight"] = emb.detach().to("cpu", torch.float32)
         cfg.has_embed = False
-    _fill_head(cfg, sd, target, p)
+    _fill_head(cfg, sd, shape, p)
     if "d2t" in sd:
         sd["d2t"] = sd["d2t"].long()
     sd.pop("t2d", None)
@@ -230,11 +206,11 @@ def load_drafter(
     return model.to(device=device, dtype=dtype).eval()
 
 
-def _fill_head(cfg: DrafterConfig, sd: dict[str, torch.Tensor], target: Target | None, p: Path) -> None:
+def _fill_head(cfg: DrafterConfig, sd: dict[str, torch.Tensor], shape: TargetShape | None, p: Path) -> None:
     """A head without lm_head takes the target's (vLLM shares it, whatever tie_word_embeddings says); one
     without a final-norm weight keeps the RMSNorm with unit weights (vLLM's initial value)."""
     if "lm_head.weight" not in sd:
-        head = target.output_embeddings() if target is not None else None
+        head = shape.output_embeddings() if shape is not None and shape.output_embeddings is not None else None
         want = (cfg.draft_vocab_size, cfg.hidden_size)
         if head is None or tuple(head.shape) != want:
             got = "no target given" if head is None else f"the target's lm_head has shape {list(head.shape)}"
@@ -246,7 +222,7 @@ def _fill_head(cfg: DrafterConfig, sd: dict[str, torch.Tensor], target: Target |
         cfg.assumptions["norm"] = "absent: final RMSNorm with unit weights"
 
 
-def _check_target(cfg: DrafterConfig, target: Target, p: Path) -> None:
+def _check_target(cfg: DrafterConfig, target: TargetShape, p: Path) -> None:
     if cfg.target_hidden_size != target.hidden_size:
         raise DriftError(
             f"{p / 'config.json'}: target_hidden_size {cfg.target_hidden_size} != the target's hidden_size {target.hidden_size}"
@@ -256,7 +232,8 @@ def _check_target(cfg: DrafterConfig, target: Target, p: Path) -> None:
 
 
 def save_drafter(model: Eagle3Drafter, out_dir, layout: str = "speculators") -> Path:
-    """Write a checkpoint in a real public layout (speculators/vLLM by default; also safeailab, specforge)."""
+    """Write a checkpoint in a real public layout (speculators/vLLM by default; any layout in layouts.LAYOUTS
+    with a `save`: safeailab, specforge)."""
     cfg = model.config
     if not cfg.use_aux_hidden_state:
         raise DriftError("save_drafter: a drafter without aux features (use_aux_hidden_state false) cannot be "
@@ -283,45 +260,13 @@ def save_drafter(model: Eagle3Drafter, out_dir, layout: str = "speculators") -> 
         llama.update(architectures=["Qwen3ForCausalLM"], model_type="qwen3")
     if cfg.sliding_window is not None:  # as speculators writes it, and vLLM reads it
         llama.update(sliding_window=cfg.sliding_window, use_sliding_window=True, layer_types=["sliding_attention"])
-    aux_ids = cfg.input_aux_layer_ids  # written in the input convention: what vLLM (and a reload) reads
+    lay = BY_NAME.get(layout)
+    if lay is None or lay.save is None:
+        names = savable()
+        raise DriftError(f"layout {layout!r}: can save {', '.join(names[:-1])} or {names[-1]}")
+    # aux ids are written in the input convention (what vLLM, and a reload, read)
+    sd, conf = lay.save(cfg, sd, llama)
     extra = {"trained_window": cfg.trained_window} if cfg.trained_window else {}  # drifttool's key; engines ignore it
-    if layout == "speculators":
-        if cfg.draft_vocab_size == cfg.vocab_size and not sd["d2t"].any():
-            # Full-vocab drafter with the identity mapping: speculators omits d2t/t2d, and vLLM (0.32) refuses
-            # a d2t tensor when draft_vocab_size == vocab_size (it has no draft_id_to_target_id parameter then).
-            sd.pop("d2t")
-            sd.pop("t2d")
-        conf = {
-            "architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3",
-            "transformer_layer_config": llama, "draft_vocab_size": cfg.draft_vocab_size,
-            "target_hidden_size": cfg.target_hidden_size,
-            "eagle_aux_hidden_state_layer_ids": aux_ids,
-            "norm_before_residual": cfg.norm_before_residual, "norm_before_fc": cfg.norm_before_fc,
-            "fc_norm": cfg.fc_norm, "norm_output": cfg.norm_output,
-            "speculators_config": {
-                "algorithm": "eagle3",
-                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
-                "default_proposal_method": "greedy",
-                "verifier": {"name_or_path": None, "architectures": ["LlamaForCausalLM"]},
-            },
-        }
-    elif layout in ("safeailab", "specforge"):
-        if layout == "safeailab" and (cfg.fc_norm or cfg.norm_output):
-            raise DriftError("layout 'safeailab' cannot express fc_norm / norm_output (EAGLE-3.1); save as specforge or speculators")
-        sd = {("midlayer." + k[len("layers.0."):] if k.startswith("layers.0.") else k): v for k, v in sd.items()}
-        if not cfg.has_embed:  # the target's embeddings: these layouts take them from the target
-            sd.pop("embed_tokens.weight", None)
-        conf = dict(llama, architectures=["LlamaForCausalLMEagle3"], draft_vocab_size=cfg.draft_vocab_size)
-        if cfg.target_hidden_size != cfg.hidden_size:
-            conf["target_hidden_size"] = cfg.target_hidden_size
-        # Written although these layouts usually leave them implicit: without them a reload would silently
-        # fall back to the default aux layers [2, L//2, L-3] and norm_before_residual/norm_before_fc false.
-        conf.update(eagle_aux_hidden_state_layer_ids=aux_ids,
-                    norm_before_residual=cfg.norm_before_residual, norm_before_fc=cfg.norm_before_fc)
-        if layout == "specforge":
-            conf.update(fc_norm=cfg.fc_norm, norm_output=cfg.norm_output)
-    else:
-        raise DriftError(f"layout {layout!r}: can save speculators, safeailab or specforge")
     save_file(sd, str(out / "model.safetensors"))
     (out / "config.json").write_text(json.dumps(conf | extra, indent=2))
     return out

@@ -1,5 +1,6 @@
-"""Read a drafter config.json the way vLLM reads it: layout, draft-layer family, window, flags, aux ids,
-overrides. Whatever the config leaves implicit is decided here and written to `assumptions`."""
+"""Read a drafter config.json the way vLLM reads it: draft-layer family, window, flags, aux ids, overrides
+(where each layout keeps them: layouts.py). Whatever the config leaves implicit is decided here and written to
+`assumptions`."""
 
 from __future__ import annotations
 
@@ -9,34 +10,12 @@ from typing import Any
 from ..errors import DriftError
 from .cfgcheck import REQUIRED, aux_ids, pos_float, pos_int, rope_scaling, strict_bool
 from .config import AUX_CONVENTIONS, FLAG_NAMES, DrafterConfig
-from .target import Target, default_aux_layer_ids
+from .layouts import BY_NAME, Layout, detect_layout
+from .target import Target, TargetShape, default_aux_layer_ids
 
-LAYOUTS = ("speculators", "safeailab", "specforge", "nvidia")
 MODEL_TYPES = ("llama", "qwen3")
 MLA_TYPES = ("deepseek_v3", "deepseek_v2", "kimi_k2")  # draft layers with multi-head latent attention
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-
-
-def detect_layout(cfg: dict[str, Any], keys: set[str] | None = None) -> str:
-    """Which public layout a config.json belongs to."""
-    if cfg.get("speculators_model_type") is not None:
-        if cfg["speculators_model_type"] != "eagle3":
-            raise DriftError(
-                f"config.json: speculators_model_type is {cfg['speculators_model_type']!r}; drifttool supports 'eagle3'"
-            )
-        return "speculators"
-    if isinstance(cfg.get("eagle_config"), dict):
-        return "nvidia"
-    archs = cfg.get("architectures") or []
-    looks_llama = "hidden_size" in cfg and "num_attention_heads" in cfg
-    if looks_llama and ("fc_norm" in cfg or "norm_output" in cfg):
-        return "specforge"
-    if any("Eagle3" in a for a in archs) or (looks_llama and "draft_vocab_size" in cfg):
-        return "safeailab"
-    raise DriftError(
-        "config.json: unknown drafter layout (expected speculators_model_type 'eagle3', an eagle_config block, "
-        "or a Llama config with draft_vocab_size / architectures LlamaForCausalLMEagle3)"
-    )
 
 
 def _rope(layer: dict[str, Any], where: str) -> tuple[float, dict | None, str]:
@@ -89,14 +68,14 @@ def _use_aux(raw: dict[str, Any], assumptions: dict[str, str], where: str) -> bo
     return val
 
 
-def _flags(layout: str, top: dict, layer: dict, eagle: dict, assumptions: dict[str, str], where: str) -> dict[str, bool]:
-    """The four EAGLE flags as vLLM reads them. speculators: top level only (vLLM ignores copies inside
-    transformer_layer_config), norm_before_residual defaulting to true; other layouts: the flat config
-    (NVIDIA's eagle_config first for norm_before_fc), every flag defaulting to false."""
+def _flags(layout: Layout, top: dict, layer: dict, eagle: dict, assumptions: dict[str, str], where: str) -> dict[str, bool]:
+    """The four EAGLE flags as vLLM reads them: from the top level (vLLM ignores copies inside a nested layer
+    config such as speculators' transformer_layer_config), norm_before_fc from NVIDIA's eagle_config first;
+    absent flags take the layout's defaults (speculators: norm_before_residual true), else false."""
     out = {}
     for name in FLAG_NAMES:
-        default = layout == "speculators" and name == "norm_before_residual"
-        srcs = (top,) if layout == "speculators" else ((eagle, top) if name == "norm_before_fc" else (top,))
+        default = layout.flag_defaults.get(name, False)
+        srcs = (eagle, top) if name == "norm_before_fc" else (top,)
         val = next((strict_bool(src[name], name, where) for src in srcs if src.get(name) is not None), None)
         if name == "fc_norm" and not val and top.get("use_aux_norm") is not None \
                 and strict_bool(top["use_aux_norm"], "use_aux_norm", where):  # SGLang's legacy name for fc_norm
@@ -104,27 +83,22 @@ def _flags(layout: str, top: dict, layer: dict, eagle: dict, assumptions: dict[s
             assumptions["fc_norm"] = "from use_aux_norm (the legacy name SGLang reads as fc_norm)"
         if val is None:
             val = default
-            assumptions[name] = f"absent: {str(default).lower()} (as vLLM reads a {layout} config)"
-        if layout == "speculators" and layer.get(name) is not None and bool(layer[name]) != val:
+            assumptions[name] = f"absent: {str(default).lower()} (as vLLM reads a {layout.name} config)"
+        if layer is not top and layer.get(name) is not None and bool(layer[name]) != val:
             assumptions[name] = (f"{val} from the top level; transformer_layer_config's {name}={layer[name]} is "
                                  "ignored, as vLLM ignores it")
         out[name] = val
     return out
 
 
-def normalise_config(raw: dict[str, Any], path: Path, target: Target | None) -> DrafterConfig:
-    layout = detect_layout(raw)
+def normalise_config(raw: dict[str, Any], path: Path, target: Target | TargetShape | None) -> DrafterConfig:
+    """config.json -> DrafterConfig; `target` (its shape) is needed only for default aux ids."""
+    layout = BY_NAME[detect_layout(raw)]
     where = str(path / "config.json")
     assumptions: dict[str, str] = {}
-    if layout == "speculators":
-        layer = raw.get("transformer_layer_config")
-        if not isinstance(layer, dict):
-            raise DriftError(f"{where}: missing required field 'transformer_layer_config' (a Llama config)")
-        top = raw
-        layer_where = f"{where}: transformer_layer_config"
-    else:
-        layer, top, layer_where = raw, raw, where
-    eagle = raw.get("eagle_config") if layout == "nvidia" else {}
+    top = raw
+    layer, layer_where = layout.layer(raw, where)
+    eagle = layout.eagle(raw)
     model_type = str(layer.get("model_type") or "llama")
     if model_type not in MODEL_TYPES + MLA_TYPES:
         raise DriftError(f"{layer_where}: model_type {model_type!r} unsupported (expected one of "
@@ -157,7 +131,7 @@ def normalise_config(raw: dict[str, Any], path: Path, target: Target | None) -> 
     ht = int(ht)
     if nh % nkv:
         raise DriftError(f"{layer_where}: num_attention_heads {nh} is not a multiple of num_key_value_heads {nkv}")
-    aux = top.get("eagle_aux_hidden_state_layer_ids") or (eagle or {}).get("eagle_aux_hidden_state_layer_ids")
+    aux = top.get("eagle_aux_hidden_state_layer_ids") or eagle.get("eagle_aux_hidden_state_layer_ids")
     use_aux = _use_aux(raw, assumptions, where)
     if not use_aux:
         aux = []
@@ -183,16 +157,12 @@ def normalise_config(raw: dict[str, Any], path: Path, target: Target | None) -> 
         hidden_act=str(layer.get("hidden_act", "silu")),
         sliding_window=_window(layer, layer_where, assumptions), model_type=model_type,
         qk_norm=model_type == "qwen3", mla=mla, use_aux_hidden_state=use_aux,
-        **_flags(layout, top, layer, eagle or {}, assumptions, where),
-        layout=layout, assumptions=assumptions, source=str(path),
+        **_flags(layout, top, layer, eagle, assumptions, where),
+        layout=layout.name, assumptions=assumptions, source=str(path),
     )
     if cfg.hidden_act not in ("silu", "swish"):
         raise DriftError(f"{layer_where}: hidden_act {cfg.hidden_act!r} unsupported (expected silu)")
-    if layout == "specforge" and cfg.norm_output:
-        assumptions["specforge_norm_output"] = (
-            "trusted config; SpecForge checkpoints trained before PR #879 fed back pre-norm hidden "
-            "despite norm_output: true (override norm_output=false to test that)"
-        )
+    layout.note(cfg)
     return cfg
 
 

@@ -155,9 +155,11 @@ class Eagle3Drafter(nn.Module):
         positions: torch.Tensor,
         cache: KVCache,
         hidden_is_feature: bool,
+        mask: torch.Tensor | None = None,
     ) -> DraftStep:
         """Run T new slots (ids [B,T], hidden [B,T,A*Ht] target features or [B,T,H] fed back) at
-        positions [B,T], appending their K/V to `cache`; each slot attends every cached slot before it."""
+        positions [B,T], appending their K/V to `cache`; each slot attends every cached slot before it, or, with
+        `mask` (bool [T, cache length after appending], True = may attend), exactly the slots it marks (trees)."""
         x = self.combine(hidden) if hidden_is_feature else hidden
         x = self.hook_layer_in(x)
         emb = self.embed_tokens(input_ids)
@@ -168,9 +170,8 @@ class Eagle3Drafter(nn.Module):
         start = cache.length
         kk, vv = cache.append(k, v)
         t = q.shape[2]
-        mask = None
         window = self.config.sliding_window
-        if (t > 1 and start > 0) or (window is not None and kk.shape[2] > window):
+        if mask is None and ((t > 1 and start > 0) or (window is not None and kk.shape[2] > window)):
             mask = visible(start, t, kk.shape[2], window, q.device)
         out = attn.attend(q, kk, vv, mask, causal=mask is None and t > 1 and start == 0)
         return self.head(self.layer.finish(r0, out))

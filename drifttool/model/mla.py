@@ -61,19 +61,3 @@ class MLAAttention(Eagle3Attention):
         q_rot = rope.apply_interleaved(q_rot, cos, sin)
         k_rot = rope.apply_interleaved(k_rot[:, None], cos, sin).expand(b, self.nh, t, self.rd)
         return torch.cat([q_nope, q_rot], -1), torch.cat([k_nope, k_rot], -1), v.contiguous()
-
-
-def mla_shapes(cfg: DrafterConfig) -> dict[str, tuple[int, ...]]:
-    """Checkpoint tensors of the MLA attention (DeepSeek / Kimi key names), in place of q/k/v_proj."""
-    m, h2, nh = cfg.mla, 2 * cfg.hidden_size, cfg.num_attention_heads
-    nope, rd, vd, kvr, qr = (int(m[k]) if m.get(k) else 0 for k in
-                             ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank", "q_lora_rank"))
-    p = "layers.0.self_attn."
-    s = {p + "kv_a_proj_with_mqa.weight": (kvr + rd, h2), p + "kv_a_layernorm.weight": (kvr,),
-         p + "kv_b_proj.weight": (nh * (nope + vd), kvr), p + "o_proj.weight": (cfg.hidden_size, nh * vd)}
-    if qr:
-        s.update({p + "q_a_proj.weight": (qr, h2), p + "q_a_layernorm.weight": (qr,),
-                  p + "q_b_proj.weight": (nh * (nope + rd), qr)})
-    else:
-        s[p + "q_proj.weight"] = (nh * (nope + rd), h2)
-    return s

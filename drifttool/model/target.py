@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,8 +21,9 @@ def default_aux_layer_ids(num_layers: int) -> list[int]:
     return [2, num_layers // 2, num_layers - 3]
 
 
-def _decoder_layers(model: nn.Module) -> nn.ModuleList:
-    for path in ("model.layers", "model.decoder.layers", "transformer.h", "gpt_neox.layers"):
+def _first_attr(model: nn.Module, paths: tuple[str, ...]) -> nn.Module | None:
+    """The first dotted attribute path the model has (families name their submodules differently)."""
+    for path in paths:
         obj = model
         try:
             for part in path.split("."):
@@ -29,21 +31,47 @@ def _decoder_layers(model: nn.Module) -> nn.ModuleList:
         except AttributeError:
             continue
         return obj
-    raise DriftError(f"target {type(model).__name__}: cannot find its decoder layers (expected model.layers)")
+    return None
+
+
+def _decoder_layers(model: nn.Module) -> nn.ModuleList:
+    found = _first_attr(model, ("model.layers", "model.decoder.layers", "transformer.h", "gpt_neox.layers"))
+    if found is None:
+        raise DriftError(f"target {type(model).__name__}: cannot find its decoder layers (expected model.layers)")
+    return found
 
 
 def _final_norm(model: nn.Module) -> nn.Module:
     """The norm after the last decoder layer (its output is the hidden state the lm_head reads)."""
-    for path in ("model.norm", "model.decoder.final_layer_norm", "transformer.ln_f", "gpt_neox.final_layer_norm"):
-        obj = model
-        try:
-            for part in path.split("."):
-                obj = getattr(obj, part)
-        except AttributeError:
-            continue
-        return obj
-    raise DriftError(f"target {type(model).__name__}: cannot find its final norm (expected model.norm), which a "
-                     "drafter without aux features reads")
+    found = _first_attr(model, ("model.norm", "model.decoder.final_layer_norm", "transformer.ln_f",
+                                "gpt_neox.final_layer_norm"))
+    if found is None:
+        raise DriftError(f"target {type(model).__name__}: cannot find its final norm (expected model.norm), which a "
+                         "drafter without aux features reads")
+    return found
+
+
+def check_aux_ids(ids: list[int], num_layers: int) -> None:
+    """Aux ids in the input convention must name layer inputs 0..L (L = the last layer's output) or FINAL_HIDDEN."""
+    n = num_layers
+    for i in ids:
+        if i != FINAL_HIDDEN and not 0 <= i <= n:
+            raise DriftError(
+                f"eagle_aux_hidden_state_layer_ids: layer id {i} (as a layer input) is outside the target's "
+                f"{n} layers (0..{n}; {n} = the last layer's output)"
+            )
+
+
+@dataclass(frozen=True)
+class TargetShape:
+    """What a drafter checkpoint is checked against, and where a head without its own embeddings or lm_head
+    borrows them (called only then: a vLLM-held target reads them from disk)."""
+
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+    input_embeddings: Callable[[], torch.Tensor] | None = None
+    output_embeddings: Callable[[], torch.Tensor | None] | None = None
 
 
 @dataclass
@@ -52,17 +80,99 @@ class TargetOut:
     features: torch.Tensor  # [T, A*Ht] aux hidden states, low -> high layer
 
 
-class Target:
+class TargetBase:
+    """A target without running it: sizes from the config, the tokenizer and chat template, the aux layer ids
+    it is read at, its `shape()` for checking a drafter. `Target` runs an HF model on top of this; the vllm
+    engine's `TargetInfo` is only this (vLLM holds the weights and runs the target)."""
+
+    model: nn.Module | None = None  # None: the weights live elsewhere (vLLM)
+    config: object
+    tokenizer: object = None
+    chat_template: object = None  # chat.ChatTemplate, set from the model folder
+    name: str = ""
+    aux_layer_ids: list[int]
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.config.num_hidden_layers)
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.config.hidden_size)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.config.vocab_size)
+
+    @property
+    def max_positions(self) -> int:
+        return int(getattr(self.config, "max_position_embeddings", 1 << 30))
+
+    @property
+    def max_token_chars(self) -> int:
+        """Characters of the longest token in the vocabulary (a bound for a text's length check)."""
+        if getattr(self, "_max_token_chars", None) is None:
+            vocab = self.tokenizer.get_vocab() if hasattr(self.tokenizer, "get_vocab") else {}
+            self._max_token_chars = max((len(t) for t in vocab), default=0) or 1 << 20
+        return self._max_token_chars
+
+    def input_embeddings(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def output_embeddings(self) -> torch.Tensor:
+        """The target's lm_head weight [V, H] (its embeddings when tied)."""
+        raise NotImplementedError
+
+    def shape(self) -> TargetShape:
+        return TargetShape(self.num_layers, self.hidden_size, self.vocab_size, self.input_embeddings,
+                           self.output_embeddings)
+
+    def set_aux_layer_ids(self, ids: list[int]) -> None:
+        """ids in the input convention: i < L = the input of layer i, i = L = the last layer's output (before the
+        final norm), as vLLM reads them."""
+        for i in ids:
+            if i == FINAL_HIDDEN:
+                if self.model is not None:  # None: vLLM holds the weights
+                    _final_norm(self.model)  # fails now, with one line, if the target has none to hook
+            else:
+                check_aux_ids([i], self.num_layers)
+        self.aux_layer_ids = list(ids)
+
+    def encode(self, text: str) -> list[int]:
+        if self.tokenizer is None:
+            raise DriftError(f"target {self.name}: has no tokenizer; give prompts as token_ids")
+        ids = self.tokenizer.encode(text)
+        return list(ids.ids) if hasattr(ids, "ids") else list(ids)
+
+    def render_chat(self, messages: list[dict]) -> str:
+        """Chat messages as text through the target's own chat template (fallback: a plain role format)."""
+        from ..run.chat import fallback_render
+
+        return self.chat_template.render(messages) if self.chat_template is not None else fallback_render(messages)
+
+    @property
+    def chat_format(self) -> str:
+        from ..run.chat import FALLBACK
+
+        return self.chat_template.label if self.chat_template is not None else FALLBACK
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True) if self.tokenizer is not None else " ".join(map(str, ids))
+
+
+class Target(TargetBase):
     """Wraps an HF causal LM with one running KV cache (batch 1).
 
     Aux features are the inputs of layers `aux_layer_ids` (HF `hidden_states[idx]`; id L = the last layer's
-    output before the final norm, as vLLM reads it), captured by hooks so no other layer's hidden state is kept."""
+    output before the final norm, as vLLM reads it), captured by hooks so no other layer's hidden state is kept.
+    A model spread over devices (`device_map`) takes its ids on the embeddings' device and returns logits and
+    features on `last_device` (its lm_head's), where the drafter runs."""
 
     def __init__(self, model: nn.Module, aux_layer_ids: list[int] | None = None, tokenizer=None, name: str = ""):
         self.model = model.eval()
         self.config = model.config
         self.tokenizer = tokenizer
-        self.chat_template = None  # chat.ChatTemplate, set by load_target from the model folder
+        self.chat_template = None
         self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
         self.layers = _decoder_layers(model)
         n = len(self.layers)
@@ -79,28 +189,23 @@ class Target:
         return len(self.layers)
 
     @property
-    def hidden_size(self) -> int:
-        return int(self.config.hidden_size)
-
-    @property
     def vocab_size(self) -> int:
         return int(self.model.get_output_embeddings().weight.shape[0])
 
     @property
-    def max_positions(self) -> int:
-        return int(getattr(self.config, "max_position_embeddings", 1 << 30))
-
-    @property
-    def max_token_chars(self) -> int:
-        """Characters of the longest token in the vocabulary (a bound for a text's length check)."""
-        if getattr(self, "_max_token_chars", None) is None:
-            vocab = self.tokenizer.get_vocab() if hasattr(self.tokenizer, "get_vocab") else {}
-            self._max_token_chars = max((len(t) for t in vocab), default=0) or 1 << 20
-        return self._max_token_chars
-
-    @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        """Where input ids go: the input embeddings' device (the first device of a spread model)."""
+        return self.model.get_input_embeddings().weight.device
+
+    @property
+    def last_device(self) -> torch.device:
+        """Where logits and features come out: the lm_head's device; the drafter runs here."""
+        return self.model.get_output_embeddings().weight.device
+
+    @property
+    def devices(self) -> list[str]:
+        """Every device holding a parameter, in order of first use (one entry unless spread by device_map)."""
+        return list(dict.fromkeys(str(p.device) for p in self.model.parameters()))
 
     @property
     def dtype(self) -> torch.dtype:
@@ -113,30 +218,16 @@ class Target:
         """The target's lm_head weight [V, H] (its embeddings when tied)."""
         return self.model.get_output_embeddings().weight
 
-    def set_aux_layer_ids(self, ids: list[int]) -> None:
-        """ids in the input convention: i < L = the input of layer i, i = L = the last layer's output (before the
-        final norm), as vLLM reads them."""
-        n = self.num_layers
-        for i in ids:
-            if i == FINAL_HIDDEN:
-                if self.model is not None:  # None: vLLM holds the weights
-                    _final_norm(self.model)  # fails now, with one line, if the target has none to hook
-                continue
-            if not 0 <= i <= n:
-                raise DriftError(
-                    f"eagle_aux_hidden_state_layer_ids: layer id {i} (as a layer input) is outside the target's "
-                    f"{n} layers (0..{n}; {n} = the last layer's output)"
-                )
-        self.aux_layer_ids = list(ids)
-
     # -- running ------------------------------------------------------------------------------
     def reset(self) -> None:
         self._cache = None
         self.length = 0
 
     @torch.no_grad()
-    def forward(self, ids: torch.Tensor) -> TargetOut:
-        """Append ids [T] (or [1,T]) to the running sequence; return their logits and aux features."""
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> TargetOut:
+        """Append ids [T] (or [1,T]) to the running sequence; return their logits and aux features. A draft tree
+        passes its nodes' `positions` [T] and `mask` (bool [T, length + T], True = may attend)."""
         ids = ids.reshape(1, -1).to(self.device)
         if self.length + ids.shape[1] > self.max_positions:
             raise DriftError(
@@ -162,7 +253,13 @@ class Target:
                 handles.append(self.layers[n - 1].register_forward_hook(grab_out))
         try:
             pos = torch.arange(self.length, self.length + ids.shape[1], device=self.device)[None]
-            out = self.model(input_ids=ids, use_cache=True, position_ids=pos, **{self._cache_kw: self._cache})
+            extra = {}
+            if positions is not None:
+                pos = positions.reshape(1, -1).to(self.device)
+            if mask is not None:  # additive form: eager attention adds it, SDPA takes a float mask as is
+                add = torch.zeros(mask.shape, dtype=self.dtype, device=self.device)
+                extra["attention_mask"] = add.masked_fill_(~mask.to(self.device), torch.finfo(self.dtype).min)[None, None]
+            out = self.model(input_ids=ids, use_cache=True, position_ids=pos, **{self._cache_kw: self._cache}, **extra)
         finally:
             for h in handles:
                 h.remove()
@@ -172,8 +269,9 @@ class Target:
             # cannot roll back rejected drafts; recording keeps them until crop() trims them.
             self._cache.activate_past_recording()
         self.length += ids.shape[1]
-        feats = torch.cat([grabbed[i][0] for i in self.aux_layer_ids], dim=-1)
-        return TargetOut(out.logits[0].float(), feats)
+        last = self.last_device  # layers of a spread model sit on several devices: features meet on the last
+        feats = torch.cat([grabbed[i][0].to(last) for i in self.aux_layer_ids], dim=-1)
+        return TargetOut(out.logits[0].float().to(last), feats)
 
     def crop(self, length: int) -> None:
         """Drop cached positions >= length (rejected draft tokens); sliding-window layers trim to their window."""
@@ -192,27 +290,6 @@ class Target:
                              f"draft tokens ({str(e).splitlines()[0][:120]}); use --mode teacher-forced or a "
                              "transformers version whose cache can be cropped") from None
         self.length = length
-
-    def encode(self, text: str) -> list[int]:
-        if self.tokenizer is None:
-            raise DriftError(f"target {self.name}: has no tokenizer; give prompts as token_ids")
-        ids = self.tokenizer.encode(text)
-        return list(ids.ids) if hasattr(ids, "ids") else list(ids)
-
-    def render_chat(self, messages: list[dict]) -> str:
-        """Chat messages as text through the target's own chat template (fallback: a plain role format)."""
-        from ..run.chat import fallback_render
-
-        return self.chat_template.render(messages) if self.chat_template is not None else fallback_render(messages)
-
-    @property
-    def chat_format(self) -> str:
-        from ..run.chat import FALLBACK
-
-        return self.chat_template.label if self.chat_template is not None else FALLBACK
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True) if self.tokenizer is not None else " ".join(map(str, ids))
 
 
 class TextTokenizer:
@@ -280,12 +357,16 @@ def load_target(
     device: str | torch.device = "cpu",
     dtype: torch.dtype | str = torch.float32,
     trust_remote_code: bool = False,
+    device_map: str | dict | None = None,
 ) -> Target:
-    """Load a local HF causal LM folder (config.json + safetensors); `path` may also be a loaded model."""
+    """Load a local HF causal LM folder (config.json + safetensors); `path` may also be a loaded model.
+    `device_map` ("auto", "balanced", "sequential" or {module: device}) spreads a big target over devices the
+    way transformers/accelerate place it (instead of `device`); `Target.last_device` is then where the
+    drafter belongs."""
     from ..dtypes import parse_dtype
 
     dtype = parse_dtype(dtype)
-    if isinstance(path, Target):
+    if isinstance(path, TargetBase):
         return path
     if isinstance(path, nn.Module):
         return Target(path.to(device=device, dtype=dtype), aux_layer_ids)
@@ -305,14 +386,18 @@ def load_target(
     check_weight_files(p)
     from transformers import AutoModelForCausalLM
 
+    placement = {} if device_map is None else {"device_map": check_device_map(device_map)}
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            p, dtype=dtype, trust_remote_code=trust_remote_code, use_safetensors=True
+            p, dtype=dtype, trust_remote_code=trust_remote_code, use_safetensors=True, **placement
         )
+    except DriftError:
+        raise
     except Exception as e:  # noqa: BLE001 - transformers' config validation and loaders raise many kinds
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise DriftError(f"{p}: cannot load as an HF causal LM ({type(e).__name__}: {msg})") from None
-    model.to(device)
+    if device_map is None:
+        model.to(device)
     tok = None
     if (p / "tokenizer.json").is_file():
         from tokenizers import Tokenizer
@@ -323,3 +408,21 @@ def load_target(
     t = Target(model, aux_layer_ids, tok, name=str(p))
     t.chat_template = load_template(p)
     return t
+
+
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def check_device_map(device_map: str | dict) -> str | dict:
+    """A device_map transformers accepts (one of DEVICE_MAPS, or {module name: device}), with accelerate
+    installed (transformers needs it to place a model by map)."""
+    if isinstance(device_map, str) and device_map not in DEVICE_MAPS:
+        raise DriftError(f"--device-map {device_map!r}: expected one of {', '.join(DEVICE_MAPS)}")
+    if not isinstance(device_map, (str, dict)):
+        raise DriftError(f"device_map: expected a name ({', '.join(DEVICE_MAPS)}) or a dict, got "
+                         f"{type(device_map).__name__}")
+    import importlib.util
+
+    if importlib.util.find_spec("accelerate") is None:
+        raise DriftError("--device-map: needs the accelerate package (pip install accelerate)")
+    return device_map

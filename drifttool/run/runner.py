@@ -44,18 +44,23 @@ class RunSettings:
     device: str = "cpu"
     limit: int | None = None
     draft_sampling: str = "greedy"
+    device_map: str | None = None  # the target spread over devices (model.target.DEVICE_MAPS); None: on `device`
 
     @classmethod
     def of(cls, depth: int = 8, mode: str = "generate", max_new_tokens: int = 64, sink: SinkSpec | None = None,
            seed: int = 0, temperature: float = 0.0, keep_rows: int = 2, dtype: Any = "float32", device: str = "cpu",
-           limit: int | None = None, draft_sampling: str = "greedy") -> RunSettings:
+           limit: int | None = None, draft_sampling: str = "greedy", device_map: str | None = None) -> RunSettings:
         """Validated settings; each wrong value is one DriftError line naming its CLI option."""
         run_settings(depth, max_new_tokens, temperature, seed, keep_rows, limit, sink)
         if str(device).startswith("cuda") and not torch.cuda.is_available():
             raise DriftError(f"--device {device}: CUDA is not available on this machine")
         check_settings(depth, max_new_tokens, mode, temperature, draft_sampling)
+        if device_map is not None:
+            from ..model.target import check_device_map
+
+            check_device_map(device_map)
         return cls(depth, mode, max_new_tokens, sink or SinkSpec(), seed, temperature, keep_rows, dtype_name(dtype),
-                   device, limit, draft_sampling)
+                   device, limit, draft_sampling, device_map)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -70,6 +75,8 @@ class RunSettings:
             "probes": {"path": str(probes), "sha256": hashlib.sha256(Path(probes).read_bytes()).hexdigest()[:16],
                        "n_prompts": n_prompts, "limit": self.limit},
             "attention_window": WINDOW_NOTE,
+            # recorded only when used, so traces written before the option keep their settings hash
+            **({"device_map": self.device_map} if self.device_map is not None else {}),
         }
 
 
@@ -91,21 +98,45 @@ def prompt_seed(seed: int, prompt_id: str) -> int:
     return (seed * 1_000_003 + zlib.crc32(prompt_id.encode())) % (2**31)
 
 
-@contextmanager
-def sigterm_as_interrupt():
-    """SIGTERM behaves like Ctrl-C so the current shard boundary is respected either way."""
-    def handler(signum, frame):
+class Interrupts:
+    """Ctrl-C and SIGTERM both raise KeyboardInterrupt, so a run stops at a shard boundary either way -- except
+    while a shard is being committed (`held`): then the signal waits until the commit ends. A signal landing
+    inside pyarrow's writer cleanup would otherwise be dropped by Python ("Exception ignored in __del__"), and
+    one between a rename and its bookkeeping would leave the shard half moved."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.pending = False
+
+    def handler(self, signum, frame) -> None:
+        if self.depth:
+            self.pending = True
+            return
         raise KeyboardInterrupt
 
-    try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
+    @contextmanager
+    def held(self):
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+        if not self.depth and self.pending:  # only after a clean commit; an error in it propagates as is
+            self.pending = False
+            raise KeyboardInterrupt
+
+    @contextmanager
+    def installed(self):
+        try:
+            old = {s: signal.signal(s, self.handler) for s in (signal.SIGTERM, signal.SIGINT)}
+        except ValueError:  # not the main thread: signals stay as they are
+            yield
+            return
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
 
 
 def write_run(out: str, manifest: dict[str, Any], plan: Callable[[TraceWriter], Iterable[tuple[int, Any]]],
@@ -123,7 +154,9 @@ def write_run(out: str, manifest: dict[str, Any], plan: Callable[[TraceWriter], 
         work = list(plan(writer))
         from .progress import progress_bar
 
-        with sigterm_as_interrupt(), progress_bar(sum(n for n, _ in work), n_models, enabled=progress) as bar:
+        interrupts = Interrupts()
+        writer.guard = interrupts.held
+        with interrupts.installed(), progress_bar(sum(n for n, _ in work), n_models, enabled=progress) as bar:
             for _, item in work:
                 step(writer, bar, item)
         writer.finish(compact=compact)  # merged to one file per table (trace.compact)

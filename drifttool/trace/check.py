@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from ..errors import DriftError
 from .layout import committed, sources
-from .schema import ROWS_INDEX, STORED, SUMMARIES
+from .schema import ROWS_INDEX, STORED, SUMMARIES, TREE_TABLES
 
 
 def _columns(f: Path, table: str, need: list[str]) -> None:
@@ -28,6 +28,8 @@ def check_files(root: Path, m: dict[str, Any]) -> None:
     """DriftError naming the first listed file that is missing, links outside, is not Parquet or lacks columns."""
     with_rows = [s["index"] for s in m["shards"] if s.get("rows")]
     plan = [(t, cols, None) for t, cols in STORED.items()] + [("rows_index", ROWS_INDEX, with_rows)]
+    if m["capture"].get("tree"):  # draft-tree captures also write per-node tables
+        plan += [(t, cols, None) for t, cols in TREE_TABLES.items()]
     summary = sources(root, m, "head_summary")
     if summary and all(s.file.is_file() for s in summary):  # else computed from heads (schema 1)
         plan.append(("head_summary", SUMMARIES["head_summary"], None))

@@ -25,11 +25,11 @@ from ..errors import DriftError
 from .files import lock_trace, settle, write_json_atomic
 from .layout import add_derived, generation, merged_name, parquet_options, sources, to_stored
 from .reader import read_manifest, read_part
-from .schema import DERIVED, ROWS_INDEX, SCHEMA_VERSION, STORED, SUMMARIES
+from .schema import DERIVED, ROWS_INDEX, SCHEMA_VERSION, STORED, SUMMARIES, TREE_TABLES
 from .summary import head_summary
 from .validate import check_values
 
-_TABLES = [*STORED, "head_summary", "rows_index"]
+_TABLES = [*STORED, *TREE_TABLES, "head_summary", "rows_index"]
 _ST_DTYPES = {"float32": "F32", "float16": "F16", "float64": "F64", "int64": "I64", "int32": "I32", "bool": "BOOL",
               "uint8": "U8", "int8": "I8", "int16": "I16"}
 
@@ -47,7 +47,8 @@ def _units(path: Path, m: dict, table: str, only: list[int] | None):
 
 
 def _read_unit(f: Path, rg: int | None, table: str, prompts, depth) -> pa.Table:
-    required = SUMMARIES.get(table) or (ROWS_INDEX if table == "rows_index" else STORED[table])
+    required = SUMMARIES.get(table) or (ROWS_INDEX if table == "rows_index" else STORED.get(table)
+                                        or TREE_TABLES[table])
     if not f.is_file():
         raise DriftError(f"{f}: missing (table {table!r}); the trace is damaged; nothing was changed")
     if rg is None:

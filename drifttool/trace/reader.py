@@ -21,7 +21,7 @@ from .layout import (
     sources,
     stored_columns,
 )
-from .schema import DICT_COLUMNS, KEY, ROWS_INDEX, SCHEMA_VERSION, STORED, SUMMARIES, TABLES
+from .schema import DICT_COLUMNS, KEY, ROWS_INDEX, SCHEMA_VERSION, STORED, SUMMARIES, TABLES, TREE_TABLES
 from .validate import check_prompts, check_types, check_values, nonfinite_note
 
 __all__ = ["TraceData", "member", "read_manifest", "read_table", "read_trace", "shard_file", "shard_prompts"]
@@ -144,8 +144,8 @@ def read_part(f: Path, name: str, required: list[str], columns: list[str] | None
 
 def _required(name: str, columns: list[str] | None) -> list[str]:
     """Stored columns a file must hold for the requested (or all) columns of a table."""
-    cols = columns or TABLES.get(name) or SUMMARIES[name]
-    if name in SUMMARIES:
+    cols = columns or TABLES.get(name) or TREE_TABLES.get(name) or SUMMARIES[name]
+    if name not in TABLES:
         return list(cols)
     return [c for c in stored_columns(name, list(cols)) if c in STORED[name] or c not in TABLES[name]]
 
@@ -159,8 +159,9 @@ def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns:
 
     p = Path(path)
     m = manifest or read_manifest(p)
-    if name not in TABLES and name not in SUMMARIES:
-        raise DriftError(f"table {name!r}: unknown; expected one of {', '.join(TABLES)}")
+    tables = {**TABLES, **TREE_TABLES}
+    if name not in tables and name not in SUMMARIES:
+        raise DriftError(f"table {name!r}: unknown; expected one of {', '.join(tables)}")
     if name in SUMMARIES and not _has_summary(p, m, shards):
         from .summary import head_summary  # schema-1 trace: migrated on read
 
@@ -179,7 +180,7 @@ def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns:
     with ThreadPoolExecutor(max_workers=4) as pool:
         parts = list(pool.map(lambda src: read_part(src.file, name, required, read, src.prompts), srcs))
     if not parts:
-        return pd.DataFrame({c: pd.Series(dtype="float64") for c in (columns or TABLES.get(name) or SUMMARIES[name])})
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in (columns or tables.get(name) or SUMMARIES[name])})
     try:
         tbl = pa.concat_tables(parts, promote_options="default")
     except (pa.ArrowException, ValueError) as e:
@@ -201,7 +202,7 @@ def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns:
         df = tbl.to_pandas()
     except (pa.ArrowException, ValueError) as e:
         raise DriftError(f"{p / name}: shards are corrupt or have incompatible columns ({str(e).splitlines()[0]})") from None
-    need = [c for c in (columns or TABLES.get(name) or SUMMARIES[name]) if c not in df.columns]
+    need = [c for c in (columns or tables.get(name) or SUMMARIES[name]) if c not in df.columns]
     if need:
         raise DriftError(f"{p / name}: missing columns {need}")
     return sorted_categories(df)
@@ -219,7 +220,7 @@ def sorted_categories(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _has_summary(p: Path, m: dict[str, Any], shards: list[int] | None) -> bool:
-    """Every listed file of the head summary exists (schema 2), else it is computed from the heads table."""
+    """Every listed file of the head summary exists (schema 3), else it is computed from the heads table."""
     srcs = sources(p, m, "head_summary", only=shards)
     return bool(srcs) and all(s.file.is_file() for s in srcs)
 
@@ -264,6 +265,24 @@ class TraceData:
     @cached_property
     def aux(self) -> pd.DataFrame:
         return self.table("aux")
+
+    @property
+    def is_tree(self) -> bool:
+        """Captured with draft trees (`capture --tree`): per-node tables instead of per-depth ones."""
+        return bool(self.manifest["capture"].get("tree"))
+
+    def _tree_table(self, name: str) -> pd.DataFrame:
+        if not self.is_tree:
+            raise DriftError(f"{self.path}: a chain trace (captured without --tree); it has no {name} table")
+        return self.table(name)
+
+    @cached_property
+    def tree_nodes(self) -> pd.DataFrame:
+        return self._tree_table("tree_nodes")
+
+    @cached_property
+    def tree_heads(self) -> pd.DataFrame:
+        return self._tree_table("tree_heads")
 
     @cached_property
     def head_summary(self) -> pd.DataFrame:

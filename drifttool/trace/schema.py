@@ -1,13 +1,13 @@
 """Trace schema: table names and their required columns. Bump SCHEMA_VERSION on any breaking change.
 
-Version 2 (compact traces): derived columns (`self_mass`, `prompt_mass`) are no longer stored but computed on read;
+Version 3 (compact traces): derived columns (`self_mass`, `prompt_mass`) are no longer stored but computed on read;
 keys are dictionary-encoded; a per-prompt `head_summary` table is written with every shard; a finished trace's
-shards are merged into one file per table (`TABLE/merged-GGG.parquet`, one row group per shard). Version-1 traces
-are read as before and migrated on read (derived columns kept, head summary computed from `heads`)."""
+shards are merged into one file per table (`TABLE/merged-GGG.parquet`, one row group per shard). Version-1 and -2
+traces are read as before and migrated on read (derived columns kept, head summary computed from `heads`)."""
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 2: draft-tree tables (TREE_TABLES); 3: compact layout (see above)
 
 KEY = ["drafter", "prompt_id", "round"]
 # string columns stored dictionary-encoded (read as pandas categoricals): few distinct values, many rows
@@ -60,3 +60,18 @@ SUMMARIES: dict[str, list[str]] = {"head_summary": HEAD_SUMMARY}
 # rows_index.sink_slots = the context slots the capture counted as sinks in that round (SinkSpec.index), so the
 # drill-down marks exactly those (the slot tokens alone lack position 0's token).
 ROWS_INDEX = [*KEY, "context_len", "tensor", "slot_tokens"]
+
+# Draft-tree captures (`capture --tree`, manifest capture.tree) write these besides the tables above (whose
+# per-depth tables stay empty: a tree has no single chain). A node's statistics are those of the drafter query
+# that drafted it (its parent's row), as a chain's depth-j row is the query that drafted depth j; draft_mass /
+# own_mass are the mass on its earlier ancestors / on its parent's slot, self_mass their sum (see docs/trees.md).
+TREE_TABLES: dict[str, list[str]] = {
+    # one row per round x tree node (the root excluded)
+    "tree_nodes": [*KEY, "node", "parent", "depth", "rank", "draft_id", "target_id", "match", "main_path", "accepted",
+                   "fed", "logp", "score", "context_len", "position", "sink_mass", "draft_mass", "own_mass",
+                   "self_mass", "prompt_mass", "entropy", "rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post",
+                   "l2_post", "massive", "beyond_window"],
+    # one row per round x tree node x head
+    "tree_heads": [*KEY, "node", "depth", "head", "sink_mass", "draft_mass", "own_mass", "self_mass", "prompt_mass",
+                   "entropy", "max_prob", "top_pos"],
+}

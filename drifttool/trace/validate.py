@@ -15,10 +15,12 @@ from ..errors import DriftError
 _MASSES = ("sink_mass", "draft_mass", "own_mass", "self_mass", "prompt_mass")
 _MAGNITUDES = ("rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post", "l2_post", "rms_before", "rms_after")
 _INTS = ("round", "depth", "context_len", "position", "input_id", "draft_id", "target_id", "head", "chunk",
-         "layer_id", "prompt_len", "n_generated", "n_rounds", "accepted_total", "bonus", "attn_window_start")
-_BOOLS = ("match", "reached", "massive", "beyond_window")
+         "layer_id", "prompt_len", "n_generated", "n_rounds", "accepted_total", "bonus", "attn_window_start",
+         "node", "parent", "rank")
+_BOOLS = ("match", "reached", "massive", "beyond_window", "main_path", "fed")
 _STRINGS = ("drafter", "prompt_id", "tags", "tensor")
-_FLOATS = (*_MASSES, *_MAGNITUDES, "entropy", "mean_acceptance_length", "wall_s", "draft_s", "verify_s")
+_FLOATS = (*_MASSES, *_MAGNITUDES, "entropy", "mean_acceptance_length", "wall_s", "draft_s", "verify_s", "logp", "score",
+           "max_prob")
 # floats that must be finite (a NaN mass is no measurement); other float columns may be NaN (e.g. verify_s when
 # teacher-forced) and are reported as one note by the readers
 FINITE = (*_MASSES, "entropy")
@@ -59,10 +61,16 @@ def _range(table: str, col: str, depth: int | None) -> tuple[float | None, float
         return 1, depth
     if col == "accepted" and table == "rounds":
         return 0, depth
+    if col == "node":
+        return 1, None
     if col in _INTS or col in _MAGNITUDES or col in ("wall_s", "draft_s", "verify_s"):
         return 0, None
     if col == "mean_acceptance_length":
         return 1, None
+    if col in ("logp", "score"):  # tree nodes: log-probabilities
+        return None, _TOL
+    if col == "max_prob":
+        return 0, 1 + _TOL
     return None, None
 
 

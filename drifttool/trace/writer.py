@@ -14,6 +14,8 @@ import datetime as _dt
 import json
 import os
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,8 @@ def write_parquet(df: pd.DataFrame, table: str, path: Path) -> None:
 class TraceWriter:
     def __init__(self, path, manifest: dict[str, Any], resume: bool = False, overwrite: bool = False):
         self.path = Path(path)
+        # What add() runs under: the runner sets it to hold Ctrl-C / SIGTERM until the shard is committed.
+        self.guard: Callable[[], AbstractContextManager] = nullcontext
         if self.path.suffix != ".drift":
             raise DriftError(f"--out {self.path}: a trace folder name must end in .drift")
         mf = self.path / "manifest.json"
@@ -162,7 +166,11 @@ class TraceWriter:
 
     def add(self, prompt_id: str, tables: dict[str, pd.DataFrame], rows: dict[str, np.ndarray] | None = None) -> None:
         """Write one completed prompt (all drafters) as a shard: stage its files, commit it in the manifest,
-        then rename the files into place."""
+        then rename the files into place (under `guard`, so an interrupt waits for the shard)."""
+        with self.guard():
+            self._add(prompt_id, tables, rows)
+
+    def _add(self, prompt_id: str, tables: dict[str, pd.DataFrame], rows: dict[str, np.ndarray] | None) -> None:
         idx = max((s["index"] for s in self.manifest["shards"]), default=-1) + 1
         name = f"part-{idx:05d}"
         if "heads" in tables and "head_summary" not in tables:
@@ -189,10 +197,11 @@ class TraceWriter:
             late = e  # committed after all: finish the renames first
         # kill -9 here leaves hidden files of a committed shard: readers and --resume take them; Ctrl-C waits
         while staged:
+            src = staged[0]
+            dst = src.with_name(src.name[1:-4])
             try:
-                dst = staged[0].with_name(staged[0].name[1:-4])
-                if staged[0].exists() or not dst.exists():  # a Ctrl-C between rename and pop: renamed already
-                    os.replace(staged[0], dst)
+                if src.exists() or not dst.exists():  # an interrupt between a rename and the pop: already moved
+                    os.replace(src, dst)
                 staged.pop(0)
             except KeyboardInterrupt as e:
                 late = e

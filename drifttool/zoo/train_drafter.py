@@ -22,28 +22,16 @@ import torch
 from ..model.config import DrafterConfig
 from ..model.drafter import Eagle3Drafter
 from . import DEFAULT_BUILD_DIR
-from .schedule import cosine, set_lr
-from .train_target import batch_shape, heldout_windows, sample_windows
+from .ckpt import load_ckpt, save_ckpt
+from .drafters import VARIANTS, DrafterShape, variant_drafters
+from .schedule import Budget, StepArgs, adamw, set_lr, warmup_cosine
+from .windows import batch_shape, heldout_windows, sample_windows
 
-VARIANTS: dict[str, dict[str, bool]] = {
-    "eagle3": {"fc_norm": False, "norm_output": False},
-    "eagle3.1": {"fc_norm": True, "norm_output": True},
-}
-
-
-@dataclass
-class DrafterSpec:
-    hidden_size: int = 128
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 4
-    head_dim: int = 32
-    intermediate_size: int = 352
-    draft_vocab_size: int = 1024
-    aux_layer_ids: list[int] = field(default_factory=lambda: [1, 2, 3])
+DrafterSpec = DrafterShape  # the name this module used before the shape was shared with train_real
 
 
 @dataclass
-class DrafterTrainArgs:
+class DrafterTrainArgs(StepArgs):
     target_dir: str = ""
     data_dir: str = str(DEFAULT_BUILD_DIR / "data")
     work_dir: str = str(DEFAULT_BUILD_DIR / "drafters")  # checkpoints, plan
@@ -52,24 +40,9 @@ class DrafterTrainArgs:
     steps: int | None = None  # fixed step count (tests); otherwise planned once from measured speed
     ttt_steps: int = 4
     loss_decay: float = 0.8
-    lr: float = 1.5e-3
-    min_lr_frac: float = 0.1
-    warmup_frac: float = 0.03
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.95)
-    clip: float = 1.0
-    batch_tokens: int = 2048
-    window: int = 512
-    # As for the target: every 4th step uses 1024-token windows (half the batch) so the drafter has seen
-    # positions up to the target's full context that probes cut at.
-    long_window: int = 1024
-    long_every: int = 4
-    seed: int = 0
-    ckpt_minutes: float = 3.0
     eval_windows: int = 24
-    threads: int = 1
     variants: tuple[str, ...] = ("eagle3", "eagle3.1")
-    spec: DrafterSpec = field(default_factory=DrafterSpec)
+    spec: DrafterShape = field(default_factory=DrafterShape)
 
 
 # -- setup ------------------------------------------------------------------------------------------
@@ -84,39 +57,18 @@ def draft_vocab(stream: np.ndarray, vocab_size: int, n: int) -> tuple[torch.Tens
     return ids - torch.arange(n), t2d
 
 
-def drafter_config(spec: DrafterSpec, target_cfg, variant: str) -> DrafterConfig:
+def drafter_config(spec: DrafterShape, target_cfg, variant: str) -> DrafterConfig:
     rope = getattr(target_cfg, "rope_parameters", None) or {}
-    return DrafterConfig(
-        hidden_size=spec.hidden_size,
-        num_attention_heads=spec.num_attention_heads,
-        num_key_value_heads=spec.num_key_value_heads,
-        head_dim=spec.head_dim,
-        intermediate_size=spec.intermediate_size,
-        vocab_size=target_cfg.vocab_size,
-        draft_vocab_size=spec.draft_vocab_size,
-        target_hidden_size=target_cfg.hidden_size,
-        aux_layer_ids=list(spec.aux_layer_ids),
-        rms_norm_eps=target_cfg.rms_norm_eps,
-        rope_theta=float(rope.get("rope_theta", getattr(target_cfg, "rope_theta", 10000.0))),
-        max_position_embeddings=target_cfg.max_position_embeddings,
-        layout="zoo",
-        **VARIANTS[variant],
-    )
+    return spec.config(variant, vocab_size=target_cfg.vocab_size, target_hidden_size=target_cfg.hidden_size,
+                       rms_norm_eps=target_cfg.rms_norm_eps,
+                       rope_theta=float(rope.get("rope_theta", getattr(target_cfg, "rope_theta", 10000.0))),
+                       max_position_embeddings=target_cfg.max_position_embeddings)
 
 
 def init_drafter(args: DrafterTrainArgs, target, d2t: torch.Tensor, variant: str) -> Eagle3Drafter:
-    """Same initial weights for every variant: built from the EAGLE-3 config under a fixed seed, then
-    loaded into the variant (its extra fc_norm weights start at 1). embed_tokens = the target's, frozen."""
-    torch.manual_seed(args.seed)
-    base = Eagle3Drafter(drafter_config(args.spec, target.config, "eagle3"))
-    model = Eagle3Drafter(drafter_config(args.spec, target.config, variant))
-    missing, unexpected = model.load_state_dict(base.state_dict(), strict=False)
-    assert not unexpected and all(k.startswith("fc_norm.") for k in missing), (missing, unexpected)
-    with torch.no_grad():
-        model.embed_tokens.weight.copy_(target.get_input_embeddings().weight)
-        model.d2t.copy_(d2t)
-    model.embed_tokens.weight.requires_grad_(False)
-    return model
+    """Same initial weights for every variant (drafters.variant_drafters); embed_tokens = the target's, frozen."""
+    return variant_drafters(lambda v: drafter_config(args.spec, target.config, v), [variant], args.seed,
+                            target.get_input_embeddings().weight, d2t)[variant]
 
 
 def load_frozen_target(path: str | Path):
@@ -168,15 +120,11 @@ def ttt_loss(
 
 def lr_at(args: DrafterTrainArgs, step: int, total: int) -> float:
     warm = max(1, int(args.warmup_frac * total))
-    if step < warm:
-        return args.lr * (step + 1) / warm
-    frac = min(1.0, (step - warm) / max(1, total - warm))
-    return cosine(args.lr, args.min_lr_frac, frac)
+    return warmup_cosine(args.lr, args.min_lr_frac, step, warm, min(1.0, (step - warm) / max(1, total - warm)))
 
 
 def make_optimizer(model: Eagle3Drafter, args: DrafterTrainArgs) -> torch.optim.Optimizer:
-    params = [p for p in model.parameters() if p.requires_grad]
-    return torch.optim.AdamW(params, lr=args.lr, betas=args.betas, weight_decay=args.weight_decay)
+    return adamw([p for p in model.parameters() if p.requires_grad], args.lr, args.betas, args.weight_decay)
 
 
 def train_step(drafter, opt, target, args: DrafterTrainArgs, ids: torch.Tensor, lr: float) -> list[dict[str, float]]:
@@ -238,26 +186,11 @@ def evaluate(drafter, target, windows: torch.Tensor, args: DrafterTrainArgs, bat
 
 # -- checkpoints ------------------------------------------------------------------------------------
 def _save_ckpt(ck: Path, drafter, opt, state: dict[str, Any]) -> None:
-    from safetensors.torch import save_file
-
-    tmp = ck.with_name(ck.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    save_file({k: v.contiguous() for k, v in drafter.state_dict().items()}, str(tmp / "drafter.safetensors"))
-    torch.save(opt.state_dict(), tmp / "optim.pt")
-    (tmp / "state.json").write_text(json.dumps(state, indent=1) + "\n")
-    shutil.rmtree(ck, ignore_errors=True)
-    tmp.rename(ck)
+    save_ckpt(ck, {"drafter.safetensors": drafter}, {"optim.pt": opt}, state)
 
 
 def _load_ckpt(ck: Path, drafter, opt) -> dict[str, Any] | None:
-    from safetensors.torch import load_file
-
-    if not (ck / "state.json").exists():
-        return None
-    drafter.load_state_dict(load_file(str(ck / "drafter.safetensors")))
-    opt.load_state_dict(torch.load(ck / "optim.pt", weights_only=True))
-    return json.loads((ck / "state.json").read_text())
+    return load_ckpt(ck, {"drafter.safetensors": drafter}, {"optim.pt": opt})
 
 
 def save_final(drafter: Eagle3Drafter, out: Path, t2d: torch.Tensor, report: dict[str, Any]) -> Path:
@@ -309,22 +242,18 @@ def train_variant(args: DrafterTrainArgs, variant: str, target, stream, d2t, t2d
     if state["step"]:
         log(f"{variant}: resumed at step {state['step']}")
     budget_s = args.minutes * 60 * 2  # hard stop only: both variants should run the same planned steps
-    t0 = since = time.perf_counter()
-    base = state["elapsed"]
+    budget = Budget(state, "elapsed", args.ckpt_minutes, lambda: _save_ckpt(ck, drafter, opt, state))
     while state["step"] < total:
         step = state["step"]
         stats = train_step(drafter, opt, target, args, get_batch(stream, args, step), lr_at(args, step, total))
         state["step"] = step + 1
-        now = time.perf_counter()
-        state["elapsed"] = base + now - t0
+        budget.tick()
         if step % 25 == 0 or state["step"] == total:
             log(json.dumps({"variant": variant, "step": step, "of": total,
                             "loss": [round(s["loss"], 3) for s in stats],
                             "top1": [round(s["top1"], 3) for s in stats],
                             "rms": [round(s["feedback_rms"], 2) for s in stats]}))
-        if now - since > args.ckpt_minutes * 60:
-            _save_ckpt(ck, drafter, opt, state)
-            since = now
+        budget.checkpoint_if_due()
         if args.steps is None and state["elapsed"] > budget_s:
             log(f"{variant}: wall-clock budget exhausted at step {state['step']} of {total}")
             state["truncated"] = True

@@ -17,7 +17,7 @@ import json
 import random
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,9 @@ from safetensors import safe_open
 from ..model.checkpoint import save_drafter  # imported up front: a long run must not pick up later code edits
 from ..model.config import DrafterConfig
 from ..model.drafter import Eagle3Drafter
-from .schedule import cosine, set_lr
-from .train_drafter import VARIANTS
+from .ckpt import load_ckpt, save_ckpt
+from .drafters import VARIANTS, DrafterShape, variant_drafters
+from .schedule import Budget, adamw, set_lr, warmup_cosine
 
 
 @dataclass
@@ -115,32 +116,21 @@ def draft_vocab(shards: Shards, target_dir: Path, vocab: int, n: int, conversati
 
 
 # -- model --------------------------------------------------------------------------------------------
+def shape(a: RealArgs) -> DrafterShape:
+    """The drafter sizes RealArgs carries (flat, as the command line and the report name them)."""
+    return DrafterShape(**{f.name: getattr(a, f.name) for f in fields(DrafterShape)})
+
+
 def drafter_config(a: RealArgs, tcfg: dict[str, Any], variant: str) -> DrafterConfig:
     rope = tcfg.get("rope_parameters") or {}
-    return DrafterConfig(
-        hidden_size=a.hidden_size, num_attention_heads=a.num_attention_heads,
-        num_key_value_heads=a.num_key_value_heads, head_dim=a.head_dim, intermediate_size=a.intermediate_size,
-        vocab_size=tcfg["vocab_size"], draft_vocab_size=a.draft_vocab_size, target_hidden_size=tcfg["hidden_size"],
-        aux_layer_ids=list(a.aux_layer_ids), rms_norm_eps=tcfg["rms_norm_eps"],
-        rope_theta=float(rope.get("rope_theta", tcfg.get("rope_theta", 10000.0))),
-        max_position_embeddings=tcfg["max_position_embeddings"], trained_window=a.trained_window, layout="zoo",
-        **VARIANTS[variant])
+    return shape(a).config(variant, vocab_size=tcfg["vocab_size"], target_hidden_size=tcfg["hidden_size"],
+                           rms_norm_eps=tcfg["rms_norm_eps"],
+                           rope_theta=float(rope.get("rope_theta", tcfg.get("rope_theta", 10000.0))),
+                           max_position_embeddings=tcfg["max_position_embeddings"], trained_window=a.trained_window)
 
 
 def build_pair(a: RealArgs, tcfg, embed: torch.Tensor, d2t: torch.Tensor) -> dict[str, Eagle3Drafter]:
-    torch.manual_seed(a.seed)
-    base = Eagle3Drafter(drafter_config(a, tcfg, "eagle3"))
-    out = {}
-    for v in VARIANTS:
-        m = Eagle3Drafter(drafter_config(a, tcfg, v))
-        missing, unexpected = m.load_state_dict(base.state_dict(), strict=False)
-        assert not unexpected and all(k.startswith("fc_norm.") for k in missing)
-        with torch.no_grad():
-            m.embed_tokens.weight.copy_(embed)
-            m.d2t.copy_(d2t)
-        m.embed_tokens.weight.requires_grad_(False)
-        out[v] = m
-    return out
+    return variant_drafters(lambda v: drafter_config(a, tcfg, v), VARIANTS, a.seed, embed, d2t)
 
 
 def ttt_loss(m: Eagle3Drafter, conv: dict[str, torch.Tensor], e_draft: torch.Tensor, draft_ids: torch.Tensor,
@@ -176,10 +166,7 @@ def ttt_loss(m: Eagle3Drafter, conv: dict[str, torch.Tensor], e_draft: torch.Ten
 
 
 def lr_at(a: RealArgs, step: int, elapsed: float) -> float:
-    if step < a.warmup_steps:
-        return a.lr * (step + 1) / a.warmup_steps
-    frac = min(1.0, elapsed / (a.minutes * 60))
-    return cosine(a.lr, a.min_lr_frac, frac)
+    return warmup_cosine(a.lr, a.min_lr_frac, step, a.warmup_steps, min(1.0, elapsed / (a.minutes * 60)))
 
 
 @torch.no_grad()
@@ -211,18 +198,8 @@ def _target_bits(target_dir: Path) -> tuple[dict[str, Any], torch.Tensor]:
     return tcfg, embed
 
 
-def _save(work: Path, models, opts, state: dict[str, Any]) -> None:
-    from safetensors.torch import save_file
-
-    tmp = work / "ckpt.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for v, m in models.items():
-        save_file({k: t.contiguous() for k, t in m.state_dict().items()}, str(tmp / f"{v}.safetensors"))
-        torch.save(opts[v].state_dict(), tmp / f"{v}.optim.pt")
-    (tmp / "state.json").write_text(json.dumps(state, indent=1) + "\n")
-    shutil.rmtree(work / "ckpt", ignore_errors=True)
-    tmp.rename(work / "ckpt")
+def _ckpt_files(models, opts) -> tuple[dict, dict]:
+    return {f"{v}.safetensors": m for v, m in models.items()}, {f"{v}.optim.pt": opts[v] for v in models}
 
 
 def export(models, out: Path, report: dict[str, Any]) -> None:
@@ -271,23 +248,15 @@ def train(a: RealArgs, log=print) -> None:
     draft_ids = torch.arange(a.draft_vocab_size) + d2t
     e_draft = embed[draft_ids]
     models = build_pair(a, tcfg, embed, d2t)
-    opts = {v: torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=a.lr, betas=a.betas,
-                                 weight_decay=0.0) for v, m in models.items()}
-    state: dict[str, Any] = {"step": 0, "elapsed": 0.0, "tokens": 0}
-    if (work / "ckpt" / "state.json").is_file():
-        from safetensors.torch import load_file
-
-        for v, m in models.items():
-            m.load_state_dict(load_file(str(work / "ckpt" / f"{v}.safetensors")))
-            opts[v].load_state_dict(torch.load(work / "ckpt" / f"{v}.optim.pt", weights_only=True))
-        state = json.loads((work / "ckpt" / "state.json").read_text())
+    opts = {v: adamw([p for p in m.parameters() if p.requires_grad], a.lr, a.betas, 0.0) for v, m in models.items()}
+    state: dict[str, Any] = load_ckpt(work / "ckpt", *_ckpt_files(models, opts)) or {"step": 0, "elapsed": 0.0,
+                                                                                      "tokens": 0}
+    if state["step"]:
         log(f"resumed at step {state['step']}")
     curves = (work / "curves.jsonl").open("a")
-    t0 = since = time.perf_counter()
-    base = state["elapsed"]
 
     def checkpoint(final: bool = False) -> None:
-        _save(work, models, opts, state)
+        save_ckpt(work / "ckpt", *_ckpt_files(models, opts), state)
         # intermediate checkpoints score 8 held-out conversations (cheap), the final one all of them
         ev = evaluate(models, held, e_draft, draft_ids, a.ttt_steps, None if final else 8) if held.rows else {}
         curves.write(json.dumps({"step": state["step"], "eval": ev}) + "\n")
@@ -300,6 +269,7 @@ def train(a: RealArgs, log=print) -> None:
         export(models, out, {"common": common, "eval": ev})
         log(json.dumps({"checkpoint": state["step"], "eval": {v: e["heldout_top1_per_step"] for v, e in ev.items()}}))
 
+    budget = Budget(state, "elapsed", a.ckpt_minutes, checkpoint)
     while state["elapsed"] < a.minutes * 60:
         step = state["step"]
         if step % 20 == 0:
@@ -330,16 +300,13 @@ def train(a: RealArgs, log=print) -> None:
                       "rms": [round(float(x), 2) for x in agg[:, 3] / agg[:, 2]]}
         state["step"] = step + 1
         state["tokens"] += ntok
-        now = time.perf_counter()
-        state["elapsed"] = base + now - t0
+        budget.tick()
         rec["elapsed"] = round(state["elapsed"])
         curves.write(json.dumps(rec) + "\n")
         curves.flush()
         if step % 10 == 0:
             log(json.dumps({k: rec[k] for k in ("step", "lr", "elapsed")} | {v: rec[v]["top1"] for v in models}))
-        if now - since > a.ckpt_minutes * 60:
-            checkpoint()
-            since = time.perf_counter()
+        budget.checkpoint_if_due()
     checkpoint(final=True)
 
 

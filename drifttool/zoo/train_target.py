@@ -24,7 +24,9 @@ import torch.nn.functional as F
 
 from . import DEFAULT_BUILD_DIR
 from . import data as zdata
-from .schedule import cosine, set_lr
+from .ckpt import load_ckpt, save_ckpt
+from .schedule import Budget, StepArgs, adamw, cosine, set_lr
+from .windows import batch_shape, heldout_windows, sample_windows
 
 PHASES = ("A", "B")
 
@@ -45,34 +47,19 @@ class TargetSpec:
 
 
 @dataclass
-class TrainArgs:
+class TrainArgs(StepArgs):
     build_dir: str = str(DEFAULT_BUILD_DIR)
     minutes_a: float = 25.0
     minutes_b: float = 15.0
     steps_a: int | None = None  # fixed step counts (tests); otherwise planned from measured speed
     steps_b: int | None = None
-    lr: float = 1.5e-3
-    min_lr_frac: float = 0.1
-    warmup_frac: float = 0.03
     weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.95)
-    clip: float = 1.0
     batch_tokens: int = 4096
-    window: int = 512
-    # Every `long_every`-th step uses 1024-token windows (half the batch, same tokens per step): positions
-    # 512..1023 are trained so probes up to the full context stay in distribution, while 3/4 of the steps
-    # use the cheaper 512 windows (attention cost grows with length; SPEC §8 saw instability when training
-    # only at 1024). Set long_every=0 to disable.
-    long_window: int = 1024
-    long_every: int = 4
     sink_lambda: float = 1.0
     sink_tau: float = 0.5
     sink_min_query: int = 16
-    seed: int = 0
-    ckpt_minutes: float = 3.0
     eval_windows: int = 48
     max_bytes: int = 32_000_000
-    threads: int = 1
     spec: TargetSpec = field(default_factory=TargetSpec)
 
 
@@ -106,43 +93,10 @@ def new_model(spec: TargetSpec, seed: int):
 
 
 # -- data -------------------------------------------------------------------------------------------
-def batch_shape(args: TrainArgs, step: int) -> tuple[int, int]:
-    """(batch, window) for a step; the same every run so resumption replays the same schedule."""
-    if args.long_every and step % args.long_every == args.long_every - 1:
-        return max(1, args.batch_tokens // args.long_window), args.long_window
-    return max(1, args.batch_tokens // args.window), args.window
-
-
 def get_batch(stream: np.ndarray, args: TrainArgs, phase: str, step: int) -> torch.Tensor:
     """BOS + the next window-1 stream tokens at offsets drawn from a generator keyed by (seed, phase,
     step): deterministic and resumable without saving RNG state."""
     return sample_windows(stream, *batch_shape(args, step), key=[args.seed, PHASES.index(phase), step])
-
-
-def sample_windows(stream: np.ndarray, batch: int, window: int, key: list[int]) -> torch.Tensor:
-    """`batch` rows of BOS + window-1 consecutive stream tokens at offsets drawn from a generator seeded by
-    `key` (shared by target and drafter training)."""
-    rng = np.random.default_rng(key)
-    starts = rng.integers(0, stream.size - window, size=batch)
-    rows = np.stack([stream[s : s + window - 1] for s in starts]).astype(np.int64)
-    return F.pad(torch.from_numpy(rows), (1, 0), value=0)  # BOS = 0
-
-
-def heldout_windows(data_dir: Path, window: int, limit: int) -> torch.Tensor:
-    """Non-overlapping BOS + (window-1) chunks of the held-out modules, taken round-robin, at most `limit`."""
-    held = np.load(data_dir / "heldout.npz")
-    per = []
-    for name in sorted(held.files):
-        arr = held[name].astype(np.int64)
-        n = arr.size // (window - 1)
-        per.append([arr[i * (window - 1) : (i + 1) * (window - 1)] for i in range(n)])
-    rows: list[np.ndarray] = []
-    i = 0
-    while len(rows) < limit and any(i < len(p) for p in per):
-        rows.extend(p[i] for p in per if i < len(p))
-        i += 1
-    ids = torch.from_numpy(np.stack(rows[:limit]))
-    return F.pad(ids, (1, 0), value=0)
 
 
 # -- losses -----------------------------------------------------------------------------------------
@@ -190,7 +144,7 @@ def make_optimizer(model, args: TrainArgs) -> torch.optim.Optimizer:
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     keep = [p for n, p in model.named_parameters() if p.ndim < 2]
     groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": keep, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=args.lr, betas=args.betas)
+    return adamw(groups, args.lr, args.betas)
 
 
 def set_phase_attn(model, phase: str) -> None:
@@ -239,33 +193,11 @@ def _ckpt_dir(args: TrainArgs) -> Path:
 
 
 def save_checkpoint(model, opt, state: dict[str, Any], args: TrainArgs) -> None:
-    """Atomic: write into a temp dir and rename, so a kill mid-save leaves the previous checkpoint."""
-    from safetensors.torch import save_file
-
-    ck = _ckpt_dir(args)
-    tmp = ck.with_name("ckpt.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
-    torch.save(opt.state_dict(), tmp / "optim.pt")
-    (tmp / "state.json").write_text(json.dumps(state, indent=1) + "\n")
-    old = ck.with_name("ckpt.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if ck.exists():
-        ck.rename(old)
-    tmp.rename(ck)
-    shutil.rmtree(old, ignore_errors=True)
+    save_ckpt(_ckpt_dir(args), {"model.safetensors": model}, {"optim.pt": opt}, state)
 
 
 def load_checkpoint(model, opt, args: TrainArgs) -> dict[str, Any] | None:
-    from safetensors.torch import load_file
-
-    ck = _ckpt_dir(args)
-    if not (ck / "state.json").exists():
-        return None
-    model.load_state_dict(load_file(str(ck / "model.safetensors")))
-    opt.load_state_dict(torch.load(ck / "optim.pt", weights_only=True))
-    return json.loads((ck / "state.json").read_text())
+    return load_ckpt(_ckpt_dir(args), {"model.safetensors": model}, {"optim.pt": opt})
 
 
 def export_hf(model, out_dir: Path, data_dir: Path, report: dict[str, Any]) -> None:
@@ -339,8 +271,7 @@ def train(args: TrainArgs, resume: bool = False, log=print) -> dict[str, Path]:
         total = state["planned"][phase]
         fixed = (args.steps_a if phase == "A" else args.steps_b) is not None
         budget_s = (args.minutes_a if phase == "A" else args.minutes_b) * 60
-        t_start, since_ckpt = time.perf_counter(), time.perf_counter()
-        base_elapsed = state["elapsed"][phase]
+        budget = Budget(state["elapsed"], phase, args.ckpt_minutes, lambda: save_checkpoint(model, opt, state, args))
         tok = 0
         while state["step"] < total:
             step = state["step"]
@@ -349,14 +280,10 @@ def train(args: TrainArgs, resume: bool = False, log=print) -> dict[str, Path]:
                              lr_at(args, step, total, time_frac))
             state["step"] = step + 1
             tok += args.batch_tokens
-            now = time.perf_counter()
-            state["elapsed"][phase] = base_elapsed + now - t_start
+            run_s = budget.tick()
             if step % 25 == 0 or state["step"] == total:
-                log(json.dumps({"phase": phase, "step": step, "of": total,
-                                "tok_s": round(tok / (now - t_start)), **rec}))
-            if now - since_ckpt > args.ckpt_minutes * 60:
-                save_checkpoint(model, opt, state, args)
-                since_ckpt = now
+                log(json.dumps({"phase": phase, "step": step, "of": total, "tok_s": round(tok / run_s), **rec}))
+            budget.checkpoint_if_due()
             if not fixed and state["elapsed"][phase] >= budget_s:
                 log(f"phase {phase}: wall-clock budget reached at step {state['step']} of {total} (annealed)")
                 state.setdefault("truncated", {})[phase] = state["step"]

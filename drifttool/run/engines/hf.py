@@ -1,10 +1,8 @@
 """drifttool's own engine: probes x drafters through the speculative loop with the capture hooks, one shard per
-prompt (the run's shared body: runner.py); plus what identifies a run's models in the manifest."""
+prompt (the run's shared body: runner.py); the manifest is trace/manifest.py's."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,18 +12,19 @@ import pandas as pd
 from torch import nn
 
 from ...errors import DriftError
-from ...model.checkpoint import load_drafter
+from ...model.checkpoint import read_drafter
 from ...model.config import trained_window
 from ...model.drafter import Eagle3Drafter
 from ...model.target import Target, load_target
-from ...trace.identity import flat_identity, folder_weights, module_weights
+from ...trace.manifest import build_manifest, drafter_identity  # noqa: F401 - drafter_identity re-exported
 from ...trace.records import add_rows, prompt_row, prompt_tables
-from ...version import __version__
 from ..hooks import Capture
 from ..loop import check_prompt, positions_needed, speculate, teacher_forcing_data
 from ..probes import Probe, check_text_length, load_suite
 from ..runner import RunSettings, check_drafters, check_same_aux, prompt_seed, write_run
 from ..sinks import SinkSpec
+from ..tree import TreeSpec, parse_tree
+from .hf_tree import capture_tree_prompt
 
 
 @dataclass
@@ -57,53 +56,6 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
         if not eq or not k:
             raise DriftError(f"--override {kv!r}: expected flag=value, e.g. norm_output=true")
         out[k.strip()] = v.strip()
-    return out
-
-
-def _hash(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def target_identity(target: Target, path: str | None) -> dict[str, Any]:
-    cfg = target.config.to_dict() if hasattr(target.config, "to_dict") else {}
-    ident = {
-        "path": str(path) if path else target.name,
-        "architecture": type(target.model).__name__ if target.model is not None  # None: vLLM holds the weights
-        else (getattr(target.config, "architectures", None) or ["?"])[0],
-        "num_layers": target.num_layers, "hidden_size": target.hidden_size, "vocab_size": target.vocab_size,
-        "max_position_embeddings": target.max_positions, "aux_layer_ids": target.aux_layer_ids,
-        "config_hash": _hash({k: v for k, v in cfg.items() if not k.startswith("_")}),
-        "weights": (folder_weights(path) if path else None) or (
-            module_weights(target.model) if target.model is not None else None),
-    }
-    if path and (Path(path) / "report.json").is_file():
-        try:
-            ident["report"] = json.loads((Path(path) / "report.json").read_text())
-        except (ValueError, RecursionError, OSError):
-            ident["report"] = "unreadable report.json"
-    from ...zoo.smollm2 import provenance
-
-    prov = provenance(Path(path)) if path else None
-    if prov is not None:  # e.g. the real target converted from a GGUF: which file, which precision
-        ident["provenance"] = prov
-    return ident
-
-
-def drafter_identity(name: str, d: Eagle3Drafter) -> dict[str, Any]:
-    c = d.config
-    out = {
-        "name": name, "path": c.source, "layout": c.layout, "variant": c.variant, "flags": c.flags(),
-        "overrides": c.overrides, "assumptions": c.assumptions, "config_hash": c.config_hash(),
-        "aux_layer_ids": c.aux_layer_ids, "aux_convention": c.aux_convention,
-        "aux_layer_ids_read": c.input_aux_layer_ids, "sliding_window": c.sliding_window, "model_type": c.model_type,
-        "max_position_embeddings": c.max_position_embeddings, "trained_window": c.trained_window,
-        "rope_theta": c.rope_theta, "rope_scaling": c.rope_scaling, "has_embed": c.has_embed,
-        "hidden_size": c.hidden_size, "num_attention_heads": c.num_attention_heads,
-        "num_key_value_heads": c.num_key_value_heads, "draft_vocab_size": c.draft_vocab_size,
-        "weights": folder_weights(c.source) if c.source else None,
-    }
-    if out["weights"] is None:  # built in Python (API), not loaded from a folder
-        out["weights"] = module_weights(d)
     return out
 
 
@@ -148,14 +100,10 @@ def capture_prompt(
     return {k: pd.concat(v, ignore_index=True) for k, v in parts.items()}, rows
 
 
-def build_manifest(target: Target, target_path: str | None, models: dict[str, Eagle3Drafter],
-                   capture_settings: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Identity of everything that shaped the numbers, and a hash that --resume checks."""
-    m = {"drifttool_version": __version__, "target": target_identity(target, target_path),
-         "drafters": [drafter_identity(n, d) for n, d in models.items()], "capture": capture_settings, **(extra or {})}
-    m["identity"] = flat_identity(m, sorted(extra or {}))
-    m["settings_hash"] = _hash(m["identity"])
-    return m
+def drafter_device(target: Target, device: str, device_map: str | None) -> str:
+    """Where the drafters run: `device`, or with a device_map the target's last device (its lm_head's), where
+    its features and logits come out, so a round moves no tensor between devices."""
+    return str(target.last_device) if device_map is not None else device
 
 
 def run_capture(
@@ -178,14 +126,24 @@ def run_capture(
     progress: bool = True,
     extra_manifest: dict[str, Any] | None = None,
     draft_sampling: str = "greedy",
+    device_map: str | None = None,
+    tree: TreeSpec | str | None = None,
     compact: bool = True,
 ) -> Path:
     """Capture every probe with every drafter into the trace `out`; returns its path. `draft_sampling`
     (temperature > 0 only): "greedy" as vLLM drafts by default, or "probabilistic" (see loop.DRAFT_SAMPLING).
-    `compact`: merge the shards into one file per table when the capture finishes (trace.compact)."""
+    `device_map` (e.g. "auto") spreads the target over devices; the drafters then run on its last device.
+    `tree` (run/tree.py: static rank paths or dynamic:top_k=..,depth=..,total=..): draft trees instead of chains;
+    `depth` is then the tree's depth bound. `compact`: merge the shards into one file per table when the capture
+    finishes (trace.compact)."""
+    if tree is not None:
+        tree = parse_tree(tree) if isinstance(tree, str) else tree
+        if mode != "generate":
+            raise DriftError("--tree: trees are verified by the target (--mode generate only)")
+        depth = tree.max_depth
     st = RunSettings.of(depth=depth, mode=mode, max_new_tokens=max_new_tokens, sink=sink, seed=seed,
                         temperature=temperature, keep_rows=keep_rows, dtype=dtype, device=device, limit=limit,
-                        draft_sampling=draft_sampling)  # before anything is loaded or written
+                        draft_sampling=draft_sampling, device_map=device_map)  # before anything is loaded or written
     check_drafters(drafters)
     suite = load_suite(probes)
     if limit is not None:
@@ -194,17 +152,20 @@ def run_capture(
 
     # hub ids become their cached snapshot folders here, so identity, tokenizer copy and manifest see files
     tgt_path = None if isinstance(target, (Target, nn.Module)) else str(resolve(target, "target"))
-    tgt = load_target(tgt_path or target, device=device, dtype=st.torch_dtype)
+    tgt = load_target(tgt_path or target, device=device, dtype=st.torch_dtype, device_map=device_map)
+    dev = drafter_device(tgt, device, device_map)
     drafters = [DrafterSpec(d.name, str(resolve(d.path, "drafter")), d.overrides) for d in drafters]
-    models = {d.name: load_drafter(d.path, target=tgt, overrides=d.overrides, device=device, dtype=st.torch_dtype)
+    models = {d.name: read_drafter(d.path, tgt.shape(), overrides=d.overrides, device=dev, dtype=st.torch_dtype)
               for d in drafters}
     check_same_aux(models)
+    tgt.set_aux_layer_ids(next(iter(models.values())).config.input_aux_layer_ids)
     token_ids = {}  # every probe checked before anything is written; the error names the file and the probe
     for probe in suite:
         try:
             check_text_length(probe, tgt, max_new_tokens + depth + 1)
             ids = probe.tokens(tgt)
-            check_prompt(ids, tgt, positions_needed(len(ids), probe.max_new_tokens or max_new_tokens, depth))
+            check_prompt(ids, tgt, positions_needed(len(ids), probe.max_new_tokens or max_new_tokens,
+                                                    tree.max_nodes if tree is not None else depth))
         except DriftError as e:
             raise DriftError(f"{probes}: probe {probe.id!r}: {e}") from None
         token_ids[probe.id] = ids
@@ -215,13 +176,22 @@ def run_capture(
     }
     if any(p.messages is not None for p in suite):
         capture_settings["chat_format"] = tgt.chat_format
+    if tree is not None:
+        capture_settings["tree"] = tree.to_dict()
+        capture_settings["attention"] = ("softmax rows of the tree's query rows (root + expanded nodes) against the "
+                                         "round's final key cache under the ancestor mask (no L x L maps)")
+        capture_settings["draft_sampling"] = "tree: drafter top-k at temperature 1 (EAGLE); sampled verification q = 1"
     manifest = build_manifest(tgt, tgt_path, models, capture_settings, extra_manifest)
 
     def step(writer, bar, probe) -> None:
         mnt = probe.max_new_tokens or max_new_tokens
         try:
-            tables, rows = capture_prompt(tgt, models, probe, token_ids[probe.id], depth, mode, mnt, st.sink, seed,
-                                          keep_rows, temperature, draft_sampling)
+            if tree is not None:
+                tables, rows = capture_tree_prompt(tgt, models, probe, token_ids[probe.id], tree, mnt, st.sink, seed,
+                                                   temperature), None
+            else:
+                tables, rows = capture_prompt(tgt, models, probe, token_ids[probe.id], depth, mode, mnt, st.sink,
+                                              seed, keep_rows, temperature, draft_sampling)
         except DriftError as e:  # e.g. NaN/inf target features: name the target and the probe
             raise DriftError(f"{tgt_path or tgt.name}: probe {probe.id!r}: {e}") from None
         writer.add(probe.id, tables, rows)

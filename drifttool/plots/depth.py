@@ -1,0 +1,133 @@
+"""Depth curves: metrics by speculation depth, per trace, and mean acceptance length."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from ..analysis.compare import MIN_N
+from ..styles import split_label
+from .base import (
+    N_COLUMN,
+    TEMPLATE,
+    label,
+    log_range,
+    series_styles,
+)
+from .base import empty as _empty
+from .base import has_small_n as _has_small_n
+from .base import line_with_band as _line_with_band
+from .base import rc as _rc
+from .base import subplots as _subplots
+
+
+def metric_by_depth(per_depth: pd.DataFrame, metrics: Sequence[str], title: str, log_y: bool | Sequence[str] = False,
+                    y_range: tuple[float, float] | None = None, min_n: int = MIN_N) -> go.Figure:
+    """One panel per metric: value vs depth, one line per series with its prompt-bootstrap CI band.
+
+    log_y: True (every panel) or the metrics whose panel gets a log axis fitted to the data (CI bands
+    included); y_range: a fixed range for the other panels (default: plotly's autorange)."""
+    if per_depth.empty:
+        return _empty(title)
+    styles = series_styles(per_depth["series"])
+    logs = set(metrics) if log_y is True else set(log_y or ())
+    fig, rows, cols = _subplots([label(m) for m in metrics], max_cols=3)
+    for j, m in enumerate(metrics):
+        r, c = _rc(j, cols)
+        for s, sub in per_depth.groupby("series", sort=False):
+            _line_with_band(fig, sub, "depth", m, s, styles[s], r, c, showlegend=(j == 0),
+                            n_col=N_COLUMN.get(m, "n_rounds"), min_n=min_n)
+        fig.update_xaxes(title_text="depth", dtick=1, row=r, col=c)
+        if m in logs:
+            cols_m = [x for x in (m, f"{m}_lo", f"{m}_hi") if x in per_depth]
+            fig.update_yaxes(type="log", tickformat=".2~g", dtick="D2", range=log_range(per_depth[cols_m].to_numpy()),
+                             title_text="log scale" if c == 1 else None, row=r, col=c)
+        elif y_range:
+            fig.update_yaxes(range=list(y_range), row=r, col=c)
+    fig.update_layout(title=title, template=TEMPLATE, height=330 * rows + 60, legend_title_text="series")
+    if _has_small_n(per_depth, metrics, min_n):
+        fig.add_annotation(text=f"hollow grey points: fewer than {min_n} rounds", showarrow=False, xref="paper",
+                           yref="paper", x=1, y=1.0, yshift=40, xanchor="right", font={"size": 11, "color": "#777"})
+    return fig
+
+
+def depth_curves(per_depth: pd.DataFrame, metrics: Sequence[str] = ("sink_mass", "self_mass", "prompt_mass"),
+                 scale: str = "auto") -> go.Figure:
+    """Attention mass on sink / own draft / prompt positions vs depth (95% CI over prompts).
+
+    scale 'auto': the sink-mass panel on a log axis fitted to the data (a 0.004 -> 0.010 change is visible),
+    the other panels auto-ranged; scale 'unit': every panel on the full 0-1 range."""
+    if scale not in ("auto", "unit"):
+        raise ValueError(f"scale {scale!r}: expected 'auto' or 'unit'")
+    if scale == "unit":
+        return metric_by_depth(per_depth, metrics, "Where the draft queries attend, by depth", y_range=(0, 1))
+    return metric_by_depth(per_depth, metrics, "Where the draft queries attend, by depth",
+                           log_y=[m for m in metrics if m == "sink_mass"])
+
+
+def feature_rms(per_depth: pd.DataFrame, metrics: Sequence[str] = ("rms_in", "rms_pre", "rms_post")) -> go.Figure:
+    """Hidden-state RMS vs depth on a log axis (EAGLE-3 grows, EAGLE-3.1 stays flat)."""
+    return metric_by_depth(per_depth, metrics, "Feature RMS by depth (log scale)", log_y=True)
+
+
+def acceptance_per_depth(per_depth: pd.DataFrame, min_n: int = MIN_N) -> go.Figure:
+    """vLLM per-position acceptance rate and EAGLE n-alpha vs depth (n-alpha over < min_n reached chains greyed)."""
+    return metric_by_depth(per_depth, ("acceptance_rate", "n_alpha"), "Acceptance by depth", y_range=(0, 1.02),
+                           min_n=min_n)
+
+
+def metric_by_trace(per_depth: pd.DataFrame, metric: str = "self_mass", max_cols: int = 4,
+                    min_n: int = MIN_N) -> go.Figure:
+    """Small multiples for several traces: one panel per trace (wrapped at max_cols), one line per drafter in its
+    fixed style, all panels on one y axis. Reads at a glance where one chart of every series would not."""
+    title = f"{label(metric)} by depth, one panel per trace"
+    if per_depth.empty or metric not in per_depth:
+        return _empty(title)
+    df = per_depth.assign(_trace=[split_label(s)[0] or "" for s in per_depth["series"]])
+    traces = list(dict.fromkeys(df["_trace"]))
+    styles = series_styles(df["series"])
+    fig, rows, cols = _subplots(traces, max_cols=max_cols, shared_yaxes="all", shared_xaxes=True)
+    shown: set[str] = set()
+    for j, t in enumerate(traces):
+        r, c = _rc(j, cols)
+        for s, sub in df[df["_trace"] == t].groupby("series", sort=False):
+            d = split_label(s)[1]
+            st = dict(styles[s], symbol="circle")
+            _line_with_band(fig, sub, "depth", metric, d, st, r, c, showlegend=d not in shown,
+                            n_col=N_COLUMN.get(metric, "n_rounds"), min_n=min_n)
+            shown.add(d)
+        fig.update_xaxes(title_text="depth" if j + cols >= len(traces) else None, dtick=1, row=r, col=c)
+    if metric == "sink_mass":
+        fig.update_yaxes(type="log", tickformat=".2~g", dtick="D2",
+                         range=log_range(df[[x for x in (metric, f"{metric}_lo", f"{metric}_hi") if x in df]].to_numpy()))
+    fig.update_yaxes(title_text=label(metric), col=1)
+    fig.update_layout(title=title, template=TEMPLATE, height=260 * rows + 90, legend_title_text="drafter")
+    return fig
+
+
+def acceptance_length_bars(summary: pd.DataFrame) -> go.Figure:
+    """Mean acceptance length per series (bonus token included) with its 95% CI.
+
+    Several traces: one group of bars per trace, one bar colour per drafter (legend by drafter)."""
+    if summary.empty:
+        return _empty("Mean acceptance length")
+    styles = series_styles(summary["series"])
+    parts = [split_label(s) for s in summary["series"]]
+    multi = len({t for t, _ in parts}) > 1
+    fig = go.Figure()
+    df = summary.assign(_trace=[t or "" for t, _ in parts], _drafter=[d for _, d in parts])
+    for d, sub in df.groupby("_drafter", sort=False):
+        err = {"type": "data", "symmetric": False,
+               "array": (sub["al_hi"] - sub["mean_acceptance_length"]).fillna(0),
+               "arrayminus": (sub["mean_acceptance_length"] - sub["al_lo"]).fillna(0)}
+        st = styles[sub["series"].iloc[0]]
+        fig.add_trace(go.Bar(x=sub["_trace"] if multi else sub["series"], y=sub["mean_acceptance_length"],
+                             error_y=err, name=d, marker_color=st["color"], customdata=sub["series"],
+                             marker_pattern_shape="/" if st["dash"] != "solid" else "",
+                             hovertemplate="%{customdata}<br>AL=%{y:.3f}<extra></extra>"))
+    fig.update_layout(title="Mean acceptance length (95% CI over prompts)", template=TEMPLATE, height=380,
+                      yaxis_title="tokens per round", xaxis_title="trace" if multi else "series",
+                      barmode="group", legend_title_text="drafter", showlegend=multi)
+    return fig

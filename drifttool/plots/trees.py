@@ -1,0 +1,123 @@
+"""Plotly figures of draft trees, shared by the dashboard and the notebook: one round's tree (nodes coloured by
+self mass, the accepted path highlighted) and per-depth curves split by branch (analysis/tree_compare)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+
+def tree_layout(parents: dict[int, int]) -> dict[int, float]:
+    """y per node (root 0 included): leaves in depth-first order 0, 1, 2..., a parent at its children's mean."""
+    kids: dict[int, list[int]] = {}
+    for u, p in sorted(parents.items()):
+        kids.setdefault(p, []).append(u)
+    y: dict[int, float] = {}
+    nxt = [0.0]
+
+    def place(u: int) -> float:
+        cs = kids.get(u, [])
+        if not cs:
+            y[u] = nxt[0]
+            nxt[0] += 1
+        else:
+            y[u] = float(np.mean([place(c) for c in cs]))
+        return y[u]
+
+    place(0)
+    return y
+
+
+def tree_round_figure(nodes: pd.DataFrame, color: str = "self_mass", token_text=None) -> go.Figure:
+    """One round's tree from its tree_nodes rows: x = depth, nodes coloured by `color`, accepted path in bold.
+    token_text: optional id -> text function for the labels."""
+    parents = {int(r.node): int(r.parent) for r in nodes.itertuples()}
+    y = tree_layout(parents)
+    by = nodes.set_index("node")
+    acc = set(by.index[by.accepted])
+    fig = go.Figure()
+    for u, p in parents.items():
+        on = u in acc
+        fig.add_trace(
+            go.Scatter(
+                x=[by.depth[p] if p else 0, by.depth[u]],
+                y=[y[p], y[u]],
+                mode="lines",
+                line={"width": 4 if on else 1, "color": "#222" if on else "#bbb"},
+                hoverinfo="skip",
+                showlegend=False,
+            )
+        )
+    tok = (lambda i: token_text(int(i))) if token_text else (lambda i: str(int(i)))
+    text = [f"{tok(r.draft_id)}" for r in by.itertuples()]
+    hover = [
+        f"node {u} (depth {r.depth}, rank {r.rank})<br>token {tok(r.draft_id)}  target {tok(r.target_id)}<br>"
+        f"score {r.score:.3f}  self {r.self_mass:.3f}  sink {r.sink_mass:.3f}  entropy {r.entropy:.3f}"
+        f"<br>{'accepted' if r.accepted else 'rejected'}{' · main path' if r.main_path else ''}"
+        for u, r in by.iterrows()
+    ]
+    fig.add_trace(
+        go.Scatter(
+            x=[0],
+            y=[y[0]],
+            mode="markers+text",
+            text=["root"],
+            textposition="middle left",
+            marker={"size": 14, "color": "#555", "symbol": "diamond"},
+            showlegend=False,
+            hoverinfo="text",
+            hovertext=["root: the last committed token"],
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=by.depth,
+            y=[y[u] for u in by.index],
+            mode="markers+text",
+            text=text,
+            textposition="top center",
+            hovertext=hover,
+            hoverinfo="text",
+            showlegend=False,
+            marker={
+                "size": 16,
+                "color": by[color],
+                "colorscale": "Viridis",
+                "showscale": True,
+                "colorbar": {"title": color.replace("_", " ")},
+                "line": {"width": [3 if u in acc else 0 for u in by.index], "color": "#d62728"},
+            },
+        )
+    )
+    fig.update_layout(
+        xaxis={"title": "depth", "dtick": 1},
+        yaxis={"visible": False},
+        height=max(300, 28 * len(y)),
+        title=f"draft tree: {len(by)} nodes, {len(acc)} accepted (bold path)",
+    )
+    return fig
+
+
+def tree_depth_curves(tab: pd.DataFrame, metric: str = "self_mass") -> go.Figure:
+    """`metric` per depth, one line per trace/drafter x branch (tree_compare.tree_depth_table), 95% error bars."""
+    fig = go.Figure()
+    dashes = {"main path": "solid", "side branches": "dot", "accepted path": "dash", "all nodes": "dashdot"}
+    for (trace, drafter, branch), g in tab.groupby(["trace", "drafter", "branch"], sort=False):
+        g = g.sort_values("depth")
+        fig.add_trace(
+            go.Scatter(
+                x=g.depth,
+                y=g[metric],
+                name=f"{trace}/{drafter} · {branch}",
+                mode="lines+markers",
+                line={"dash": dashes.get(branch, "solid")},
+                error_y={"type": "data", "array": g[f"{metric}_ci"].fillna(0), "visible": True},
+            )
+        )
+    fig.update_layout(
+        xaxis={"title": "depth", "dtick": 1},
+        yaxis={"title": metric.replace("_", " ")},
+        title=f"{metric.replace('_', ' ')} per depth, by branch",
+    )
+    return fig

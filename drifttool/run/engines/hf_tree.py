@@ -1,0 +1,68 @@
+"""The `hf` engine with draft trees (`capture --tree`): every drafter on one prompt through the tree loop with a
+TreeCapture; the shard's tables (trace/tree_records)."""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+
+from ...errors import DriftError
+from ...model.config import trained_window
+from ...model.drafter import Eagle3Drafter
+from ...model.target import Target
+from ...trace.records import prompt_row
+from ...trace.tree_records import tree_prompt_tables
+from ..probes import Probe
+from ..runner import prompt_seed
+from ..sinks import SinkSpec
+from ..tree import TreeSpec
+from ..tree_capture import TreeCapture
+from ..tree_loop import speculate_tree
+
+
+def capture_tree_prompt(
+    target: Target,
+    drafters: dict[str, Eagle3Drafter],
+    probe: Probe,
+    ids: list[int],
+    tree: TreeSpec,
+    max_new_tokens: int,
+    sink: SinkSpec,
+    seed: int,
+    temperature: float,
+) -> dict[str, pd.DataFrame]:
+    """All drafters on one prompt with draft trees; the shard's tables (no sampled rows)."""
+    parts: dict[str, list[pd.DataFrame]] = {}
+    for name, d in drafters.items():
+        with TreeCapture(d, sink=sink) as cap:
+            t0 = time.perf_counter()
+            try:
+                res = speculate_tree(
+                    target,
+                    d,
+                    ids,
+                    tree,
+                    max_new_tokens=max_new_tokens,
+                    temperature=temperature,
+                    seed=prompt_seed(seed, probe.id),
+                    observers=[cap],
+                )
+            except DriftError as e:
+                if str(e).startswith("target features"):
+                    raise
+                raise DriftError(f"drafter {name!r}: {e}") from None
+            wall = time.perf_counter() - t0
+        tabs = tree_prompt_tables(
+            name,
+            probe.id,
+            res.rounds,
+            cap.rounds,
+            d.config.input_aux_layer_ids,
+            trained_window(d.config.to_dict())["window"],
+            tree.max_depth,
+        )
+        tabs["prompts"] = prompt_row(name, probe, len(ids), len(res.output_ids), res.rounds, wall)
+        for k, v in tabs.items():
+            parts.setdefault(k, []).append(v)
+    return {k: pd.concat(v, ignore_index=True) for k, v in parts.items()}

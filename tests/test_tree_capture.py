@@ -1,0 +1,102 @@
+"""Per-node tree capture: equals the drafter's own eager attention under the tree mask for every node and head, and
+a top-1 tree's rows equal the chain capture's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import drifttool
+from drifttool.run.hooks import Capture
+from drifttool.run.sinks import SinkSpec
+from drifttool.run.tree import parse_tree
+from drifttool.run.tree_capture import TreeCapture
+from drifttool.run.tree_loop import speculate_tree
+
+
+@pytest.mark.parametrize(
+    "spec", ["dynamic:top_k=3,depth=4,total=12", "[(0,), (1,), (0, 0), (1, 0), (1, 1), (0, 0, 0)]"]
+)
+def test_tree_rows_equal_eager_attention(trained_pair, spec):
+    t, d = trained_pair.target, trained_pair.drafter
+    attn = d.layer.self_attn
+    probs: list[torch.Tensor] = []
+    h = attn.hook_probs.register_forward_hook(lambda _m, _i, out: probs.append(out[0].detach().clone()))
+    d.set_attn_impl("eager")
+    sink = SinkSpec.parse("pos:0,2;tok:5")
+    checked = 0
+    try:
+        with TreeCapture(d, sink=sink) as cap:
+            per_round: list[list[torch.Tensor]] = []
+
+            class Split:  # the eager probabilities of each round's drafter calls
+                def begin_round(self, *a):
+                    probs.clear()
+
+                def end_round(self, drafter, cache, rec):
+                    per_round.append(list(probs))
+
+            res = speculate_tree(
+                t, d, trained_pair.prompts[1], parse_tree(spec), max_new_tokens=20, observers=[Split(), cap]
+            )
+    finally:
+        h.remove()
+        d.set_attn_impl("sdpa")
+    for rec, rc, calls in zip(res.rounds, cap.rounds, per_round):
+        tree, n = rec.tree, rec.context_len
+        length = max(c.shape[-1] for c in calls)
+        rows = [calls[0][:, -1]] + [
+            c[:, j] for c in calls[1:] for j in range(c.shape[1])
+        ]  # [nh, L_call] each
+        rows = [torch.nn.functional.pad(r, (0, length - r.shape[-1])) for r in rows]
+        seq = res.prompt_ids + res.output_ids
+        sinks = sink.positions_in(seq[:n])
+        for r, u in enumerate(rc.rows):
+            slot_row = 0 if u == 0 else 1 + tree.slot[u] - n
+            p = rows[slot_row].double()  # [nh, L]
+            anc, a = [], tree.parents[u] if u else -1
+            while a > 0:
+                anc.append(tree.slot[a])
+                a = tree.parents[a]
+            want = torch.stack(
+                [
+                    p[:, sinks].sum(-1),
+                    p[:, anc].sum(-1) if anc else torch.zeros(p.shape[0], dtype=p.dtype),
+                    p[:, tree.slot[u]] if u else torch.zeros(p.shape[0], dtype=p.dtype),
+                    -(p * p.clamp_min(1e-300).log()).sum(-1),
+                    p.max(-1).values,
+                ],
+                -1,
+            ).numpy()
+            np.testing.assert_allclose(rc.heads[r, :, :5], want, atol=1e-5, rtol=0)
+            assert (rc.heads[r, :, 5] == p.argmax(-1).numpy()).all()
+            total = rc.heads[r, :, 0] + rc.heads[r, :, 1] + rc.heads[r, :, 2]
+            assert (total <= 1 + 1e-5).all()
+            checked += 1
+    assert checked > 2 * len(res.rounds)
+    # side branches really were rows (a node with rank > 0 that was fed)
+    assert any(rec.tree.ranks[u] > 0 for rec in res.rounds for u in rec.tree.fed)
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_top1_tree_capture_equals_chain_capture(trained_pair, k):
+    t, d = trained_pair.target, trained_pair.drafter
+    prompt = trained_pair.prompts[2]
+    with Capture(d) as cc:
+        chain = drifttool.speculate(t, d, prompt, depth=k, max_new_tokens=20, observers=[cc])
+    with TreeCapture(d) as tc:
+        speculate_tree(
+            t,
+            d,
+            prompt,
+            parse_tree(f"dynamic:top_k=1,depth={k},total={k + 1}"),
+            max_new_tokens=20,
+            observers=[tc],
+        )
+    assert len(cc.rounds) == len(tc.rounds) == len(chain.rounds)
+    for a, b in zip(cc.rounds, tc.rounds):
+        assert b.rows == list(range(k))  # root + nodes 1..k-1 fed: the producers of depths 1..k
+        np.testing.assert_allclose(b.heads[:, :, :5], a.heads[:, :, :5], atol=1e-5, rtol=0)
+        assert (b.heads[:, :, 5] == a.heads[:, :, 5]).all()
+        np.testing.assert_allclose(b.hidden, a.hidden, rtol=1e-6, atol=1e-6)
