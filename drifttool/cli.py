@@ -94,7 +94,7 @@ def capture(
         if no_compact:
             raise DriftError("--no-compact: only with --engine hf")
     else:
-        extra = {"compact": not no_compact}
+        extra["compact"] = not no_compact
     path = run(target, specs, probes, out, depth=depth, mode=mode, max_new_tokens=max_new_tokens,
                device=device, dtype=dtype, sink=SinkSpec.parse(sink), seed=seed, keep_rows=keep_rows,
                temperature=temperature, resume=resume, overwrite=overwrite, limit=limit, progress=not quiet,
