@@ -26,9 +26,14 @@ from drifttool.trace.summary import head_summary
 from drifttool.trace.writer import TraceWriter
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "bench_dashboard.py"
-DRAFTERS = {"e3": {"accepted": [2, 1, 0, 2, 3, 1], "self_mass": [0.1, 0.2, 0.3, 0.2, 0.1, 0.4],
-                   "prompt": ["p0", "p0", "p1", "p1", "p2", "p2"]},
-            "e31": {"accepted": [1, 1, 2, 0, 3, 3], "prompt": ["p0", "p0", "p1", "p1", "p2", "p2"]}}
+DRAFTERS = {
+    "e3": {
+        "accepted": [2, 1, 0, 2, 3, 1],
+        "self_mass": [0.1, 0.2, 0.3, 0.2, 0.1, 0.4],
+        "prompt": ["p0", "p0", "p1", "p1", "p2", "p2"],
+    },
+    "e31": {"accepted": [1, 1, 2, 0, 3, 3], "prompt": ["p0", "p0", "p1", "p1", "p2", "p2"]},
+}
 
 
 def sharded(path: Path) -> Path:
@@ -38,7 +43,9 @@ def sharded(path: Path) -> Path:
 def tables(path: Path) -> dict[str, pd.DataFrame]:
     out = {n: read_table(path, n) for n in ("rounds", "depths", "heads", "head_summary")}
     out = {n: df.astype({"drafter": str, "prompt_id": str}) for n, df in out.items()}
-    return {n: df.sort_values(list(df.columns[:4]), kind="stable").reset_index(drop=True) for n, df in out.items()}
+    return {
+        n: df.sort_values(list(df.columns[:4]), kind="stable").reset_index(drop=True) for n, df in out.items()
+    }
 
 
 def same(a: dict, b: dict) -> None:
@@ -67,17 +74,22 @@ def test_compact_merges_to_one_file_per_table_and_reads_the_same(tmp_path):
     np.testing.assert_allclose(d["self_mass"], d["draft_mass"] + d["own_mass"], atol=1e-7)
     assert isinstance(d["prompt_id"].dtype, pd.CategoricalDtype)
     assert list(d["prompt_id"].cat.categories) == sorted(d["prompt_id"].cat.categories)
-    assert compact_trace(t)["files_after"] == len([p for p in t.rglob("*") if p.is_file() and p.name != ".lock"])
+    assert compact_trace(t)["files_after"] == len(
+        [p for p in t.rglob("*") if p.is_file() and p.name != ".lock"]
+    )
 
 
 def test_summary_equals_heads_aggregate(tmp_path):
     t = sharded(tmp_path / "x.drift")
     h, r = read_table(t, "heads"), read_table(t, "rounds")
     keys = ["drafter", "prompt_id", "depth", "head"]
-    s = read_table(t, "head_summary").astype({"drafter": str, "prompt_id": str}).sort_values(keys)  # per shard
+    s = (
+        read_table(t, "head_summary").astype({"drafter": str, "prompt_id": str}).sort_values(keys)
+    )  # per shard
     want = head_summary(h, r).astype({"drafter": str, "prompt_id": str}).sort_values(keys)
-    pd.testing.assert_frame_equal(s.reset_index(drop=True), want.reset_index(drop=True), check_dtype=False,
-                                  check_categorical=False)
+    pd.testing.assert_frame_equal(
+        s.reset_index(drop=True), want.reset_index(drop=True), check_dtype=False, check_categorical=False
+    )
     g = h.astype({"drafter": str, "prompt_id": str}).groupby(keys)
     np.testing.assert_allclose(s["sink_mass_sum"], g["sink_mass"].sum().to_numpy(), rtol=1e-6)
     assert (s["n"] == g.size().to_numpy()).all()
@@ -105,10 +117,14 @@ def test_crash_after_commit_is_readable_and_settled(tmp_path, monkeypatch):
     the next compact (or --resume) finishes."""
     t = sharded(tmp_path / "x.drift")
     before = tables(t)
-    monkeypatch.setattr(compact_mod, "settle", lambda *a, **kw: None)  # the process dies right after the commit
+    monkeypatch.setattr(
+        compact_mod, "settle", lambda *a, **kw: None
+    )  # the process dies right after the commit
     compact_trace(t)
     monkeypatch.undo()
-    assert (t / "depths" / ".merged-001.parquet.tmp").is_file() and (t / "depths" / "part-00000.parquet").is_file()
+    assert (t / "depths" / ".merged-001.parquet.tmp").is_file() and (
+        t / "depths" / "part-00000.parquet"
+    ).is_file()
     same(before, tables(t))
     compact_trace(t)  # settles (renames, deletes the replaced shards), then merges again as generation 2
     assert sorted(p.name for p in (t / "depths").iterdir()) == ["merged-002.parquet"]
@@ -122,8 +138,14 @@ def test_resume_after_compact_adds_shards_and_merges_again(tmp_path):
     (t / "manifest.json").write_text(json.dumps(m))
     compact_trace(t)
     m = read_manifest(t)
-    extra = write_trace(tmp_path / "extra.drift", {"e3": {"accepted": [1, 2], "prompt": ["p9", "p9"]},
-                                                   "e31": {"accepted": [0, 1], "prompt": ["p9", "p9"]}}, depth=3)
+    extra = write_trace(
+        tmp_path / "extra.drift",
+        {
+            "e3": {"accepted": [1, 2], "prompt": ["p9", "p9"]},
+            "e31": {"accepted": [0, 1], "prompt": ["p9", "p9"]},
+        },
+        depth=3,
+    )
     add = {n: read_table(extra, n) for n in ("rounds", "depths", "heads")}
     with TraceWriter(t, {"identity": m["identity"]}, resume=True) as w:
         w.add("p9", add)
@@ -188,8 +210,13 @@ def test_dashboard_view_same_before_and_after_compact(tmp_path):
     a, b = build_view([load_trace(t)]), build_view([load_trace(c)])
     for attr in ("summary", "per_depth", "head_means", "where"):
         x, y = getattr(a, attr), getattr(b, attr)
-        pd.testing.assert_frame_equal(x.reset_index(drop=True), y.reset_index(drop=True), check_dtype=False,
-                                      check_categorical=False, obj=attr)
+        pd.testing.assert_frame_equal(
+            x.reset_index(drop=True),
+            y.reset_index(drop=True),
+            check_dtype=False,
+            check_categorical=False,
+            obj=attr,
+        )
     ref = Comparison.of([read_trace(t)]).summary()
     pd.testing.assert_frame_equal(ref, Comparison.of([read_trace(c)]).summary(), check_dtype=False)
 
@@ -201,8 +228,12 @@ def test_damaged_merged_file_is_one_line(tmp_path, capsys):
     f.write_bytes(f.read_bytes()[:200])
     rc = main(["compare", str(t)])
     err = capsys.readouterr().err
-    assert rc == 2 and "rounds/merged-001.parquet" in err and "corrupt or truncated" in err and len(
-        err.strip().splitlines()) == 1
+    assert (
+        rc == 2
+        and "rounds/merged-001.parquet" in err
+        and "corrupt or truncated" in err
+        and len(err.strip().splitlines()) == 1
+    )
     t2 = full(tmp_path / "y.drift")
     compact_trace(t2)
     load_trace(t2)

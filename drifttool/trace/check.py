@@ -36,7 +36,11 @@ def check_files(root: Path, m: dict[str, Any]) -> None:
     for table, cols, only in plan:
         for src in sources(root, m, table, only=only):
             if not src.file.is_file():
-                what = f"shard {src.shards[0]}" if src.merged is None else f"merged file of {len(src.shards)} shards"
+                what = (
+                    f"shard {src.shards[0]}"
+                    if src.merged is None
+                    else f"merged file of {len(src.shards)} shards"
+                )
                 raise DriftError(f"{src.file}: missing (table {table!r} of {what}); the trace is damaged")
             _columns(src.file, table, cols)
 
@@ -47,5 +51,7 @@ def read_tokens(root: Path, rel: str) -> dict[int, str]:
     try:
         t = pq.read_table(f, columns=["id", "text"])
     except (pa.ArrowException, OSError, ValueError, KeyError) as e:
-        raise DriftError(f"{f}: corrupt token table ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+        raise DriftError(
+            f"{f}: corrupt token table ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+        ) from None
     return dict(zip(t.column("id").to_pylist(), t.column("text").to_pylist()))

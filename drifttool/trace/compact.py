@@ -30,8 +30,17 @@ from .summary import head_summary
 from .validate import check_values
 
 _TABLES = [*STORED, *TREE_TABLES, "head_summary", "rows_index"]
-_ST_DTYPES = {"float32": "F32", "float16": "F16", "float64": "F64", "int64": "I64", "int32": "I32", "bool": "BOOL",
-              "uint8": "U8", "int8": "I8", "int16": "I16"}
+_ST_DTYPES = {
+    "float32": "F32",
+    "float16": "F16",
+    "float64": "F64",
+    "int64": "I64",
+    "int32": "I32",
+    "bool": "BOOL",
+    "uint8": "U8",
+    "int8": "I8",
+    "int16": "I16",
+}
 
 
 def _units(path: Path, m: dict, table: str, only: list[int] | None):
@@ -47,8 +56,9 @@ def _units(path: Path, m: dict, table: str, only: list[int] | None):
 
 
 def _read_unit(f: Path, rg: int | None, table: str, prompts, depth) -> pa.Table:
-    required = SUMMARIES.get(table) or (ROWS_INDEX if table == "rows_index" else STORED.get(table)
-                                        or TREE_TABLES[table])
+    required = SUMMARIES.get(table) or (
+        ROWS_INDEX if table == "rows_index" else STORED.get(table) or TREE_TABLES[table]
+    )
     if not f.is_file():
         raise DriftError(f"{f}: missing (table {table!r}); the trace is damaged; nothing was changed")
     if rg is None:
@@ -66,17 +76,23 @@ def _read_unit(f: Path, rg: int | None, table: str, prompts, depth) -> pa.Table:
         again = add_derived(table, t.drop_columns(had), None)
         check_values(f, table, again, depth, {})
         for c in had:
-            d = pc.max(pc.abs(pc.subtract(pc.cast(t.column(c), pa.float64()), pc.cast(again.column(c), pa.float64()))))
+            d = pc.max(
+                pc.abs(
+                    pc.subtract(pc.cast(t.column(c), pa.float64()), pc.cast(again.column(c), pa.float64()))
+                )
+            )
             if d.as_py() is not None and d.as_py() > 1e-4:
-                raise DriftError(f"{f}: column {c!r} differs from its definition by up to {d.as_py():.3g} "
-                                 f"(table {table!r}); the trace is damaged; nothing was changed")
+                raise DriftError(
+                    f"{f}: column {c!r} differs from its definition by up to {d.as_py():.3g} "
+                    f"(table {table!r}); the trace is damaged; nothing was changed"
+                )
     return to_stored(table, t)
 
 
 def _summary_unit(path: Path, m: dict, shard: int, depth) -> pa.Table | None:
     """The head summary of one shard of a schema-1 trace (computed from its heads and rounds)."""
-    (hf, _, _, prompts), = _units(path, m, "heads", [shard])
-    (rf, _, _, _), = _units(path, m, "rounds", [shard])
+    ((hf, _, _, prompts),) = _units(path, m, "heads", [shard])
+    ((rf, _, _, _),) = _units(path, m, "rounds", [shard])
     heads = _read_unit(hf, None, "heads", prompts, depth).to_pandas()
     rounds = _read_unit(rf, None, "rounds", prompts, depth).to_pandas()
     return to_stored("head_summary", pa.Table.from_pandas(head_summary(heads, rounds), preserve_index=False))
@@ -89,8 +105,11 @@ def _merge_table(path: Path, m: dict, table: str, out: Path, ids: set[int]) -> b
     units = list(_units(path, m, table, only))
     have = [f.is_file() for f, *_ in units]
     if table == "head_summary" and not all(have):  # schema 1: computed from heads and rounds
-        units = [(None, None, [s["index"]], None) for s in m["shards"]] if all(
-            f.is_file() for f, *_ in _units(path, m, "heads", None)) else []
+        units = (
+            [(None, None, [s["index"]], None) for s in m["shards"]]
+            if all(f.is_file() for f, *_ in _units(path, m, "heads", None))
+            else []
+        )
     elif not any(have):  # a table no shard wrote (e.g. hand-made traces without prompts): none merged either
         return False
     if not units:
@@ -146,8 +165,12 @@ def _merge_rows(path: Path, m: dict, out: Path) -> bool:
     """Stream every sampled-rows tensor into one safetensors file (one tensor in memory at a time)."""
     from safetensors import safe_open
 
-    files = [s.file for s in sources(path, m, "rows", "safetensors",
-                                     only=[s["index"] for s in m["shards"] if s.get("rows")])]
+    files = [
+        s.file
+        for s in sources(
+            path, m, "rows", "safetensors", only=[s["index"] for s in m["shards"] if s.get("rows")]
+        )
+    ]
     if not files:
         return False
     header: dict[str, Any] = {}
@@ -158,7 +181,9 @@ def _merge_rows(path: Path, m: dict, out: Path) -> bool:
             with safe_open(str(f), "np") as st:
                 for k in st.keys():
                     if k in header:
-                        raise DriftError(f"{f}: sampled row {k!r} appears in two shards; the trace is damaged")
+                        raise DriftError(
+                            f"{f}: sampled row {k!r} appears in two shards; the trace is damaged"
+                        )
                     a = st.get_tensor(k)
                     dt = _ST_DTYPES.get(str(a.dtype))
                     if dt is None:
@@ -169,7 +194,9 @@ def _merge_rows(path: Path, m: dict, out: Path) -> bool:
         except DriftError:
             raise
         except Exception as e:  # noqa: BLE001 - any corruption is a user-facing data error
-            raise DriftError(f"{f}: corrupt sampled rows ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+            raise DriftError(
+                f"{f}: corrupt sampled rows ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+            ) from None
     head = json.dumps(header, separators=(",", ":")).encode()
     head += b" " * (-len(head) % 8)
     with open(out, "wb") as o:
@@ -195,10 +222,17 @@ def _tokens(path: Path, ids: set[int], out: Path) -> dict | None:
         raise DriftError(f"{f}: not a tokenizers JSON file ({str(e).splitlines()[0]})") from None
     keep = sorted(i for i in ids if 0 <= i < tok.get_vocab_size(with_added_tokens=True))
     text = [tok.decode([i], skip_special_tokens=False) for i in keep]
-    pq.write_table(pa.table({"id": pa.array(keep, pa.int64()), "text": pa.array(text, pa.string())}), out,
-                   compression="zstd")
-    return {"sha256": hashlib.sha256(data).hexdigest(), "vocab_size": tok.get_vocab_size(with_added_tokens=True),
-            "tokens": "tokens.parquet", "n_tokens": len(keep)}
+    pq.write_table(
+        pa.table({"id": pa.array(keep, pa.int64()), "text": pa.array(text, pa.string())}),
+        out,
+        compression="zstd",
+    )
+    return {
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "vocab_size": tok.get_vocab_size(with_added_tokens=True),
+        "tokens": "tokens.parquet",
+        "n_tokens": len(keep),
+    }
 
 
 def merge_shards(path: Path, m: dict[str, Any]) -> dict[str, Any]:
@@ -245,8 +279,9 @@ def merge_shards(path: Path, m: dict[str, Any]) -> dict[str, Any]:
             for p in staged:
                 p.unlink(missing_ok=True)
             if isinstance(e, OSError):
-                raise DriftError(f"{path / 'manifest.json'}: cannot write ({e.strerror}); the trace is unchanged") \
-                    from None
+                raise DriftError(
+                    f"{path / 'manifest.json'}: cannot write ({e.strerror}); the trace is unchanged"
+                ) from None
             raise
     settle(path, new)  # delete what the merge replaced, then rename the merged files into place
     for d in path.iterdir():
@@ -280,7 +315,12 @@ def compact_trace(path) -> dict[str, Any]:
     finally:
         lock.release()
     after = folder_bytes(p)
-    return {"path": str(p), "bytes_before": before[0], "files_before": before[1], "bytes_after": after[0],
-            "files_after": after[1], "schema_version": m["schema_version"], "shards": len(m["shards"])}
-
-
+    return {
+        "path": str(p),
+        "bytes_before": before[0],
+        "files_before": before[1],
+        "bytes_after": after[0],
+        "files_after": after[1],
+        "schema_version": m["schema_version"],
+        "shards": len(m["shards"]),
+    }

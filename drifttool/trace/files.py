@@ -29,7 +29,9 @@ def lock_trace(path: Path, hint: str = "wait for it to finish"):
         lock = FileLock(path / LOCK, timeout=0)
         lock.acquire()
     except Timeout:
-        raise DriftError(f"{path}: another capture is writing this trace (lock {LOCK} held); {hint}") from None
+        raise DriftError(
+            f"{path}: another capture is writing this trace (lock {LOCK} held); {hint}"
+        ) from None
     except OSError as e:
         raise DriftError(f"{path}: cannot create the trace folder ({e.strerror})") from None
     return lock
@@ -48,8 +50,12 @@ def settle(path: Path, m: dict[str, Any]) -> None:
         tmp = p.name.startswith(".") and p.name.endswith(".tmp")
         name = p.name[1:-4] if tmp else p.name
         if p.parent == path:
-            if name == "tokens.parquet" and tmp and (m.get("tokenizer") or {}).get("tokens") == name \
-                    and not (path / name).exists():
+            if (
+                name == "tokens.parquet"
+                and tmp
+                and (m.get("tokenizer") or {}).get("tokens") == name
+                and not (path / name).exists()
+            ):
                 renames.append((p, path / name))
             elif tmp:  # e.g. an interrupted manifest write, or a merge's uncommitted token table
                 p.unlink()

@@ -58,7 +58,7 @@ def shard_prompts(m: dict[str, Any], shard: dict[str, Any]) -> list[str] | None:
     if prompts is None or not isinstance(engine, dict) or engine.get("shard_key") != "DRAFTER:PROMPT":
         return prompts
     names = [d["name"] for d in m["drafters"]]
-    return [p[len(n) + 1:] for p in prompts for n in names if p.startswith(n + ":")]
+    return [p[len(n) + 1 :] for p in prompts for n in names if p.startswith(n + ":")]
 
 
 @dataclass
@@ -77,8 +77,9 @@ def generation(m: dict[str, Any]) -> int:
     return max((int(s["merged"]) for s in m["shards"] if isinstance(s.get("merged"), int)), default=0)
 
 
-def sources(root: Path, m: dict[str, Any], table: str, ext: str = "parquet",
-            only: list[int] | None = None) -> list[Source]:
+def sources(
+    root: Path, m: dict[str, Any], table: str, ext: str = "parquet", only: list[int] | None = None
+) -> list[Source]:
     """The files holding `table`'s rows, in shard order (`only`: those of these shard indexes)."""
     out: list[Source] = []
     merged: dict[int, Source] = {}
@@ -125,7 +126,9 @@ def add_derived(table: str, tbl: pa.Table, wanted: list[str] | None) -> pa.Table
         if c == "self_mass":
             val = pc.add(cols[0], cols[1])
         else:  # prompt_mass = 1 - sink - draft - own
-            val = pc.subtract(pc.subtract(pc.subtract(pa.scalar(1.0, pa.float32()), cols[0]), cols[1]), cols[2])
+            val = pc.subtract(
+                pc.subtract(pc.subtract(pa.scalar(1.0, pa.float32()), cols[0]), cols[1]), cols[2]
+            )
         tbl = tbl.append_column(c, val)
     return _schema_order(table, tbl)
 
@@ -139,7 +142,7 @@ def _schema_order(table: str, tbl: pa.Table) -> pa.Table:
         if c not in tbl.column_names:
             continue
         cols = TABLES[table]
-        before = next((b for b in reversed(cols[:cols.index(c)]) if b in order), None)
+        before = next((b for b in reversed(cols[: cols.index(c)]) if b in order), None)
         order.insert(order.index(before) + 1 if before else len(order), c)
     return tbl.select(order)
 
@@ -158,8 +161,11 @@ def parquet_options(schema: pa.Schema) -> dict[str, Any]:
     """Encodings for a stored table: dictionaries for the key strings only (a dictionary of unique floats costs
     more than the floats), byte-stream-split for floats (their exponent bytes then compress)."""
     floats = [f.name for f in schema if pa.types.is_floating(f.type)]
-    return {"use_dictionary": [c for c in DICT_COLUMNS if c in schema.names],
-            "column_encoding": {c: "BYTE_STREAM_SPLIT" for c in floats} or None, "compression": "zstd"}
+    return {
+        "use_dictionary": [c for c in DICT_COLUMNS if c in schema.names],
+        "column_encoding": {c: "BYTE_STREAM_SPLIT" for c in floats} or None,
+        "compression": "zstd",
+    }
 
 
 def keys_categorical(tbl: pa.Table) -> pa.Table:
@@ -172,5 +178,7 @@ def keys_categorical(tbl: pa.Table) -> pa.Table:
         if pa.types.is_dictionary(t) and pa.types.is_string(t.value_type):
             tbl = tbl.set_column(i, pa.field(name, _DICT), pc.cast(tbl.column(i), _DICT))
         elif pa.types.is_string(t) or pa.types.is_large_string(t):
-            tbl = tbl.set_column(i, pa.field(name, _DICT), pc.dictionary_encode(pc.cast(tbl.column(i), pa.string())))
+            tbl = tbl.set_column(
+                i, pa.field(name, _DICT), pc.dictionary_encode(pc.cast(tbl.column(i), pa.string()))
+            )
     return tbl

@@ -43,8 +43,14 @@ def head_summary(heads: pd.DataFrame, rounds: pd.DataFrame | None) -> pd.DataFra
     mp, has = np.zeros(len(heads)), np.zeros(len(heads), bool)
     if rounds is not None and {"max_prob", "top_pos"} <= set(heads.columns) and len(heads):
         on = ["drafter", "prompt_id", "round"]
-        ctx = heads[on].astype(str).merge(rounds[[*on, "context_len"]].astype({c: str for c in on}), on=on,
-                                          how="left")["context_len"].to_numpy(np.float64, na_value=np.nan)
+        ctx = (
+            heads[on]
+            .astype(str)
+            .merge(rounds[[*on, "context_len"]].astype({c: str for c in on}), on=on, how="left")[
+                "context_len"
+            ]
+            .to_numpy(np.float64, na_value=np.nan)
+        )
         mp = f64("max_prob")
         top = heads["top_pos"].to_numpy(np.float64, na_value=np.nan)
         has = np.isfinite(mp) & np.isfinite(top) & (top >= 0)
