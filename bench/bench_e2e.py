@@ -10,7 +10,7 @@ library's functions for the duration of the run (the library is not changed):
   capture     Capture.begin_round / end_round (the batched per-round computation)
   tables      records.prompt_tables / row_samples (shaping a prompt's captures into trace tables)
   trace write TraceWriter (shards, manifest)
-  load        load_target / load_drafter
+  load        load_target / read_drafter
   other       the rest: speculative-loop bookkeeping, tokenisation, acceptance, progress
 
     python bench/bench_e2e.py            # full
@@ -84,7 +84,7 @@ def instrument() -> Timers:
         t.wrap(dcap, fn, "tables")
     for fn in ("__init__", "add", "finish"):
         t.wrap(TraceWriter, fn, "trace write")
-    for fn in ("load_target", "load_drafter"):
+    for fn in ("load_target", "read_drafter"):
         t.wrap(dcap, fn, "load")
     return t
 
