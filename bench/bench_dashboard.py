@@ -62,8 +62,9 @@ def _prompt_tables(name: str, pid: str, rounds: int, heads: int, growth: float, 
     return {"prompts": prompts, "rounds": rounds_df, "depths": depths, "heads": hd.reset_index(drop=True), "aux": aux}
 
 
-def write_synthetic(path: Path, rows: int, heads: int, prompts: int = 50, seed: int = 0) -> Path:
-    """A trace with `rows` depth rows over two drafters (EAGLE-3-like growth vs flat), written shard by shard."""
+def write_synthetic(path: Path, rows: int, heads: int, prompts: int = 50, seed: int = 0, compact: bool = True) -> Path:
+    """A trace with `rows` depth rows over two drafters (EAGLE-3-like growth vs flat), written shard by shard
+    (then merged, as a capture ends, unless `compact` is False)."""
     rng = np.random.default_rng(seed)
     per_prompt = max(1, rows // (2 * prompts * K))
     drafters = {"syn_e3": 1.3, "syn_e31": 1.0}
@@ -78,7 +79,7 @@ def write_synthetic(path: Path, rows: int, heads: int, prompts: int = 50, seed: 
     for i in range(prompts):
         parts = [_prompt_tables(n, f"s{i}", per_prompt, heads, g, rng) for n, g in drafters.items()]
         w.add(f"s{i}", {t: pd.concat([p[t] for p in parts], ignore_index=True) for t in parts[0]})
-    w.finish()
+    w.finish(compact=compact)
     return path
 
 
@@ -108,7 +109,7 @@ def measure(label: str, paths: list[Path]) -> dict:
     _, t["figures"] = _timed(figs)
     return {
         "traces": label, "series": len(v.series), "depth_rows": sum(len(x.depths) for x in traces),
-        "head_rows": sum(int(x.head_sums["n"].sum()) for x in traces),
+        "head_rows": sum(int(x.head_sums["n"].sum()) for x in traces),  # from the per-prompt head summary
         "overview_s": t["load"] + t["view"] + t["summary"] + t["overview_figs"],
         **{f"{k}_s": v_ for k, v_ in t.items()}, "total_s": sum(t.values()),
     }

@@ -6,7 +6,9 @@
 Order: the timing-sensitive overhead benchmarks first (the small bench drafter at 2k/16k/64k, a hidden-1024
 drafter at 2k/16k, then the real-scale Llama-3.1-8B EAGLE-3 head shape at 2k/16k/64k in fp32 and bf16, each
 capture path against capture off; the smoke run does the small drafter only), then end-to-end capture (with the
-trace's bytes per round), trace I/O, and the memory benchmark last (it starts one process per point). Each script also runs on its own; see --help.
+trace's bytes per round), trace I/O, the memory benchmark (it starts one process per point), and the
+study-scale trace last (the full run writes and merges a 1,000-prompt trace: about half an hour on 2 cores).
+Each script also runs on its own; see --help.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_e2e  # noqa: E402
 import bench_memory  # noqa: E402
 import bench_overhead  # noqa: E402
+import bench_study  # noqa: E402
 import bench_trace_io  # noqa: E402
 
 # (name, module, full-run arguments); --smoke runs only the entries without arguments, with --smoke
@@ -33,7 +36,8 @@ REAL = ["--shape", "real", "--contexts", "2k,16k,64k", "--reps", "5", "--rounds"
 SCRIPTS = (("overhead", bench_overhead, []), ("overhead-large", bench_overhead, LARGE),
            ("overhead-real-fp32", bench_overhead, [*REAL, "--label", "overhead-real-fp32"]),
            ("overhead-real-bf16", bench_overhead, [*REAL, "--dtype", "bfloat16", "--label", "overhead-real-bf16"]),
-           ("e2e", bench_e2e, []), ("trace_io", bench_trace_io, []), ("memory", bench_memory, []))
+           ("e2e", bench_e2e, []), ("trace_io", bench_trace_io, []), ("memory", bench_memory, []),
+           ("study", bench_study, []))
 
 
 class Tee(io.TextIOBase):

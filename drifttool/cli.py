@@ -1,4 +1,4 @@
-"""`drifttool` command line: capture, info, compare, dashboard (+ demo, zoo, check as they land)."""
+"""`drifttool` command line: capture, info, compact, compare, dashboard (+ demo, zoo, check as they land)."""
 
 from __future__ import annotations
 
@@ -63,6 +63,7 @@ def capture(
     quiet: bool = typer.Option(False, "--quiet"),
     engine: str = typer.Option("hf", "--engine", help="hf (drifttool's own loop) | vllm (a real vLLM EAGLE-3 run)"),
     vllm_arg: list[str] = typer.Option([], "--vllm-arg", help="key=value passed to vllm.LLM (--engine vllm)"),
+    no_compact: bool = typer.Option(False, "--no-compact", help="keep one shard per prompt (skip the final merge)"),
     tree: str | None = typer.Option(None, "--tree", help="draft trees: 'dynamic:top_k=K,depth=D,total=N' (EAGLE) "
                                                          "or rank paths '[(0,),(1,),(0,0)]' (vLLM); see docs/trees.md"),
 ):
@@ -93,6 +94,10 @@ def capture(
         from .run.engines.vllm import parse_vllm_args, run_capture_vllm
 
         run, extra = run_capture_vllm, {"vllm_kwargs": parse_vllm_args(vllm_arg)}
+        if no_compact:
+            raise DriftError("--no-compact: only with --engine hf")
+    else:
+        extra["compact"] = not no_compact
     path = run(target, specs, probes, out, depth=depth, mode=mode, max_new_tokens=max_new_tokens,
                device=device, dtype=dtype, sink=SinkSpec.parse(sink), seed=seed, keep_rows=keep_rows,
                temperature=temperature, resume=resume, overwrite=overwrite, limit=limit, progress=not quiet,
@@ -145,14 +150,26 @@ def info(trace: str = typer.Argument(..., help="NAME.drift folder"), as_json: bo
                     f"sliding window {d.get('sliding_window') or 'none'}", markup=False)
         for k, v in (d.get("assumptions") or {}).items():
             c.print(f"    assumed {k}: {v}", markup=False)
-    from .trace.schema import TABLES
+    from .trace.schema import SUMMARIES, TABLES
 
-    for tab in TABLES:
-        t.table(tab)  # validates every listed shard: readable, typed, values in range
+    for tab in [*TABLES, *SUMMARIES]:
+        t.table(tab)  # validates every listed file: readable, typed, values in range
     n_rows = t.check_rows()
     for note in t.notes:
         c.print(f"note: {note}", markup=False)
     c.print(f"tables: all listed shards readable and valid; {n_rows} sampled attention rows readable")
+
+
+@app.command()
+def compact(traces: list[str] = typer.Argument(..., help="NAME.drift folders to rewrite in the compact form")):
+    """Merge a trace's shards into one file per table and migrate an old schema (in place, crash-safe)."""
+    from .trace.compact import compact_trace
+
+    for t in traces:
+        r = compact_trace(t)
+        mb = lambda b: f"{b / 1e6:.2f} MB"  # noqa: E731
+        typer.echo(f"{r['path']}: {mb(r['bytes_before'])} in {r['files_before']} files -> {mb(r['bytes_after'])} "
+                   f"in {r['files_after']} files (schema {r['schema_version']}, {r['shards']} shards)")
 
 
 @app.command()

@@ -11,9 +11,10 @@ from drifttool.trace.writer import TraceWriter
 
 
 def write_trace(path: Path, drafters: dict[str, dict], depth: int, window: int = 4096,
-                rope_scaling: dict | None = None) -> Path:
+                rope_scaling: dict | None = None, compact: bool = False) -> Path:
     """drafters: name -> {"accepted": [...], "context": [...], "prompt": [...] (optional), "self_mass": float or
-    per-round list (optional), "draft_s"/"verify_s" (optional per-round lists)}. One shard per prompt id."""
+    per-round list (optional), "draft_s"/"verify_s" (optional per-round lists)}. One shard per prompt id, kept as
+    shards unless `compact` (tests that damage a shard file need the shards)."""
     k = depth
     frames: dict[str, list[pd.DataFrame]] = {}
     for name, spec in drafters.items():
@@ -60,5 +61,5 @@ def write_trace(path: Path, drafters: dict[str, dict], depth: int, window: int =
     for p in sorted(rounds["prompt_id"].unique()):
         w.add(p, {"rounds": rounds[rounds.prompt_id == p], "depths": depths[depths.prompt_id == p],
                   "heads": heads[heads.prompt_id == p]})
-    w.finish()
+    w.finish(compact=compact)
     return path

@@ -106,7 +106,7 @@ def env(tmp_path_factory):
     (root / "afile").write_text("a regular file, not a folder")
     # a valid trace, and broken copies of it
     good = run_capture(str(m["target"]), [DrafterSpec.parse(f"e3={e3}")], str(probes["ok"]), str(root / "good.drift"),
-                       depth=2, max_new_tokens=6, progress=False)
+                       depth=2, max_new_tokens=6, progress=False, compact=False)  # shards: the edits below damage one
     traces = {"good": good}
 
     def broken(name, edit):
@@ -324,14 +324,16 @@ def test_disk_full_keeps_completed_shards(env, monkeypatch, capsys):
     the failed shard remains, and --resume completes the trace."""
     out = env["root"] / "full.drift"
     argv = capture_argv(env, out="full.drift")
-    orig = pd.DataFrame.to_parquet
+    from drifttool.trace import writer as writer_mod
 
-    def full(self, path, *a, **kw):
+    orig = writer_mod.write_parquet
+
+    def full(df, table, path):
         if "part-00001" in str(path):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-        return orig(self, path, *a, **kw)
+        return orig(df, table, path)
 
-    monkeypatch.setattr(pd.DataFrame, "to_parquet", full)
+    monkeypatch.setattr(writer_mod, "write_parquet", full)
     cli_fails(argv, capsys, "full.drift", "shard part-00001", "No space left on device",
               "1 completed prompts are kept", "--resume")
     monkeypatch.undo()

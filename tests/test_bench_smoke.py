@@ -20,7 +20,7 @@ def test_run_all_smoke():
                        text=True, timeout=280, env=child_env(), cwd=REPO)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     lines = p.stdout.splitlines()
-    for name in ("overhead", "e2e", "trace_io", "memory"):
+    for name in ("overhead", "e2e", "trace_io", "memory", "study"):
         assert sum(line.startswith(f"SUMMARY {name}:") for line in lines) == 2, name  # in place + recap
-    assert lines[-1].startswith("SUMMARY all: 4 benchmarks")
+    assert lines[-1].startswith("SUMMARY all: 5 benchmarks")
     assert "x" in next(line for line in lines if line.startswith("SUMMARY overhead:"))  # the ratios

@@ -22,7 +22,7 @@ def env(tmp_path_factory):
     suite = write_probes(root / "probes.jsonl", [{"id": "a", "token_ids": prompt(0, 8), "max_new_tokens": 4}])
     for name, depth in (("d2", 2), ("d3", 3)):
         run_capture(str(p["target"]), [DrafterSpec.parse(str(p["eagle3"]))], str(suite), str(root / f"{name}.drift"),
-                    depth=depth, progress=False)
+                    depth=depth, progress=False, compact=False)  # shards: the edits below damage one
     # broken inputs
     (root / "nolayout").mkdir()
     (root / "nolayout" / "config.json").write_text(json.dumps({"hidden_size": 32, "foo": 1}))

@@ -21,6 +21,7 @@ from drifttool.analysis.compare import Comparison
 from drifttool.analysis.views import build_view, load_trace
 from drifttool.cli import main
 from drifttool.errors import DriftError
+from drifttool.trace.compact import compact_trace
 from drifttool.trace.reader import read_manifest, read_table, read_trace
 from drifttool.trace.writer import TraceWriter
 
@@ -92,8 +93,11 @@ def test_vllm_shard_keys(tmp_path):
     with TraceWriter(tmp_path / "v.drift", man) as w:
         for p in ("p0", "p1"):
             w.add(f"e3:{p}", {n: t[t.prompt_id == p] for n, t in tabs.items()})
-        w.finish()
+        w.finish(compact=False)
     assert len(read_table(tmp_path / "v.drift", "depths")) == len(tabs["depths"])
+    shutil.copytree(tmp_path / "v.drift", tmp_path / "vc.drift")
+    compact_trace(tmp_path / "vc.drift")  # merged: one file, still read with the bare prompt ids
+    pd.testing.assert_frame_equal(read_table(tmp_path / "vc.drift", "depths"), read_table(tmp_path / "v.drift", "depths"))
     shutil.copyfile(tmp_path / "v.drift" / "depths" / "part-00000.parquet", tmp_path / "v.drift" / "depths" / "part-00001.parquet")
     with pytest.raises(DriftError, match="prompt 'p0'"):
         read_table(tmp_path / "v.drift", "depths")
@@ -117,7 +121,7 @@ def test_dashboard_skips_a_typed_bad_trace_and_keeps_the_others(dash_traces, tmp
 
     bad = tmp_path / "strings.drift"
     shutil.copytree(dash_traces["b"], bad)
-    rewrite(bad / "depths" / "part-00000.parquet", lambda df: df.__setitem__("sink_mass", df["sink_mass"].astype(str)))
+    rewrite(bad / "depths" / "merged-001.parquet", lambda df: df.__setitem__("sink_mass", df["sink_mass"].astype(str)))
     monkeypatch.setattr(sys, "argv", [str(APP / "dashboard.py"), str(dash_traces["a"]), str(bad)])
     at = AppTest.from_file(str(APP / "dashboard.py"), default_timeout=120)
     at.run()
@@ -245,10 +249,10 @@ def test_kill_at_every_step_of_a_commit(tmp_path, monkeypatch):
 def test_info_checks_sampled_rows(dash_traces, tmp_path, capsys):
     t = tmp_path / "a.drift"
     shutil.copytree(dash_traces["a"], t)
-    (t / "rows" / "part-00001.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"broken")
-    one_line_error(["info", t], capsys, "rows/part-00001.safetensors")
-    (t / "rows" / "part-00001.safetensors").unlink()
-    one_line_error(["info", t], capsys, "rows/part-00001.safetensors", "missing")
+    (t / "rows" / "merged-001.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"broken")
+    one_line_error(["info", t], capsys, "rows/merged-001.safetensors")
+    (t / "rows" / "merged-001.safetensors").unlink()
+    one_line_error(["info", t], capsys, "rows/merged-001.safetensors", "missing")
 
 
 def test_link_swapped_in_after_load_is_refused(dash_traces, tmp_path):
@@ -259,7 +263,7 @@ def test_link_swapped_in_after_load_is_refused(dash_traces, tmp_path):
     idx = lt.rows_index()
     r = idx.iloc[0]
     lt.attention_row(r.drafter, r.prompt_id, int(r["round"]))  # fine before the swap
-    f = t / "rows" / f"part-{int(r.shard):05d}.safetensors"
+    f = lt.rows_file(int(r.shard))
     outside = tmp_path / "outside.safetensors"
     shutil.move(f, outside)
     f.symlink_to(outside)
@@ -277,11 +281,13 @@ def test_drilldown_with_broken_rows_shows_one_error(dash_traces, tmp_path, monke
 
     t = tmp_path / "a.drift"
     shutil.copytree(dash_traces["a"], t)
-    for f in (t / "rows").glob("part-*.safetensors"):
+    files = list((t / "rows").glob("*.safetensors"))  # the merged file of a finished capture
+    assert files
+    for f in files:
         f.write_bytes(b"garbage")
     monkeypatch.setattr(sys, "argv", [str(APP / "dashboard.py"), str(t)])
     at = AppTest.from_file(str(APP / "dashboard.py"), default_timeout=120)
     at.run()
     at.switch_page("app_pages/drilldown.py").run()
     assert not at.exception
-    assert len(at.error) == 1 and "rows/part-" in at.error[0].value, [e.value for e in at.error]
+    assert len(at.error) == 1 and "rows/merged-" in at.error[0].value, [e.value for e in at.error]

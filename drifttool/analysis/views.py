@@ -1,47 +1,76 @@
 """Filtered, aggregated views of traces: the tables behind every dashboard page (and the notebook).
 
-`load_trace` reads and validates a trace once and pre-aggregates the big per-head table to per-prompt sums;
+`load_trace` checks a trace once (the first page's tables read and validated, every other listed file opened)
+and reads the rest page by page; head pages use the per-prompt head summary, never the per-round heads table.
 `build_view` applies the shared filters (probes, tags, depth range, heads) and runs the `Comparison`
 statistics once per filter setting. Everything returned is plain pandas, so it caches and pickles."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 import pandas as pd
 
+from ..trace.check import check_files, read_tokens
 from ..trace.reader import TraceData, member, read_table
+from ..trace.summary import CATEGORIES
 from .compare import Comparison
 from .metrics import context_bucket
 
 HEAD_METRICS = ("sink_mass", "draft_mass", "own_mass", "self_mass", "prompt_mass", "entropy")
-_EAGER = ("prompts", "rounds", "depths", "aux")
+# read and validated at load: what the first page (overview) needs; the rest is read by the page that shows it
+FIRST_PAGE = ("prompts", "rounds", "depths")
 
 
 class LoadedTrace(TraceData):
-    """A trace with its tables read once; heads kept as per (drafter, prompt, depth, head) sums + count."""
+    """A trace for the dashboard: each table read once, on first use (thread-safe: Streamlit shares it across
+    sessions); heads only as per (drafter, prompt, depth, head) sums (`head_sums`)."""
 
     def __init__(self, path):
         super().__init__(path)
-        self._tables = {n: read_table(self.path, n, self.manifest, nonfinite=self.nonfinite) for n in _EAGER}
-        h = read_table(self.path, "heads", self.manifest, nonfinite=self.nonfinite)
-        g = h.groupby(["drafter", "prompt_id", "depth", "head"], observed=True)
-        # entropy is NaN on rounds without full rows (rounds.full_stats): its own count, so its mean is over
-        # the rounds that have it
-        self.head_sums = g[list(HEAD_METRICS)].sum().join(g.size().rename("n")) \
-            .join(g["entropy"].count().rename("n_entropy")).reset_index()
-        from .where_attention import prompt_counts
-
-        self.where_counts = prompt_counts(h, self._tables["rounds"])  # empty for traces without head maxima
-        self._rows_index = super().rows_index()
+        self._tables: dict[str, pd.DataFrame] = {}
+        self._lock = threading.Lock()
+        for n in FIRST_PAGE:
+            self.table(n)
+        check_files(self.path, self.manifest)  # the others: present, inside the folder, readable, with columns
 
     def table(self, name: str) -> pd.DataFrame:
-        return self._tables[name] if name in self._tables else super().table(name)
+        with self._lock:
+            if name not in self._tables:
+                self._tables[name] = read_table(self.path, name, self.manifest, nonfinite=self.nonfinite)
+            return self._tables[name]
+
+    @cached_property
+    def head_sums(self) -> pd.DataFrame:
+        """Per (drafter, prompt, depth, head): sums of every head metric, n (rounds) and entropy_n (finite
+        entropies), from the head summary table."""
+        h = self.table("head_summary")
+        out = h[["drafter", "prompt_id", "depth", "head"]].copy()
+        for c in ("sink_mass", "draft_mass", "own_mass", "entropy"):
+            out[c] = h[f"{c}_sum"]
+        out["self_mass"] = h["draft_mass_sum"] + h["own_mass_sum"]
+        out["prompt_mass"] = h["n"] - h["sink_mass_sum"] - h["draft_mass_sum"] - h["own_mass_sum"]
+        out["n"], out["entropy_n"] = h["n"], h["entropy_n"]
+        return out
+
+    @cached_property
+    def where_counts(self) -> pd.DataFrame:
+        """Per (drafter, prompt, depth): head maxima per slot kind and their max_prob sum (where_attention)."""
+        h = self.table("head_summary")
+        if h.empty or not int(h["max_n"].sum()):
+            return pd.DataFrame()
+        g = h.groupby(["drafter", "prompt_id", "depth"], observed=True)[[*CATEGORIES, "max_prob_sum", "max_n"]].sum()
+        return g.rename(columns={"max_n": "n"}).reset_index()
+
+    @cached_property
+    def _rows(self) -> pd.DataFrame:
+        return super().rows_index()
 
     def rows_index(self) -> pd.DataFrame:
-        return self._rows_index
+        return self._rows
 
 
 def load_trace(path) -> LoadedTrace:
@@ -121,10 +150,9 @@ def head_means(cmp: Comparison, keep: set[str], f: Filters) -> pd.DataFrame:
         if f.heads:
             h = h[h["head"].isin(f.heads)]
         h = _in_depths(h, f)
-        ne = "n_entropy" if "n_entropy" in h else "n"
-        g = h.groupby(["depth", "head"], observed=True)[list(dict.fromkeys([*HEAD_METRICS, "n", ne]))].sum()
+        g = h.groupby(["depth", "head"], observed=True)[[*HEAD_METRICS, "n", "entropy_n"]].sum()
         m = g[list(HEAD_METRICS)].div(g["n"], axis=0)
-        m["entropy"] = g["entropy"].div(g[ne]).where(g[ne] > 0)
+        m["entropy"] = g["entropy"] / g["entropy_n"].where(g["entropy_n"] > 0)  # NaN entropies are not zeros
         parts.append(m.reset_index().assign(series=s.label))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["series", "depth", "head"])
 
@@ -245,7 +273,12 @@ def round_detail(trace: TraceData, drafter: str, prompt_id: str, round: int) -> 
 
 
 def token_decoder(trace: TraceData):
-    """A token-id -> text function from a `tokenizer.json` stored inside the trace folder, else None."""
+    """A token-id -> text function: the trace's token table (compact traces: the ids it holds, with their
+    text), else a `tokenizer.json` stored inside the trace folder (older traces), else None."""
+    tok = (trace.manifest.get("tokenizer") or {}).get("tokens")
+    if isinstance(tok, str):
+        text = read_tokens(trace.path, tok)  # refused when it links outside the trace folder
+        return lambda i: text.get(int(i), f"<{int(i)}>")
     f = member(trace.path, "tokenizer.json")  # refused when it links outside the trace folder
     if not f.is_file():
         return None

@@ -14,9 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-RECENT = 16  # context slots counted as "recent" (the last 16 before the chain)
-EARLY = 4  # positions 1..3 are "early" (StreamingLLM keeps 4 sink tokens)
-CATEGORIES = ("pos0", "early", "recent", "self", "other")
+from ..trace.summary import CATEGORIES, EARLY, RECENT, categorise
+
 DEFINITIONS = {
     "pos0": "key slot 0 (the first token of the text: the target's natural sink)",
     "early": f"key slots 1..{EARLY - 1}",
@@ -25,17 +24,7 @@ DEFINITIONS = {
     "other": "any other prompt slot",
     "max_prob": "the head's largest attention weight (1 = one-hot)",
 }
-
-
-def categorise(top_pos: np.ndarray, context_len: np.ndarray) -> np.ndarray:
-    """Category of each argmax slot, given the round's context length n (slots >= n are draft slots)."""
-    t, n = np.asarray(top_pos), np.asarray(context_len)
-    out = np.full(t.shape, "other", dtype=object)
-    out[(t >= n - RECENT) & (t < n)] = "recent"
-    out[(t >= 1) & (t < EARLY)] = "early"
-    out[t == 0] = "pos0"
-    out[t >= n] = "self"
-    return out
+__all__ = ["CATEGORIES", "DEFINITIONS", "EARLY", "RECENT", "categorise"]
 
 
 def _with_context(heads: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataFrame | None:

@@ -11,8 +11,20 @@ import pandas as pd
 
 from ..errors import DriftError
 from ..jsonfile import read_json_object
-from .schema import KEY, ROWS_INDEX, SCHEMA_VERSION, TABLES, TREE_TABLES
+from .layout import (
+    Source,
+    add_derived,
+    keys_categorical,
+    member,
+    shard_file,
+    shard_prompts,
+    sources,
+    stored_columns,
+)
+from .schema import DICT_COLUMNS, KEY, ROWS_INDEX, SCHEMA_VERSION, STORED, SUMMARIES, TABLES, TREE_TABLES
 from .validate import check_prompts, check_types, check_values, nonfinite_note
+
+__all__ = ["TraceData", "member", "read_manifest", "read_table", "read_trace", "shard_file", "shard_prompts"]
 
 
 def read_manifest(path) -> dict[str, Any]:
@@ -54,37 +66,6 @@ def _check_shards(mf: Path, shards: list) -> None:
                 what = f"shard {s['index']}" if p.startswith("#") else f"prompt {p!r}"
                 raise DriftError(f"{mf}: field 'shards' lists {what} twice; its rounds would be counted twice")
             seen[p] = s["index"]
-
-
-def member(root: Path, rel: str) -> Path:
-    """`root/rel`, refused when it (or a link on the way) resolves outside the trace folder. Checked at every
-    read, so a file swapped for a link after the trace was first opened is refused too."""
-    f = root / rel
-    if not f.resolve().is_relative_to(root.resolve()):
-        raise DriftError(f"{f}: a link to {f.resolve()}, outside the trace folder {root}; refused")
-    return f
-
-
-def shard_file(root: Path, table: str, index: int, ext: str = "parquet") -> Path:
-    """A listed shard's file; a commit interrupted before its rename leaves it under its hidden temporary
-    name (the manifest is the commit point; --resume completes the rename)."""
-    name = f"part-{index:05d}.{ext}"
-    f = member(root, f"{table}/{name}")
-    if not f.exists():
-        tmp = member(root, f"{table}/.{name}.tmp")
-        if tmp.is_file():
-            return tmp
-    return f
-
-
-def shard_prompts(m: dict[str, Any], shard: dict[str, Any]) -> list[str] | None:
-    """The prompt ids a shard's rows may hold: its listed prompts, less the `DRAFTER:` prefix of the vLLM
-    engine's shard keys."""
-    prompts, engine = shard.get("prompts"), m["capture"].get("vllm")
-    if prompts is None or not isinstance(engine, dict) or engine.get("shard_key") != "DRAFTER:PROMPT":
-        return prompts
-    names = [d["name"] for d in m["drafters"]]
-    return [p[len(n) + 1:] for p in prompts for n in names if p.startswith(n + ":")]
 
 
 def _is(value: Any, typ: type) -> bool:
@@ -134,15 +115,17 @@ def _check_fields(mf: Path, m: dict[str, Any]) -> None:
         raise DriftError(f"{mf}: field 'drafters' has duplicate names {names}")
 
 
-def _read_shard(f: Path, name: str, required: list[str], columns: list[str] | None = None,
-                prompts: list[str] | None = None, depth: int | None = None, nonfinite: dict | None = None):
-    """One shard as an Arrow table, checked on its own: concatenating shards would silently fill a column that one
-    shard lacks (or holds only as nulls) with nulls. Types and ranges: validate.check_shard."""
+def read_part(f: Path, name: str, required: list[str], columns: list[str] | None = None,
+              prompts: list[str] | None = None, depth: int | None = None, nonfinite: dict | None = None):
+    """One file (a shard's or a merged one) as an Arrow table, checked on its own: concatenating files would
+    silently fill a column that one lacks (or holds only as nulls) with nulls. Types and ranges: validate.py."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        part = pq.ParquetFile(f).read(columns=columns)  # half the per-file overhead of pq.read_table
+        pf = pq.ParquetFile(f)  # half the per-file overhead of pq.read_table
+        have = set(pf.schema_arrow.names)
+        part = pf.read(columns=None if columns is None else [c for c in columns if c in have])
     except (pa.ArrowException, OSError, ValueError) as e:
         raise DriftError(f"{f}: corrupt or truncated Parquet ({str(e).splitlines()[0]})") from None
     need = [c for c in required if c not in part.column_names]
@@ -154,56 +137,92 @@ def _read_shard(f: Path, name: str, required: list[str], columns: list[str] | No
         raise DriftError(f"{f}: columns {nulls} hold nulls (table {name!r})")
     check_types(f, name, part)
     check_prompts(f, part, prompts)
-    if nonfinite is not None:  # a lone shard (rows_index): its values here; tables: once, concatenated
+    if nonfinite is not None:  # a lone file (rows_index): its values here; tables: once, concatenated
         check_values(f, name, part, depth, nonfinite)
-    return part
+    return keys_categorical(part)
+
+
+def _required(name: str, columns: list[str] | None) -> list[str]:
+    """Stored columns a file must hold for the requested (or all) columns of a table."""
+    cols = columns or TABLES.get(name) or TREE_TABLES.get(name) or SUMMARIES[name]
+    if name not in TABLES:
+        return list(cols)
+    return [c for c in stored_columns(name, list(cols)) if c in STORED[name] or c not in TABLES[name]]
 
 
 def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns: list[str] | None = None,
-               nonfinite: dict[str, int] | None = None) -> pd.DataFrame:
-    """Concatenate the shards the manifest lists for one table (each validated); NaN/inf counts of the lenient
-    float columns go to `nonfinite`."""
+               nonfinite: dict[str, int] | None = None, shards: list[int] | None = None) -> pd.DataFrame:
+    """Concatenate the files the manifest lists for one table (each validated); NaN/inf counts of the lenient
+    float columns go to `nonfinite`. Derived columns (schema.DERIVED) are computed when not stored;
+    `shards`: only these shard indexes' rows (a merged file is read whole)."""
     import pyarrow as pa
 
     p = Path(path)
     m = manifest or read_manifest(p)
     tables = {**TABLES, **TREE_TABLES}
-    if name not in tables:
+    if name not in tables and name not in SUMMARIES:
         raise DriftError(f"table {name!r}: unknown; expected one of {', '.join(tables)}")
-    files = []
-    for s in m["shards"]:
-        f = shard_file(p, name, s["index"])
-        if not f.is_file():
-            raise DriftError(f"{f}: missing (table {name!r} of shard {s['index']}); the trace is damaged")
-        files.append((f, shard_prompts(m, s)))
+    if name in SUMMARIES and not _has_summary(p, m, shards):
+        from .summary import head_summary  # schema-1 trace: migrated on read
+
+        return head_summary(read_table(p, "heads", m, nonfinite=nonfinite, shards=shards),
+                            read_table(p, "rounds", m, ["drafter", "prompt_id", "round", "context_len"],
+                                       shards=shards))
+    srcs = sources(p, m, name, only=shards)
+    for src in srcs:
+        if not src.file.is_file():
+            what = f"shard {src.shards[0]}" if src.merged is None else f"merged file of {len(src.shards)} shards"
+            raise DriftError(f"{src.file}: missing (table {name!r} of {what}); the trace is damaged")
     depth = m["capture"].get("depth")
+    required = _required(name, columns)
+    read = None if columns is None else stored_columns(name, list(columns))
     # many small shards: per-file overhead dominates, and Arrow releases the GIL while decoding
     with ThreadPoolExecutor(max_workers=4) as pool:
-        parts = list(pool.map(lambda fp: _read_shard(fp[0], name, columns or tables[name], columns, fp[1]), files))
+        parts = list(pool.map(lambda src: read_part(src.file, name, required, read, src.prompts), srcs))
     if not parts:
-        return pd.DataFrame({c: pd.Series(dtype="float64") for c in (columns or tables[name])})
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in (columns or tables.get(name) or SUMMARIES[name])})
     try:
         tbl = pa.concat_tables(parts, promote_options="default")
     except (pa.ArrowException, ValueError) as e:
         raise DriftError(f"{p / name}: shards are corrupt or have incompatible columns ({str(e).splitlines()[0]})") from None
+    tbl = add_derived(name, tbl, columns)
     counts: dict[str, int] = {}
     try:
-        check_values(p / name, name, tbl, depth, counts)  # once over all shards; on failure, find the shard
+        check_values(p / name, name, tbl, depth, counts)  # once over all files; on failure, find the file
     except DriftError:
-        for (f, _), part in zip(files, parts):
-            check_values(f, name, part, depth, {})
+        for src, part in zip(srcs, parts):
+            check_values(src.file, name, add_derived(name, part, columns), depth, {})
         raise
     if nonfinite is not None:
         for k, v in counts.items():
             nonfinite[k] = nonfinite.get(k, 0) + v
+    if columns is not None:
+        tbl = tbl.select([c for c in columns if c in tbl.column_names])
     try:
         df = tbl.to_pandas()
     except (pa.ArrowException, ValueError) as e:
         raise DriftError(f"{p / name}: shards are corrupt or have incompatible columns ({str(e).splitlines()[0]})") from None
-    need = [c for c in (columns or tables[name]) if c not in df.columns]
+    need = [c for c in (columns or tables.get(name) or SUMMARIES[name]) if c not in df.columns]
     if need:
         raise DriftError(f"{p / name}: missing columns {need}")
+    return sorted_categories(df)
+
+
+def sorted_categories(df: pd.DataFrame) -> pd.DataFrame:
+    """Key categoricals with their categories in sorted order, so grouping by them orders groups as plain
+    strings would (the bootstrap's prompt order, hence its intervals, stay those of a string column)."""
+    for c in DICT_COLUMNS:
+        if c in df.columns and isinstance(df[c].dtype, pd.CategoricalDtype):
+            cats = df[c].cat.categories
+            if not cats.is_monotonic_increasing:
+                df[c] = df[c].cat.reorder_categories(sorted(cats))
     return df
+
+
+def _has_summary(p: Path, m: dict[str, Any], shards: list[int] | None) -> bool:
+    """Every listed file of the head summary exists (schema 3), else it is computed from the heads table."""
+    srcs = sources(p, m, "head_summary", only=shards)
+    return bool(srcs) and all(s.file.is_file() for s in srcs)
 
 
 class TraceData:
@@ -265,36 +284,53 @@ class TraceData:
     def tree_heads(self) -> pd.DataFrame:
         return self._tree_table("tree_heads")
 
+    @cached_property
+    def head_summary(self) -> pd.DataFrame:
+        """Per (drafter, prompt, depth, head) sums (schema.HEAD_SUMMARY); computed from heads for old traces."""
+        return self.table("head_summary")
+
+    def _rows_sources(self) -> list[Source]:
+        return sources(self.path, self.manifest, "rows_index",
+                       only=[s["index"] for s in self.manifest["shards"] if s.get("rows")])
+
     def rows_index(self) -> pd.DataFrame:
-        """Sampled attention rows: index of (drafter, prompt, round) -> tensor name in rows/part-*.safetensors."""
+        """Sampled attention rows: index of (drafter, prompt, round) -> tensor name in the rows/ file of `shard`."""
         import pyarrow as pa
 
         parts = []
-        for s in self.manifest["shards"]:
-            if not s.get("rows"):
-                continue
-            f = shard_file(self.path, "rows_index", s["index"])
+        for src in self._rows_sources():
+            f = src.file
             if not f.is_file():
-                raise DriftError(f"{f}: missing (sampled-rows index of shard {s['index']}); the trace is damaged")
+                raise DriftError(f"{f}: missing (sampled-rows index of shard {src.shards[0]}); the trace is damaged")
             try:
-                t = _read_shard(f, "rows_index", ROWS_INDEX, prompts=shard_prompts(self.manifest, s),
-                                depth=self.manifest["capture"].get("depth"), nonfinite={}).to_pandas()
+                t = read_part(f, "rows_index", ROWS_INDEX, prompts=src.prompts,
+                              depth=self.manifest["capture"].get("depth"), nonfinite={}).to_pandas()
             except (pa.ArrowException, ValueError) as e:  # ValueError: e.g. undecodable strings
                 raise DriftError(f"{f}: corrupt Parquet ({str(e).splitlines()[0]})") from None
-            t["shard"] = s["index"]
+            if src.merged is None:
+                t["shard"] = src.shards[0]
+            elif "shard" not in t or not set(t["shard"].astype(int)) <= set(src.shards):
+                raise DriftError(f"{f}: column 'shard' missing or naming shards the manifest does not merge there")
             parts.append(t)
-        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-            columns=["drafter", "prompt_id", "round", "context_len", "tensor", "slot_tokens", "shard"])
+        cols = ["drafter", "prompt_id", "round", "context_len", "tensor", "slot_tokens", "shard"]
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
+
+    def rows_file(self, shard: int) -> Path:
+        """The safetensors file holding a shard's sampled rows (its own, or the merged one)."""
+        s = next((x for x in self.manifest["shards"] if x["index"] == shard), None)
+        if s is None:
+            raise DriftError(f"{self.path}: sampled rows name shard {shard}, which the manifest does not list")
+        return sources(self.path, self.manifest, "rows", "safetensors", only=[shard])[0].file
 
     def check_rows(self) -> int:
         """Every sampled-rows file the index names opens and holds its tensors; returns how many rows."""
         from safetensors import safe_open
 
         idx = self.rows_index()
-        for shard, sub in idx.groupby("shard"):
-            f = shard_file(self.path, "rows", int(shard), "safetensors")
+        for f, sub in idx.groupby(idx["shard"].map(lambda s: self.rows_file(int(s)))):
             if not f.is_file():
-                raise DriftError(f"{f}: missing (sampled rows of shard {shard}); the trace is damaged")
+                raise DriftError(f"{f}: missing (sampled rows of shard {int(sub['shard'].iloc[0])}); "
+                                 "the trace is damaged")
             try:
                 with safe_open(str(f), "np") as st:
                     keys = set(st.keys())
@@ -307,7 +343,7 @@ class TraceData:
 
     def attention_row(self, drafter: str, prompt_id: str, round: int):
         """[K, L] head-mean attention rows for a sampled round, and the token id held by each slot."""
-        from safetensors.numpy import load_file
+        from safetensors import safe_open
 
         idx = self.rows_index()
         hit = idx[(idx.drafter == drafter) & (idx.prompt_id == prompt_id) & (idx["round"] == round)]
@@ -315,9 +351,10 @@ class TraceData:
             have = idx[(idx.drafter == drafter) & (idx.prompt_id == prompt_id)]["round"].tolist()
             raise ValueError(f"no sampled attention row for {drafter}/{prompt_id} round {round}; sampled rounds: {have}")
         r = hit.iloc[0]
-        f = shard_file(self.path, "rows", int(r.shard), "safetensors")
+        f = self.rows_file(int(r.shard))
         try:
-            arr = load_file(str(f))[r.tensor]
+            with safe_open(str(f), "np") as st:  # one tensor, not the whole (merged) file
+                arr = st.get_tensor(r.tensor)
         except Exception as e:  # noqa: BLE001 - any corruption is a user-facing data error
             raise DriftError(f"{f}: cannot read sampled rows ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
         return arr, list(r.slot_tokens)

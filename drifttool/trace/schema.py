@@ -1,11 +1,19 @@
-"""Trace schema: table names and their required columns. Bump SCHEMA_VERSION on any breaking change."""
+"""Trace schema: table names and their required columns. Bump SCHEMA_VERSION on any breaking change.
+
+Version 3 (compact traces): derived columns (`self_mass`, `prompt_mass`) are no longer stored but computed on read;
+keys are dictionary-encoded; a per-prompt `head_summary` table is written with every shard; a finished trace's
+shards are merged into one file per table (`TABLE/merged-GGG.parquet`, one row group per shard). Version-1 and -2
+traces are read as before and migrated on read (derived columns kept, head summary computed from `heads`)."""
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2  # 2: draft-tree tables (TREE_TABLES); version-1 traces (chains) read unchanged
+SCHEMA_VERSION = 3  # 2: draft-tree tables (TREE_TABLES); 3: compact layout (see above)
 
 KEY = ["drafter", "prompt_id", "round"]
+# string columns stored dictionary-encoded (read as pandas categoricals): few distinct values, many rows
+DICT_COLUMNS = ("drafter", "prompt_id", "tags")
 
+# The columns every reader sees (TABLES) include the derived ones; the writer stores the rest (STORED).
 TABLES: dict[str, list[str]] = {
     # one row per prompt x drafter
     "prompts": ["drafter", "prompt_id", "tags", "prompt_len", "n_generated", "n_rounds", "accepted_total",
@@ -22,6 +30,14 @@ TABLES: dict[str, list[str]] = {
     "aux": [*KEY, "chunk", "layer_id", "rms_before", "rms_after", "massive"],
 }
 
+# Pure functions of stored columns: computed on read (float32, like the capture's own arithmetic); a trace that
+# stores them (schema 1) keeps its stored values.
+DERIVED: dict[str, dict[str, tuple[str, ...]]] = {
+    "depths": {"self_mass": ("draft_mass", "own_mass"), "prompt_mass": ("sink_mass", "draft_mass", "own_mass")},
+    "heads": {"self_mass": ("draft_mass", "own_mass"), "prompt_mass": ("sink_mass", "draft_mass", "own_mass")},
+}
+STORED: dict[str, list[str]] = {t: [c for c in cols if c not in DERIVED.get(t, {})] for t, cols in TABLES.items()}
+
 # Optional columns (absent from traces written before they were added; readers must cope):
 # rounds.draft_s / rounds.verify_s = per-round wall time of the drafter (refresh + K steps) and of the target's
 # verify forward (NaN when teacher-forced), from time.perf_counter in loop.speculate.
@@ -33,6 +49,14 @@ TABLES: dict[str, list[str]] = {
 # setting full_every); on other rounds they are NaN / NaN / -1 and the masses come from the kernel's log-sum-exp.
 OPTIONAL: dict[str, list[str]] = {"rounds": ["draft_s", "verify_s", "full_stats"], "depths": ["attn_window_start"],
                                   "heads": ["max_prob", "top_pos"]}
+
+# Per (drafter, prompt, depth, head): sums over the prompt's rounds, so the dashboard's head pages never read the
+# per-round heads table. entropy_n counts the finite entropies summed (entropy may be NaN on unsampled rounds);
+# max_n counts the rounds with a recorded maximum (0 in traces without heads.max_prob/top_pos), and pos0..other
+# count those maxima by the kind of key slot holding them (analysis.where_attention defines the kinds).
+HEAD_SUMMARY = ["drafter", "prompt_id", "depth", "head", "n", "sink_mass_sum", "draft_mass_sum", "own_mass_sum",
+                "entropy_sum", "entropy_n", "max_prob_sum", "max_n", "pos0", "early", "recent", "self", "other"]
+SUMMARIES: dict[str, list[str]] = {"head_summary": HEAD_SUMMARY}
 
 # Optional: sampled attention rows, one safetensors file per shard plus this index table. Optional column
 # rows_index.sink_slots = the context slots the capture counted as sinks in that round (SinkSpec.index), so the

@@ -23,19 +23,24 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DriftError
-from .schema import SCHEMA_VERSION, TABLES
+from .files import LOCK, lock_trace, settle, write_json_atomic
+from .layout import parquet_options, to_stored
+from .schema import SCHEMA_VERSION, STORED
 
-LOCK = ".lock"
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name("." + path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    os.replace(tmp, path)
+__all__ = ["LOCK", "TraceWriter", "lock_trace", "settle", "write_json_atomic", "write_parquet"]
 
 
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def write_parquet(df: pd.DataFrame, table: str, path: Path) -> None:
+    """A table's stored form (layout.to_stored: no derived columns, dictionary keys, no pandas metadata)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tbl = to_stored(table, pa.Table.from_pandas(df, preserve_index=False))
+    pq.write_table(tbl, path, **parquet_options(tbl.schema))  # fast zstd level: the merge recompresses
 
 
 class TraceWriter:
@@ -56,18 +61,10 @@ class TraceWriter:
             raise
 
     def _acquire(self):
-        from filelock import FileLock, Timeout
-
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            lock = FileLock(self.path / LOCK, timeout=0)
-            lock.acquire()
-        except Timeout:
-            raise DriftError(f"--out {self.path}: another capture is writing this trace (lock {LOCK} held); "
-                             "wait for it to finish or choose another --out") from None
-        except OSError as e:
-            raise DriftError(f"--out {self.path}: cannot create the trace folder ({e.strerror})") from None
-        return lock
+            return lock_trace(self.path, "wait for it to finish or choose another --out")
+        except DriftError as e:
+            raise DriftError(f"--out {e}") from None
 
     def close(self) -> None:
         """Release the trace's lock (idempotent); finish() calls it."""
@@ -98,6 +95,7 @@ class TraceWriter:
                                  "(prompts, rounds); cannot resume it; capture into a new folder")
             self.manifest = old
             self.manifest["status"] = "partial"
+            self.manifest["schema_version"] = SCHEMA_VERSION  # new shards are written in the current form
             self._settle()
         else:
             if mf.exists() and not overwrite:
@@ -105,7 +103,8 @@ class TraceWriter:
             try:
                 if overwrite:
                     for p in self.path.rglob("*"):
-                        if p.is_file() and (p.suffix in (".parquet", ".safetensors", ".tmp") or p.name == "manifest.json"):
+                        if p.is_file() and (p.suffix in (".parquet", ".safetensors", ".tmp")
+                                            or p.name in ("manifest.json", "tokenizer.json")):
                             p.unlink()
             except OSError as e:
                 raise DriftError(f"--out {self.path}: cannot create the trace folder ({e.strerror})") from None
@@ -121,24 +120,9 @@ class TraceWriter:
         return set(self.manifest["prompts_done"])
 
     def _settle(self) -> None:
-        """After a crash: finish the renames of listed (committed) shards, delete files of unlisted ones."""
-        listed = {s["index"] for s in self.manifest["shards"]}
-        for p in list(self.path.rglob("*")):
-            if not p.is_file() or p.parent == self.path:
-                if p.parent == self.path and p.name.endswith(".tmp"):  # e.g. an interrupted manifest write
-                    p.unlink()
-                continue
-            tmp = p.name.startswith(".part-") and p.name.endswith(".tmp")
-            name = p.name[1:-4] if tmp else p.name
-            idx = name.split("-")[1].split(".")[0] if name.startswith("part-") else ""
-            if not idx.isdigit():  # not a shard file of ours (e.g. "part-00001 (copy).parquet"): leave it
-                if p.name.endswith(".tmp"):
-                    p.unlink()
-                continue
-            if int(idx) not in listed:
-                p.unlink()
-            elif tmp:
-                os.replace(p, p.with_name(name))
+        """After a crash: finish the renames of listed (committed) files, delete files of unlisted shards and
+        the files a committed merge replaced (compact.py)."""
+        settle(self.path, self.manifest)
 
     def _save_manifest(self) -> None:
         try:
@@ -155,13 +139,13 @@ class TraceWriter:
         staged: list[Path] = []
         try:
             for table, df in tables.items():
-                missing = [c for c in TABLES.get(table, []) if c not in df.columns]
+                missing = [c for c in STORED.get(table, []) if c not in df.columns]
                 if missing:
                     raise ValueError(f"table {table!r} lacks columns {missing}")
                 d = self.path / table
                 d.mkdir(exist_ok=True)
                 staged.append(d / f".{name}.parquet.tmp")
-                df.to_parquet(staged[-1], index=False, compression="zstd")  # ~2x smaller than snappy here
+                write_parquet(df, table, staged[-1])
             if rows:
                 from safetensors.numpy import save_file
 
@@ -187,8 +171,12 @@ class TraceWriter:
             self._add(prompt_id, tables, rows)
 
     def _add(self, prompt_id: str, tables: dict[str, pd.DataFrame], rows: dict[str, np.ndarray] | None) -> None:
-        idx = len(self.manifest["shards"])
+        idx = max((s["index"] for s in self.manifest["shards"]), default=-1) + 1
         name = f"part-{idx:05d}"
+        if "heads" in tables and "head_summary" not in tables:
+            from .summary import head_summary
+
+            tables = {**tables, "head_summary": head_summary(tables["heads"], tables.get("rounds"))}
         staged = self._stage(name, tables, rows)
         n_rounds = int(len(tables["rounds"])) if "rounds" in tables else 0
         before = copy.deepcopy(self.manifest)
@@ -232,10 +220,16 @@ class TraceWriter:
         self.manifest.setdefault("flags", []).append({"key": key, "check": check, "message": message})
         self._save_manifest()
 
-    def finish(self) -> None:
+    def finish(self, compact: bool = True) -> None:
+        """Mark the trace complete; then (compact) merge its shards into one file per table (compact.py).
+        A crash during the merge leaves the complete, sharded trace."""
         self.manifest["status"] = "complete"
         self.manifest["finished"] = _now()
         try:
             self._save_manifest()
+            if compact:
+                from .compact import merge_shards
+
+                self.manifest = merge_shards(self.path, self.manifest)
         finally:
             self.close()

@@ -128,13 +128,15 @@ def run_capture(
     draft_sampling: str = "greedy",
     device_map: str | None = None,
     tree: TreeSpec | str | None = None,
+    compact: bool = True,
     full_every: int = FULL_EVERY,
 ) -> Path:
     """Capture every probe with every drafter into the trace `out`; returns its path. `draft_sampling`
     (temperature > 0 only): "greedy" as vLLM drafts by default, or "probabilistic" (see loop.DRAFT_SAMPLING).
     `device_map` (e.g. "auto") spreads the target over devices; the drafters then run on its last device.
     `tree` (run/tree.py: static rank paths or dynamic:top_k=..,depth=..,total=..): draft trees instead of chains;
-    `depth` is then the tree's depth bound."""
+    `depth` is then the tree's depth bound. `compact`: merge the shards into one file per table when the capture
+    finishes (trace.compact)."""
     if tree is not None:
         tree = parse_tree(tree) if isinstance(tree, str) else tree
         if mode != "generate":
@@ -199,5 +201,6 @@ def run_capture(
         bar.advance(probe.id, int(len(tables.get("rounds", []))))
 
     writer = write_run(out, manifest, lambda w: [(1, p) for p in suite if p.id not in w.done], step, len(models),
-                       resume, overwrite, progress, Path(tgt_path) / "tokenizer.json" if tgt_path else None)
+                       resume, overwrite, progress, Path(tgt_path) / "tokenizer.json" if tgt_path else None,
+                       compact=compact)
     return writer.path
