@@ -90,6 +90,13 @@ class RunSettings:
         }
 
 
+def settings_of(settings: RunSettings | None, settings_kw: dict[str, Any], who: str) -> RunSettings:
+    """An engine's settings: a checked RunSettings, or its keywords (checked here), not both."""
+    if settings is not None and settings_kw:
+        raise DriftError(f"{who}: give settings or {sorted(settings_kw)}, not both")
+    return settings if settings is not None else RunSettings.of(**settings_kw)
+
+
 def check_drafters(drafters: list) -> None:
     if not drafters:
         raise DriftError("--drafter: give at least one drafter checkpoint folder")

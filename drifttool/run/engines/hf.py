@@ -3,6 +3,7 @@ prompt (the run's shared body: runner.py); the manifest is trace/manifest.py's."
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,10 +19,10 @@ from ...model.drafter import Eagle3Drafter
 from ...model.target import Target, load_target
 from ...trace.manifest import build_manifest, drafter_identity  # noqa: F401 - drafter_identity re-exported
 from ...trace.records import add_rows, prompt_row, prompt_tables
-from ..hooks import FULL_EVERY, Capture
+from ..hooks import Capture
 from ..loop import check_prompt, positions_needed, speculate, teacher_forcing_data
 from ..probes import Probe, check_text_length, load_suite
-from ..runner import RunSettings, check_drafters, check_same_aux, prompt_seed, write_run
+from ..runner import RunSettings, check_drafters, check_same_aux, prompt_seed, settings_of, write_run
 from ..sinks import SinkSpec
 from ..tree import TreeSpec, parse_tree
 from .hf_tree import capture_tree_prompt
@@ -111,51 +112,41 @@ def run_capture(
     drafters: list[DrafterSpec],
     probes: str,
     out: str,
-    depth: int = 8,
-    mode: str = "generate",
-    max_new_tokens: int = 64,
-    device: str = "cpu",
-    dtype: str = "float32",
-    sink: SinkSpec | None = None,
-    seed: int = 0,
-    keep_rows: int = 2,
-    temperature: float = 0.0,
+    settings: RunSettings | None = None,
+    *,
     resume: bool = False,
     overwrite: bool = False,
-    limit: int | None = None,
     progress: bool = True,
     extra_manifest: dict[str, Any] | None = None,
-    draft_sampling: str = "greedy",
-    device_map: str | None = None,
     tree: TreeSpec | str | None = None,
     compact: bool = True,
-    full_every: int = FULL_EVERY,
+    **settings_kw: Any,
 ) -> Path:
-    """Capture every probe with every drafter into the trace `out`; returns its path. `draft_sampling`
-    (temperature > 0 only): "greedy" as vLLM drafts by default, or "probabilistic" (see loop.DRAFT_SAMPLING).
-    `device_map` (e.g. "auto") spreads the target over devices; the drafters then run on its last device.
-    `tree` (run/tree.py: static rank paths or dynamic:top_k=..,depth=..,total=..): draft trees instead of chains;
-    `depth` is then the tree's depth bound. `compact`: merge the shards into one file per table when the capture
-    finishes (trace.compact)."""
+    """Capture every probe with every drafter into the trace `out`; returns its path.
+
+    `settings` is a checked `RunSettings`, or give its keywords (`depth=8`, `mode`, `max_new_tokens`, `dtype`,
+    `device`, `sink`, `seed`, `keep_rows`, `temperature`, `limit`, `draft_sampling`, `device_map`, `full_every`;
+    see `RunSettings.of`). `draft_sampling` (temperature > 0 only): "greedy" as vLLM drafts by default, or
+    "probabilistic" (see loop.DRAFT_SAMPLING). `device_map` (e.g. "auto") spreads the target over devices; the
+    drafters then run on its last device. `tree` (run/tree.py: static rank paths or dynamic:top_k=..,depth=..,
+    total=..): draft trees instead of chains; the depth is then the tree's depth bound. `compact`: merge the
+    shards into one file per table when the capture finishes (trace.compact)."""
+    st = settings_of(settings, settings_kw, "run_capture")  # before anything is loaded or written
     if tree is not None:
         tree = parse_tree(tree) if isinstance(tree, str) else tree
-        if mode != "generate":
+        if st.mode != "generate":
             raise DriftError("--tree: trees are verified by the target (--mode generate only)")
-        depth = tree.max_depth
-    st = RunSettings.of(depth=depth, mode=mode, max_new_tokens=max_new_tokens, sink=sink, seed=seed,
-                        temperature=temperature, keep_rows=keep_rows, dtype=dtype, device=device, limit=limit,
-                        draft_sampling=draft_sampling, device_map=device_map,
-                        full_every=full_every)  # before anything is loaded or written
+        st = dataclasses.replace(st, depth=tree.max_depth)
     check_drafters(drafters)
     suite = load_suite(probes)
-    if limit is not None:
-        suite = suite[:limit]
+    if st.limit is not None:
+        suite = suite[:st.limit]
     from ...model.hub import resolve
 
     # hub ids become their cached snapshot folders here, so identity, tokenizer copy and manifest see files
     tgt_path = None if isinstance(target, (Target, nn.Module)) else str(resolve(target, "target"))
-    tgt = load_target(tgt_path or target, device=device, dtype=st.torch_dtype, device_map=device_map)
-    dev = drafter_device(tgt, device, device_map)
+    tgt = load_target(tgt_path or target, device=st.device, dtype=st.torch_dtype, device_map=st.device_map)
+    dev = drafter_device(tgt, st.device, st.device_map)
     drafters = [DrafterSpec(d.name, str(resolve(d.path, "drafter")), d.overrides) for d in drafters]
     models = {d.name: read_drafter(d.path, tgt.shape(), overrides=d.overrides, device=dev, dtype=st.torch_dtype)
               for d in drafters}
@@ -164,10 +155,10 @@ def run_capture(
     token_ids = {}  # every probe checked before anything is written; the error names the file and the probe
     for probe in suite:
         try:
-            check_text_length(probe, tgt, max_new_tokens + depth + 1)
+            check_text_length(probe, tgt, st.max_new_tokens + st.depth + 1)
             ids = probe.tokens(tgt)
-            check_prompt(ids, tgt, positions_needed(len(ids), probe.max_new_tokens or max_new_tokens,
-                                                    tree.max_nodes if tree is not None else depth))
+            check_prompt(ids, tgt, positions_needed(len(ids), probe.max_new_tokens or st.max_new_tokens,
+                                                    tree.max_nodes if tree is not None else st.depth))
         except DriftError as e:
             raise DriftError(f"{probes}: probe {probe.id!r}: {e}") from None
         token_ids[probe.id] = ids
@@ -175,7 +166,7 @@ def run_capture(
         **st.record(probes, len(suite)),
         "attention": "masses from the fused attention kernel's log-sum-exp over the sink and draft keys; on full rounds "
                      "softmax rows of the K draft queries against the round's final key cache (no L x L maps)",
-        "draft_sampling": draft_sampling if temperature > 0 else "greedy (temperature 0)",
+        "draft_sampling": st.draft_sampling if st.temperature > 0 else "greedy (temperature 0)",
     }
     if any(p.messages is not None for p in suite):
         capture_settings["chat_format"] = tgt.chat_format
@@ -187,14 +178,14 @@ def run_capture(
     manifest = build_manifest(tgt, tgt_path, models, capture_settings, extra_manifest)
 
     def step(writer, bar, probe) -> None:
-        mnt = probe.max_new_tokens or max_new_tokens
+        mnt = probe.max_new_tokens or st.max_new_tokens
         try:
             if tree is not None:
-                tables, rows = capture_tree_prompt(tgt, models, probe, token_ids[probe.id], tree, mnt, st.sink, seed,
-                                                   temperature), None
+                tables, rows = capture_tree_prompt(tgt, models, probe, token_ids[probe.id], tree, mnt, st.sink, st.seed,
+                                                   st.temperature), None
             else:
-                tables, rows = capture_prompt(tgt, models, probe, token_ids[probe.id], depth, mode, mnt, st.sink,
-                                              seed, keep_rows, temperature, draft_sampling, st.full_every)
+                tables, rows = capture_prompt(tgt, models, probe, token_ids[probe.id], st.depth, st.mode, mnt, st.sink,
+                                              st.seed, st.keep_rows, st.temperature, st.draft_sampling, st.full_every)
         except DriftError as e:  # e.g. NaN/inf target features: name the target and the probe
             raise DriftError(f"{tgt_path or tgt.name}: probe {probe.id!r}: {e}") from None
         writer.add(probe.id, tables, rows)

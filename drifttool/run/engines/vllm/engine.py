@@ -30,7 +30,7 @@ from ....trace.records import add_rows, prompt_row, prompt_tables
 from ...hooks import Capture
 from ...loop import positions_needed
 from ...probes import Probe, load_suite
-from ...runner import RunSettings, check_drafters, check_same_aux, prompt_seed, write_run
+from ...runner import RunSettings, check_drafters, check_same_aux, prompt_seed, settings_of, write_run
 from ..hf import DrafterSpec
 from .crosscheck import check_acceptance, metrics_delta, spec_metrics, tolerance, verdict
 from .launch import engine_args, first_line, import_vllm, shutdown, start_llm
@@ -216,9 +216,7 @@ def run_capture_vllm(
     `sink`, `seed`, `keep_rows`, `temperature`, `limit`, ...; see `RunSettings.of`). One vLLM engine per drafter;
     shards are keyed `DRAFTER:PROMPT`. `dtype` applies to vLLM and to the replay drafter, `device` to the replay
     drafter. `vllm_kwargs` go to `vllm.LLM` (they may not contradict launch.REQUIRED_ARGS)."""
-    if settings is not None and settings_kw:
-        raise DriftError(f"run_capture_vllm: give settings or {sorted(settings_kw)}, not both")
-    st = settings if settings is not None else RunSettings.of(**settings_kw)
+    st = settings_of(settings, settings_kw, "run_capture_vllm")
     check_drafters(drafters)
     check_vllm_settings(st, target)
     vllm = import_vllm()
