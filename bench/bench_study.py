@@ -37,9 +37,12 @@ AUX_LAYERS = [2, 16, 29]
 
 
 def prompt_tables(
-    name: str, pid: str, rounds: int, k: int, heads: int, context: int, growth: float, rng, keep_rows: int = 0
+    name: str, pid: str, rounds: int, k: int, heads: int, context: int, growth: float, rng, keep_rows: int = 0,
+    full_every: int = 16,
 ) -> tuple[dict[str, pd.DataFrame], dict[str, np.ndarray]]:
-    """One prompt x drafter: every table a capture writes, with the columns and dtypes records.py gives them."""
+    """One prompt x drafter: every table a capture writes, with the columns and dtypes records.py gives them.
+    As `drifttool capture --full-every N` writes them: entropy and the head maxima only on full rounds (0, N,
+    2N, ...; NaN / -1 elsewhere); full_every 1 = every round."""
     ctx = context + np.arange(rounds) * 2
     acc = np.minimum(rng.geometric(0.35, rounds) - 1, k)
     rnd = np.arange(rounds)
@@ -52,6 +55,9 @@ def prompt_tables(
     w = rng.dirichlet([2.0, 0.3, 0.3, 4.0], size=n * heads).astype(np.float32)
     sink, draft, own = w[:, 0], w[:, 1] * (np.repeat(dep, heads) >= 2), w[:, 2]
     ent = rng.gamma(4.0, 0.8, n * heads)
+    full = (np.arange(rounds) % full_every == 0) if full_every > 0 else np.arange(rounds) == 0
+    full_h = np.repeat(full, k * heads)
+    ent = np.where(full_h, ent, np.nan)
     hm = lambda a: f32(a).reshape(n, heads).mean(1)  # noqa: E731
     rms = growth ** (dep - 1) * (1 + rng.normal(0, 0.02, n))
     ids = rng.integers(0, 49152, size=(3, n))
@@ -85,6 +91,8 @@ def prompt_tables(
         }
     )
     top = np.where(rng.random(n * heads) < 0.6, 0, rng.integers(0, np.repeat(pos, heads) + 1))
+    top = np.where(full_h, top, -1)
+    maxp = np.where(full_h, np.maximum(sink, rng.random(n * heads) * 0.5), np.nan)
     heads_df = pd.DataFrame(
         {
             "drafter": name,
@@ -96,7 +104,7 @@ def prompt_tables(
             "draft_mass": f32(draft),
             "own_mass": own,
             "entropy": f32(ent),
-            "max_prob": f32(np.maximum(sink, rng.random(n * heads) * 0.5)),
+            "max_prob": f32(maxp),
             "top_pos": top.astype(np.int32),
         }
     )
@@ -112,6 +120,7 @@ def prompt_tables(
             "beyond_window": ctx - 2 + k >= 2048,
             "draft_s": rng.gamma(4, 0.005, rounds),
             "verify_s": rng.gamma(4, 0.02, rounds),
+            "full_stats": full,
         }
     )
     aux = pd.DataFrame(
@@ -164,7 +173,8 @@ def prompt_tables(
 
 
 def write_study(
-    path: Path, prompts: int, rounds: int, k: int, heads: int, context: int, keep_rows: int = 0, seed: int = 0
+    path: Path, prompts: int, rounds: int, k: int, heads: int, context: int, keep_rows: int = 0, seed: int = 0,
+    full_every: int = 16,
 ) -> dict:
     """Write the synthetic study through TraceWriter (one shard per prompt) and its compactor; returns timings."""
     rng = np.random.default_rng(seed)
@@ -186,6 +196,7 @@ def write_study(
             "mode": "generate",
             "sink": {"first_n": 4, "positions": [], "token_ids": []},
             "probes": {"sha256": "synthetic-study"},
+            "full_every": full_every,
         },
         "target": {"config_hash": "synthetic"},
     }
@@ -193,7 +204,7 @@ def write_study(
     w = TraceWriter(path, manifest, overwrite=True)
     for i in range(prompts):
         parts = [
-            prompt_tables(n, f"q{i:04d}", rounds, k, heads, context, g, rng, keep_rows)
+            prompt_tables(n, f"q{i:04d}", rounds, k, heads, context, g, rng, keep_rows, full_every)
             for n, g in DRAFTERS.items()
         ]
         tabs = {t: pd.concat([p[0][t] for p in parts], ignore_index=True) for t in parts[0][0]}
@@ -250,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--depth", type=int, default=8)
     ap.add_argument("--context", type=int, default=16384)
     ap.add_argument("--keep-rows", type=int, default=0, help="sampled attention rows per prompt and drafter")
+    ap.add_argument("--full-every", type=int, default=16,
+                    help="entropy / head maxima on every N-th round only, as `drifttool capture --full-every` "
+                         "(default 16, capture's default; 1 = every round)")
     ap.add_argument("--repeats", type=int, default=3, help="first-page runs (each a fresh process)")
     ap.add_argument("--workdir", help="where to build the trace (default: a temp dir, removed)")
     ap.add_argument("--keep", action="store_true", help="keep the trace (with --workdir)")
@@ -262,14 +276,14 @@ def main(argv: list[str] | None = None) -> int:
     tmp = tempfile.mkdtemp(dir=a.workdir)
     path = Path(tmp) / "study.drift"
     try:
-        w = write_study(path, a.prompts, a.rounds, a.depth, a.heads, a.context, a.keep_rows)
+        w = write_study(path, a.prompts, a.rounds, a.depth, a.heads, a.context, a.keep_rows, full_every=a.full_every)
         size, files = folder_bytes(path)
         rows = sum(p.stat().st_size for p in (path / "rows").glob("*")) if (path / "rows").is_dir() else 0
         runs = [first_page(path) for _ in range(a.repeats)]
         rounds = a.prompts * a.rounds * len(DRAFTERS)
         print(
             f"study trace: {a.prompts} prompts x {a.rounds} rounds x {len(DRAFTERS)} drafters, K={a.depth}, "
-            f"{a.heads} heads, context ~{a.context}: {rounds * a.depth * a.heads:,} head rows"
+            f"{a.heads} heads, context ~{a.context}, full rows every {a.full_every}: {rounds * a.depth * a.heads:,} head rows"
         )
         print(
             f"  written in {w['write_s']:.1f} s as {w['sharded_files']} shard files ({w['sharded_bytes'] / 1e6:.1f} MB), "

@@ -22,7 +22,9 @@ def test_command_is_local_headless_and_passes_only_the_traces(tmp_path):
 def test_missing_app_and_bad_port_are_one_line_errors(monkeypatch, tmp_path, capsys):
     assert cli.main(["dashboard", "--port", "70000"]) == 2
     assert "--port 70000" in capsys.readouterr().err
-    monkeypatch.setattr(cli, "__file__", str(tmp_path / "drifttool" / "cli.py"))
+    import drifttool.dashboard_cmd as dcmd
+
+    monkeypatch.setattr(dcmd, "__file__", str(tmp_path / "drifttool" / "dashboard_cmd.py"))
     try:
         cli.dashboard_command([], 8501)
     except DriftError as e:
