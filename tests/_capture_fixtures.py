@@ -3,6 +3,7 @@ and a CLI runner that keeps subprocesses to one CPU thread (the machine is share
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -12,7 +13,8 @@ from pathlib import Path
 import torch
 
 from drifttool import save_drafter
-from drifttool.model.tiny import tiny_drafter, tiny_target
+from drifttool.model.drafter import Eagle3Drafter
+from drifttool.model.tiny import tiny_drafter, tiny_drafter_config, tiny_target
 
 TINY = {"vocab": 64, "hidden": 32, "layers": 4, "heads": 4, "kv_heads": 2}
 REPO = Path(__file__).resolve().parent.parent
@@ -51,3 +53,22 @@ def cli(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
     """`python -m drifttool.cli ARGS` in a fresh interpreter."""
     return subprocess.run([sys.executable, "-m", "drifttool.cli", *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, env=child_env(), **kw)
+
+
+def make_drafter(t, nh: int, nkv: int, seed: int, zero_keys: bool = False, config: dict | None = None,
+                 **flags) -> Eagle3Drafter:
+    """A drafter on the tiny target's embeddings and lm_head with sharpened weights (peaky attention, so a wrong
+    slot or head shows up); `config`: other DrafterConfig fields (sliding_window, mla, ...)."""
+    cfg = dataclasses.replace(tiny_drafter_config(t, **flags), num_attention_heads=nh, num_key_value_heads=nkv,
+                              head_dim=8, **(config or {}))
+    torch.manual_seed(seed)
+    d = Eagle3Drafter(cfg)
+    with torch.no_grad():
+        d.embed_tokens.weight.copy_(t.input_embeddings())
+        d.lm_head.weight.copy_(t.model.lm_head.weight)
+        for name, p in d.named_parameters():
+            if p.ndim == 2 and name not in ("embed_tokens.weight", "lm_head.weight"):
+                p.mul_(3.0)
+        if zero_keys:
+            d.layer.self_attn.k_proj.weight.zero_()
+    return d.eval()

@@ -5,17 +5,15 @@ eager rows and, with keys forced to zero (uniform attention), against slot count
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
 import pytest
 import torch
-from _capture_fixtures import TINY, prompt
+from _capture_fixtures import TINY, make_drafter, prompt
 
 from drifttool.errors import DriftError
-from drifttool.model.drafter import Eagle3Drafter
-from drifttool.model.tiny import tiny_drafter_config, tiny_target
+from drifttool.model.tiny import tiny_target
 from drifttool.run.hooks import Capture
 from drifttool.run.loop import speculate
 from drifttool.run.sinks import SinkSpec
@@ -28,22 +26,6 @@ K = 4
 @pytest.fixture(scope="module")
 def target():
     return tiny_target(**TINY)
-
-
-def make_drafter(t, nh: int, nkv: int, seed: int, zero_keys: bool = False, **flags) -> Eagle3Drafter:
-    cfg = dataclasses.replace(tiny_drafter_config(t, **flags), num_attention_heads=nh, num_key_value_heads=nkv,
-                              head_dim=8)
-    torch.manual_seed(seed)
-    d = Eagle3Drafter(cfg)
-    with torch.no_grad():
-        d.embed_tokens.weight.copy_(t.input_embeddings())
-        d.lm_head.weight.copy_(t.model.lm_head.weight)
-        for name, p in d.named_parameters():
-            if p.ndim == 2 and name not in ("embed_tokens.weight", "lm_head.weight"):
-                p.mul_(3.0)  # peaky attention, so a wrong slot or head shows up
-        if zero_keys:
-            d.layer.self_attn.k_proj.weight.zero_()
-    return d.eval()
 
 
 class EagerRows:

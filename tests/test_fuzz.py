@@ -61,17 +61,20 @@ def _prompt(name: str, rounds: int, rng: np.random.Generator) -> tuple[dict[str,
     return tabs, rows
 
 
+# The manifest of a two-prompt synthetic trace (also used by test_interrupt_guard).
+MANIFEST = {"target": {"path": "t", "num_layers": 4, "hidden_size": 8, "aux_layer_ids": AUX, "config_hash": "t"},
+            "drafters": [{"name": "e3", "layout": "speculators", "variant": "eagle3", "flags": {"fc_norm": False},
+                          "overrides": {}, "assumptions": {"rope": "x"}, "config_hash": "d",
+                          "max_position_embeddings": 2048, "rope_scaling": None}],
+            "capture": {"depth": K, "mode": "generate", "sink": {"first_n": 4, "positions": [], "token_ids": []},
+                        "seed": 0, "dtype": "float32", "probes": {"path": "p.jsonl", "sha256": "x", "n_prompts": 2}},
+            "settings_hash": "h"}
+
+
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("fuzz")
-    man = {"target": {"path": "t", "num_layers": 4, "hidden_size": 8, "aux_layer_ids": AUX, "config_hash": "t"},
-           "drafters": [{"name": "e3", "layout": "speculators", "variant": "eagle3", "flags": {"fc_norm": False},
-                         "overrides": {}, "assumptions": {"rope": "x"}, "config_hash": "d",
-                         "max_position_embeddings": 2048, "rope_scaling": None}],
-           "capture": {"depth": K, "mode": "generate", "sink": {"first_n": 4, "positions": [], "token_ids": []},
-                       "seed": 0, "dtype": "float32", "probes": {"path": "p.jsonl", "sha256": "x", "n_prompts": 2}},
-           "settings_hash": "h"}
-    w = TraceWriter(root / "base.drift", man)
+    w = TraceWriter(root / "base.drift", MANIFEST)
     rng = np.random.default_rng(0)
     for i, n in enumerate((3, 2)):
         w.add(f"p{i}", *_prompt(f"p{i}", n, rng))

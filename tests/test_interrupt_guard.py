@@ -12,20 +12,13 @@ import signal
 
 import numpy as np
 import pytest
-from test_fuzz import AUX, K, _prompt
+from test_fuzz import MANIFEST as MAN
+from test_fuzz import _prompt
 
 from drifttool.run.runner import Interrupts
 from drifttool.trace import writer as wmod
 from drifttool.trace.reader import read_trace
 from drifttool.trace.writer import TraceWriter
-
-MAN = {"target": {"path": "t", "num_layers": 4, "hidden_size": 8, "aux_layer_ids": AUX, "config_hash": "t"},
-       "drafters": [{"name": "e3", "layout": "speculators", "variant": "eagle3", "flags": {"fc_norm": False},
-                     "overrides": {}, "assumptions": {"rope": "x"}, "config_hash": "d",
-                     "max_position_embeddings": 2048, "rope_scaling": None}],
-       "capture": {"depth": K, "mode": "generate", "sink": {"first_n": 4, "positions": [], "token_ids": []},
-                   "seed": 0, "dtype": "float32", "probes": {"path": "p.jsonl", "sha256": "x", "n_prompts": 2}},
-       "settings_hash": "h"}
 
 
 def test_interrupt_between_rename_and_bookkeeping_finishes_the_shard(tmp_path, monkeypatch):

@@ -6,20 +6,18 @@ full-row schedule (full_every) is what the trace's rounds.full_stats says, and a
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from _capture_fixtures import TINY, prompt
+from _capture_fixtures import TINY, make_drafter, prompt
 
 from drifttool.analysis.where_attention import attention_targets
 from drifttool.errors import DriftError
 from drifttool.model.attention import fused_attention
 from drifttool.model.drafter import Eagle3Drafter
-from drifttool.model.tiny import tiny_drafter_config, tiny_target
+from drifttool.model.tiny import tiny_target
 from drifttool.run import attention_stats as stats
 from drifttool.run.hooks import Capture
 from drifttool.run.loop import speculate
@@ -38,18 +36,7 @@ def target():
 
 
 def make(t, kind: str, seed: int = 3) -> Eagle3Drafter:
-    cfg = dataclasses.replace(
-        tiny_drafter_config(t), num_attention_heads=4, num_key_value_heads=2, head_dim=8, **KINDS[kind]
-    )
-    torch.manual_seed(seed)
-    d = Eagle3Drafter(cfg)
-    with torch.no_grad():
-        d.embed_tokens.weight.copy_(t.input_embeddings())
-        d.lm_head.weight.copy_(t.model.lm_head.weight)
-        for name, p in d.named_parameters():
-            if p.ndim == 2 and name not in ("embed_tokens.weight", "lm_head.weight"):
-                p.mul_(3.0)  # peaky attention: a wrong slot shows up
-    return d.eval()
+    return make_drafter(t, 4, 2, seed, config=KINDS[kind])
 
 
 def _ids() -> list[int]:
