@@ -151,9 +151,28 @@ def sidebar_filters(keys: list[tuple[str, float]]) -> None:
     sb.multiselect("Tags (any of)", o["tags"], key="flt_tags", placeholder="all tags")
     k = o["depth"]
     if k > 1:
-        sb.slider("Depth range", 1, k, value=st.session_state.get("flt_depth", (1, k)), key="flt_depth")
+        sb.slider("Depth range", 1, k, value=st.session_state.get("flt_depth", initial_filters(k).depth_range), key="flt_depth")
     sb.multiselect("Heads", o["heads"], key="flt_heads", placeholder="all heads")
     sb.caption(f"showing {len(keys)} trace(s): " + ", ".join(o["names"]))
+
+
+def initial_filters(depth: int) -> Filters:
+    """What a fresh session filters by: everything, depths 1..K (the slider's start) when K > 1."""
+    return Filters((), (), (1, depth) if depth > 1 else None, ())
+
+
+def warm() -> None:
+    """Fill the shared caches a fresh session's first page reads: every given trace, then the default
+    selection's view under the initial filters. Run by the server process before a browser asks
+    (drifttool/dashboard_serve.py); a trace that fails is skipped here and reported by the page."""
+    keys = []
+    for p in trace_paths():
+        k = _key(p)
+        if k not in keys and _check(*k) is None:
+            keys.append(k)
+    if keys:
+        shown = [keys[i] for i in default_selection([len(_load(*k).manifest["drafters"]) for k in keys])]
+        _view(tuple(shown), initial_filters(_options(tuple(shown))["depth"]))
 
 
 def filters() -> Filters:

@@ -7,7 +7,8 @@ Order: the timing-sensitive overhead benchmarks first (the small bench drafter a
 drafter at 2k/16k, then the real-scale Llama-3.1-8B EAGLE-3 head shape at 2k/16k/64k in fp32 and bf16, each
 capture path against capture off; the smoke run does the small drafter only), then end-to-end capture (with the
 trace's bytes per round), trace I/O, the memory benchmark (it starts one process per point), and the
-study-scale trace last (the full run writes and merges a 1,000-prompt trace: about half an hour on 2 cores).
+study-scale trace (the full run writes and merges a 1,000-prompt trace: about half an hour on 2 cores), and the
+dashboard's cold start in Chromium last (full run only; needs playwright and Chromium).
 Each script also runs on its own; see --help.
 """
 
@@ -23,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_browser  # noqa: E402
 import bench_e2e  # noqa: E402
 import bench_memory  # noqa: E402
 import bench_overhead  # noqa: E402
@@ -37,7 +39,7 @@ SCRIPTS = (("overhead", bench_overhead, []), ("overhead-large", bench_overhead, 
            ("overhead-real-fp32", bench_overhead, [*REAL, "--label", "overhead-real-fp32"]),
            ("overhead-real-bf16", bench_overhead, [*REAL, "--dtype", "bfloat16", "--label", "overhead-real-bf16"]),
            ("e2e", bench_e2e, []), ("trace_io", bench_trace_io, []), ("memory", bench_memory, []),
-           ("study", bench_study, []))
+           ("study", bench_study, []), ("browser", bench_browser, ["--reps", "3"]))
 
 
 class Tee(io.TextIOBase):

@@ -1,4 +1,5 @@
-"""The `drifttool dashboard` command line: the app script, the `streamlit run` arguments and the Host/Origin
+"""The `drifttool dashboard` command line: the app script, the `streamlit run` arguments (run through
+drifttool.dashboard_serve) and the Host/Origin
 guard that keeps the dashboard local unless the user names other hosts."""
 
 from __future__ import annotations
@@ -37,8 +38,11 @@ def dashboard_command(traces: list[str], port: int, host: str = "127.0.0.1", all
         raise DriftError(f"--port {port}: expected 1..65535")
     if not host or any(c.isspace() for c in host):
         raise DriftError(f"--host {host!r}: expected an address such as 127.0.0.1 or 0.0.0.0")
-    return [sys.executable, "-m", "streamlit", "run", str(script), "--server.address", host,
-            "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal",
+    # drifttool.dashboard_serve = `streamlit run` that also reads the traces while the browser loads the page.
+    # No file watcher: the app is not edited while it serves, and watching costs start-up time.
+    return [sys.executable, "-m", "drifttool.dashboard_serve", str(script), "--server.address", host,
+            "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
+            "--client.toolbarMode", "minimal", "--server.fileWatcherType", "none",
             *origin_guard(host, allow_hosts), "--", *[str(Path(t).absolute()) for t in traces]]
 
 

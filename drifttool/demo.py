@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from .errors import DriftError
-from .run.engines.hf import DrafterSpec, run_capture
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = Path(__file__).resolve().parent / "zoo" / "models"
@@ -107,6 +106,9 @@ def run_demo(out: str = "runs/demo.drift", specimen: str = "smollm2", suite: str
         note = {"demo_note": "no trained zoo installed: random tiny models built on the fly"}
         probes = _token_probes(models)
         print("note: bundled models not found; using random tiny models built on the fly")
+    from .run.engines.hf import DrafterSpec, run_capture  # torch: only when capturing (the dashboard asks for
+    # sample_traces() and must not wait for torch)
+
     specs = [DrafterSpec("eagle3", str(models / "eagle3")), DrafterSpec("eagle3.1", str(models / "eagle3.1")),
              DrafterSpec("eagle3+norm_output", str(models / "eagle3"), {"norm_output": "true"})]
     target = str(models / "target") if note else target_of(specimen, models)

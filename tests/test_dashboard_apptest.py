@@ -139,3 +139,38 @@ def test_default_selection_rule():
     assert dashlib.default_selection([2, 1]) == [0, 1]  # a 2-trace comparison stays whole
     assert dashlib.default_selection([3] * 8) == [0]  # the 8 sample traces: one trace, 3 drafters
     assert dashlib.default_selection([]) == []
+
+
+def test_server_warm_up_fills_what_the_first_page_reads(monkeypatch, dash_traces):
+    """drifttool.dashboard_serve.warm reads the traces and aggregates the default view before a browser asks:
+    the first page of a fresh session then aggregates nothing (its _view call is a cache hit)."""
+    import streamlit as st
+
+    from drifttool.dashboard_serve import warm
+
+    st.cache_resource.clear()
+    st.cache_data.clear()
+    monkeypatch.setattr(sys, "argv", [str(APP), str(dash_traces["a"]), str(dash_traces["b"])])
+    warm(APP)
+    import dashlib
+
+    calls = []
+    real = dashlib.build_view
+    monkeypatch.setattr(dashlib, "build_view", lambda *a, **k: calls.append(1) or real(*a, **k))
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.run()
+    assert not at.exception and not at.error
+    assert sorted(at.dataframe[0].value["series"]) == sorted(SERIES)
+    assert calls == [], "the first page aggregated again: warm() and the page disagree on the default view"
+    at.slider[0].set_value((1, 2)).run()  # another filter is another view: aggregated now, not before
+    assert calls == [1]
+
+
+def test_server_warm_up_never_raises_on_a_bad_trace(monkeypatch, tmp_path):
+    from drifttool.dashboard_serve import warm
+
+    bad = tmp_path / "bad.drift"
+    bad.mkdir()
+    (bad / "manifest.json").write_text("{not json")
+    monkeypatch.setattr(sys, "argv", [str(APP), str(bad)])
+    warm(APP)  # the page reports it (test_bad_traces_*); the server keeps starting

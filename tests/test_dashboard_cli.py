@@ -12,10 +12,12 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_command_is_local_headless_and_passes_only_the_traces(tmp_path):
     cmd = cli.dashboard_command([str(tmp_path / "a.drift"), "b.drift"], 8600)
-    assert cmd[1:4] == ["-m", "streamlit", "run"] and cmd[4] == str(REPO / "app" / "dashboard.py")
-    opts = dict(zip(cmd[5:cmd.index("--"):2], cmd[6:cmd.index("--"):2]))
+    # `streamlit run` through drifttool.dashboard_serve (which also reads the traces before a browser asks)
+    assert cmd[1:3] == ["-m", "drifttool.dashboard_serve"] and cmd[3] == str(REPO / "app" / "dashboard.py")
+    opts = dict(zip(cmd[4:cmd.index("--"):2], cmd[5:cmd.index("--"):2]))
     assert opts["--server.address"] == "127.0.0.1" and opts["--server.port"] == "8600"
     assert opts["--server.headless"] == "true" and opts["--browser.gatherUsageStats"] == "false"
+    assert opts["--server.fileWatcherType"] == "none"
     assert cmd[cmd.index("--") + 1:] == [str(tmp_path / "a.drift"), str(Path("b.drift").absolute())]
 
 
@@ -35,7 +37,7 @@ def test_missing_app_and_bad_port_are_one_line_errors(monkeypatch, tmp_path, cap
 
 def test_host_option_sets_the_listen_address_and_rejects_junk(capsys):
     cmd = cli.dashboard_command(["a.drift"], 8600, host="0.0.0.0")
-    opts = dict(zip(cmd[5:cmd.index("--"):2], cmd[6:cmd.index("--"):2]))
+    opts = dict(zip(cmd[4:cmd.index("--"):2], cmd[5:cmd.index("--"):2]))
     assert opts["--server.address"] == "0.0.0.0"
     assert cli.main(["dashboard", "x.drift", "--host", "a b"]) == 2
     assert "--host" in capsys.readouterr().err

@@ -1,0 +1,123 @@
+"""Dashboard cold start in a real browser: `drifttool dashboard` on the sample traces, a fresh server and a fresh
+headless Chromium each repetition, and the same for a four-line Streamlit app that draws one plotly bar chart
+(the floor Streamlit + plotly set on this machine: whatever the dashboard does, its first page with a chart
+cannot draw sooner).
+
+    python bench/bench_browser.py [--reps 3] [TRACE.drift ...]
+
+Per repetition: launch -> server healthy; page opened -> first title drawn; -> first plotly chart drawn;
+-> page finished (Streamlit's script idle, every chart drawn). Prints each, then medians and min-max. Needs
+playwright and Chromium ($DRIFTTOOL_CHROMIUM, default /usr/bin/chromium)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CHROMIUM = os.environ.get("DRIFTTOOL_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu"]
+FLOOR_APP = """import plotly.graph_objects as go
+import streamlit as st
+st.title("Overview")
+st.plotly_chart(go.Figure(go.Bar(x=["EAGLE-3", "EAGLE-3.1"], y=[1.3, 1.4])))
+"""
+MARKS = {
+    "title": "() => document.querySelectorAll('h1').length > 0",
+    "chart": "() => !!document.querySelector('.js-plotly-plot .main-svg')",
+    "done": """() => { const a = document.querySelector('[data-testid="stApp"]');
+        return a && a.getAttribute('data-test-script-state') === 'notRunning'
+          && document.querySelectorAll('[data-testid="stSkeleton"]').length === 0
+          && !!document.querySelector('.js-plotly-plot .main-svg'); }""",
+}
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def one_start(cmd: list[str], port: int, browser_type) -> dict[str, float]:
+    """Start the server, open one fresh browser on it, time the marks; always stops both."""
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO,
+                            start_new_session=True)
+    out = {}
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"{' '.join(cmd[:4])}: server exited with {proc.returncode}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
+                    if r.read().strip() == b"ok":
+                        break
+            except OSError:
+                time.sleep(0.05)
+        out["healthy"] = time.perf_counter() - t0
+        browser = browser_type.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1700})
+            t1 = time.perf_counter()
+            page.goto(f"http://127.0.0.1:{port}", wait_until="domcontentloaded")
+            for name, js in MARKS.items():
+                page.wait_for_function(js, timeout=120_000)
+                out[name] = time.perf_counter() - t1
+        finally:
+            browser.close()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(20)
+    return out
+
+
+def summarize(label: str, runs: list[dict[str, float]]) -> None:
+    cells = []
+    for k in ("healthy", *MARKS):
+        vals = [r[k] for r in runs]
+        cells.append(f"{k} {statistics.median(vals):.2f} s [{min(vals):.2f}-{max(vals):.2f}]")
+    print(f"{label:<10} " + "; ".join(cells), flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("traces", nargs="*", help="trace folders (default: the sample traces)")
+    ap.add_argument("--reps", type=int, default=3)
+    a = ap.parse_args(argv)
+    from playwright.sync_api import sync_playwright
+
+    drifttool = [sys.executable, "-m", "drifttool.cli", "dashboard", *a.traces]
+    with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
+        floor_app = Path(tmp) / "floor.py"
+        floor_app.write_text(FLOOR_APP)
+        results: dict[str, list] = {"dashboard": [], "floor": []}
+        for rep in range(a.reps):  # interleaved, so a slow spell of the machine hits both
+            for label in results:
+                port = _port()
+                cmd = ([*drifttool, "--port", str(port)] if label == "dashboard" else
+                       [sys.executable, "-m", "streamlit", "run", str(floor_app), "--server.headless", "true",
+                        "--server.port", str(port), "--server.fileWatcherType", "none",
+                        "--browser.gatherUsageStats", "false"])
+                r = one_start(cmd, port, p.chromium)
+                results[label].append(r)
+                print(f"rep {rep} {label}: " + ", ".join(f"{k} {v:.2f}" for k, v in r.items()), flush=True)
+    print("times: launch -> healthy; page opened -> title / first chart / page done (median [min-max])")
+    for label, runs in results.items():
+        summarize(label, runs)
+    med = {k: statistics.median(r["done"] for r in v) for k, v in results.items()}
+    print(f"SUMMARY browser: sample traces' first page drawn {med['dashboard']:.2f} s cold (bar < 3 s); "
+          f"a one-chart Streamlit page {med['floor']:.2f} s on the same machine")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""The dashboard's server process (`python -m drifttool.dashboard_serve SCRIPT [streamlit options] -- TRACES`).
+
+Streamlit runs the app script inside its server process, so whatever that process has imported and cached
+the first browser visit does not pay for. This starts Streamlit's server as `streamlit run` would and, on a
+side thread, imports the app's modules and reads the given traces into the app's shared caches while the
+browser is still loading Streamlit's front end. A visit that arrives first simply waits on the same cache
+entry (Streamlit computes a cached resource once). A trace that fails to load is left to the page, which
+shows its one-line error."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+import threading
+from pathlib import Path
+
+QUIET = ("streamlit.runtime.caching.cache_data_api", "streamlit.runtime.scriptrunner_utils.script_run_context")
+
+
+def warm(script: Path) -> None:
+    """Import the app's helpers (pandas, pyarrow, plotly, drifttool.analysis) and fill its caches for the
+    traces in sys.argv[1:] (set as Streamlit sets it for the script). Never raises: the page reports."""
+    # "No runtime found" / "missing ScriptRunContext": expected outside a script run, not worth a log line
+    # (a filter, not a level: Streamlit resets its loggers' levels when it reads its config)
+    only_warm = _NotFromThisThread()
+    quiet = []
+    try:
+        for name in QUIET:
+            quiet.append(logging.getLogger(importlib.import_module(name).__name__))
+            quiet[-1].addFilter(only_warm)
+        if str(script.parent) not in sys.path:
+            sys.path.insert(0, str(script.parent))
+        import dashlib
+
+        dashlib.warm()
+    except Exception:  # noqa: BLE001 - the app's own first run shows any problem, in one line
+        pass
+    finally:
+        for q in quiet:
+            q.removeFilter(only_warm)
+
+
+class _NotFromThisThread(logging.Filter):
+    """Drops warnings logged by the thread that created it (the warm-up), lets every other thread's through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ident = threading.get_ident()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.thread != self.ident or record.levelno >= logging.ERROR
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script = Path(argv[0])
+    traces = argv[argv.index("--") + 1:] if "--" in argv else []
+    sys.argv = [str(script), *traces]  # what Streamlit gives the script; the warm-up reads the same list
+    threading.Thread(target=warm, args=(script,), name="drifttool-warm", daemon=True).start()
+    from streamlit.web.cli import main as streamlit_main
+
+    streamlit_main(args=["run", *argv], prog_name="streamlit")
+
+
+if __name__ == "__main__":
+    main()
