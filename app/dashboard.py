@@ -34,4 +34,7 @@ nav = st.navigation([st.Page(HERE / "app_pages" / f, title=t, url_path=u, defaul
 keys = dashlib.load_traces()
 if keys:
     dashlib.sidebar_filters(keys)
-nav.run()
+try:
+    nav.run()
+finally:
+    dashlib.fill_notes()

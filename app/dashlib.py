@@ -79,7 +79,7 @@ def _options(keys: tuple[tuple[str, float], ...]) -> dict:
         "prompts": sorted(prompts["prompt_id"].astype(str).unique()),
         "tags": sorted({x for s in prompts["tags"].dropna() for x in str(s).split(",") if x}),
         "depth": max(int(t.manifest["capture"].get("depth", 1)) for t in traces),
-        "heads": sorted({int(h) for t in traces for h in t.head_sums["head"].unique()}),
+        "heads": sorted({int(h) for t in traces for h in t.table("head_summary", ["head"])["head"].unique()}),
         "names": [t.name for t in traces],
     }
 
@@ -221,5 +221,15 @@ def table(df: pd.DataFrame, name: str, **kw) -> None:
 
 
 def notes(v: View) -> None:
-    for n in v.notes:
-        (st.error if n.startswith("FLAGGED") else st.warning)(n)
+    """Reserve the notes' place at the top of the page; `fill_notes` (the entry script, after the page ran)
+    writes them there, so a non-finite-value note covers every column the page read, not only the first page's."""
+    st.session_state["_notes_slot"] = (st.container(), v)
+
+
+def fill_notes() -> None:
+    slot, v = st.session_state.pop("_notes_slot", (None, None))
+    if slot is None:
+        return
+    with slot:
+        for n in v.notes:
+            (st.error if n.startswith("FLAGGED") else st.warning)(n)

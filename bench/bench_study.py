@@ -229,13 +229,14 @@ from drifttool.analysis.views import build_view, load_trace
 t_import = time.perf_counter() - t0
 t0 = time.perf_counter()
 t = load_trace(sys.argv[1])
-heads = sorted({int(h) for h in t.head_sums["head"].unique()})  # the sidebar's filter options
+heads = sorted({int(h) for h in t.table("head_summary", ["head"])["head"].unique()})  # the sidebar's options
+tags = sorted({x for s in t.prompts["tags"].dropna() for x in str(s).split(",") if x})
 v = build_view([t])
 plots.acceptance_length_bars(v.summary).to_json()
-v.prompts
+v.prompts, v.info, v.notes
 wall = time.perf_counter() - t0
 print(json.dumps({"first_page_s": wall, "import_s": t_import, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "depth_rows": len(t.depths), "heads": len(heads)}))
+                  "depth_rows": len(t.table("depths", ["depth"])), "heads": len(heads)}))
 """
 
 

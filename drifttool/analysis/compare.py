@@ -20,6 +20,8 @@ from .metrics import acceptance, cluster_mean, context_bucket, spearman
 DEPTH_METRICS = ("sink_mass", "self_mass", "prompt_mass", "draft_mass", "own_mass", "entropy", "rms_in", "rms_pre",
                  "rms_post")
 PREDICTORS = ("sink_mass", "self_mass", "rms_in")
+# the depths columns Comparison.summary reads (a view of a large trace reads only these for its first page)
+SUMMARY_DEPTHS = ["prompt_id", "depth", "self_mass", "rms_in", "sink_mass"]
 
 
 # Per-depth statistics over fewer rounds (chains reaching the depth) than this are greyed in charts and starred
@@ -133,10 +135,11 @@ def flag_notes(manifest: dict, name: str) -> list[str]:
     return [f"FLAGGED {name}: {f['key']}: {f['message']}" for f in manifest.get("flags", [])]
 
 
-def _frame(series: list[Series], table: str) -> pd.DataFrame:
+def series_table(series: list[Series], table: str, columns: list[str] | None = None) -> pd.DataFrame:
+    """One table of every series, with a `series` column (`columns`: only those, plus the keys)."""
     parts = []
     for s in series:
-        df = s.trace.table(table)
+        df = s.trace.table(table) if columns is None else s.trace.table(table, ["drafter", *columns])
         df = df[df["drafter"] == s.drafter].copy()
         df["series"] = s.label
         parts.append(df)
@@ -152,15 +155,17 @@ class Comparison:
     trained_window: int | None = None  # the user's --trained-window: wins over what the traces recorded
 
     @classmethod
-    def of(cls, traces: list[TraceData], trained_window: int | None = None) -> Comparison:
+    def of(cls, traces: list[TraceData], trained_window: int | None = None,
+           depth_columns: list[str] | None = None) -> Comparison:
+        """`depth_columns`: read only these of the depths table (the dashboard's first page: SUMMARY_DEPTHS)."""
         notes = check_compatible(traces)
         ser = series_of(traces)
         notes += check_distinct(traces)
-        rounds = _frame(ser, "rounds")
+        rounds = series_table(ser, "rounds")
         notes += [f"{s.label}: no drafted rounds in {s.trace.path.name} (empty trace, or every prompt ended before "
                   "a round, e.g. max_new_tokens 1); its tables are empty" for s in ser
                   if not (rounds["series"] == s.label).any()]
-        depths = _frame(ser, "depths")
+        depths = series_table(ser, "depths", depth_columns)
         notes += [n for t in traces for n in t.notes]  # NaN/inf counts met while reading: one note per trace
         return cls(ser, depths, rounds, notes, trained_window)
 
@@ -248,7 +253,7 @@ class Comparison:
 
     def heads(self) -> pd.DataFrame:
         """The per-head table of every series (read on demand: it is the largest table)."""
-        return _frame(self.series, "heads")
+        return series_table(self.series, "heads")
 
     def where(self) -> pd.DataFrame:
         """Per series x depth: where heads look hardest (see where_attention) and how concentrated they are."""

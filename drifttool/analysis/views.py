@@ -1,9 +1,10 @@
 """Filtered, aggregated views of traces: the tables behind every dashboard page (and the notebook).
 
-`load_trace` checks a trace once (the first page's tables read and validated, every other listed file opened)
-and reads the rest page by page; head pages use the per-prompt head summary, never the per-round heads table.
-`build_view` applies the shared filters (probes, tags, depth range, heads) and runs the `Comparison`
-statistics once per filter setting. Everything returned is plain pandas, so it caches and pickles."""
+`load_trace` checks a trace once (the first page's tables and columns read and validated, every other listed
+file opened) and reads the rest page by page, column set by column set; head pages use the per-prompt head
+summary, never the per-round heads table. `build_view` applies the shared filters (probes, tags, depth range,
+heads) and runs the `Comparison` statistics once per filter setting; the summary (first page) reads only the depth
+columns it needs, the per-depth pages the whole depths table. Everything returned is plain pandas."""
 
 from __future__ import annotations
 
@@ -15,32 +16,42 @@ import numpy as np
 import pandas as pd
 
 from ..trace.check import check_files, read_tokens
-from ..trace.reader import TraceData, member, read_table
+from ..trace.reader import TraceData, member
 from ..trace.summary import CATEGORIES
-from .compare import Comparison
+from .compare import SUMMARY_DEPTHS, Comparison, series_table
 from .metrics import context_bucket
 
 HEAD_METRICS = ("sink_mass", "draft_mass", "own_mass", "self_mass", "prompt_mass", "entropy")
-# read and validated at load: what the first page (overview) needs; the rest is read by the page that shows it
-FIRST_PAGE = ("prompts", "rounds", "depths")
+# read and validated at load: what the first page (overview) needs (None: every column); the rest is read by
+# the page that shows it
+FIRST_PAGE = {"prompts": None, "rounds": None, "depths": ["drafter", *SUMMARY_DEPTHS]}
 
 
 class LoadedTrace(TraceData):
-    """A trace for the dashboard: each table read once, on first use (thread-safe: Streamlit shares it across
-    sessions); heads only as per (drafter, prompt, depth, head) sums (`head_sums`)."""
+    """A trace for the dashboard: each table read once per column set, on first use (thread-safe: Streamlit
+    shares it across sessions); heads only as per (drafter, prompt, depth, head) sums (`head_sums`)."""
 
     def __init__(self, path):
         super().__init__(path)
         self._tables: dict[str, pd.DataFrame] = {}
+        self._whole: set[str] = set()  # tables held with every column
         self._lock = threading.Lock()
-        for n in FIRST_PAGE:
-            self.table(n)
+        for n, cols in FIRST_PAGE.items():
+            self.table(n, cols)
         check_files(self.path, self.manifest)  # the others: present, inside the folder, readable, with columns
 
-    def table(self, name: str) -> pd.DataFrame:
+    def table(self, name: str, columns: list[str] | None = None) -> pd.DataFrame:
+        """The table held (it may have more columns than asked for); read again, with the columns held so far
+        plus the new ones (or all), only when it lacks some."""
         with self._lock:
-            if name not in self._tables:
-                self._tables[name] = read_table(self.path, name, self.manifest, nonfinite=self.nonfinite)
+            held = self._tables.get(name)
+            if held is not None and (name in self._whole or columns is not None and set(columns) <= set(held)):
+                return held
+            want = None if columns is None else list(dict.fromkeys([*(held.columns if held is not None else ()),
+                                                                    *columns]))
+            self._tables[name] = super().table(name, want)
+            if want is None:
+                self._whole.add(name)
             return self._tables[name]
 
     @cached_property
@@ -179,19 +190,37 @@ class View:
     Raises DriftError if the traces cannot be compared."""
 
     def __init__(self, traces: list[TraceData], f: Filters = Filters()):
-        cmp = Comparison.of(traces)
+        cmp = Comparison.of(traces, depth_columns=SUMMARY_DEPTHS)  # the summary's columns; the rest on demand
         self.filters = f
         self.series = [s.label for s in cmp.series]
-        self.notes = list(cmp.notes)
+        self._traces = traces
+        self._notes = [n for n in cmp.notes if not any(n in t.notes for t in traces)]
         self.info = series_info(cmp)
         prompts = prompt_frame(cmp)
         self._keep = selected_prompts(prompts, f)
-        self.prompts = prompts[prompts["prompt_id"].isin(self._keep)].reset_index(drop=True)
-        dep = cmp.depths[cmp.depths["prompt_id"].isin(self._keep)]
-        rnd = cmp.rounds[cmp.rounds["prompt_id"].isin(self._keep)]
-        self._cmp = Comparison(cmp.series, dep, rnd, cmp.notes)
-        self._dd = _in_depths(dep, f)
+        self._all = self._keep == set(prompts["prompt_id"])  # no prompt filtered out: no filtered copies
+        self.prompts = prompts if self._all else prompts[prompts["prompt_id"].isin(self._keep)].reset_index(drop=True)
+        self._cmp = Comparison(cmp.series, self._kept(cmp.depths), self._kept(cmp.rounds), cmp.notes)
         self._pred: dict[int, pd.DataFrame] = {}
+
+    def _kept(self, df: pd.DataFrame) -> pd.DataFrame:
+        return df if self._all else df[df["prompt_id"].isin(self._keep)]
+
+    @property
+    def notes(self) -> list[str]:
+        """Comparison notes, then each trace's non-finite-value note for the columns read so far (a page that
+        reads more columns may add to it: show notes after the page's tables are computed)."""
+        return self._notes + [n for t in self._traces for n in t.notes]
+
+    @cached_property
+    def _full(self) -> Comparison:
+        """The comparison with every depths column (per-depth pages), filtered like the summary's."""
+        c = self._cmp
+        return Comparison(c.series, self._kept(series_table(c.series, "depths")), c.rounds, c.notes)
+
+    @cached_property
+    def _dd(self) -> pd.DataFrame:
+        return _in_depths(self._full.depths, self.filters)
 
     def trace_of(self, series: str) -> tuple[TraceData, str]:
         """The trace and drafter name behind a series label."""
@@ -212,14 +241,14 @@ class View:
     def per_depth(self) -> pd.DataFrame:
         if self._dd.empty:
             return pd.DataFrame(columns=["series", "depth"])
-        return self._cmp.per_depth(self._dd)
+        return self._full.per_depth(self._dd)
 
     @cached_property
     def by_context(self) -> pd.DataFrame:
         if self._dd.empty:
             return pd.DataFrame(columns=["series", "context_bucket", "depth"])
         dd = self._dd.assign(context_bucket=context_bucket(self._dd["context_len"]))
-        return self._cmp.per_depth(dd, by=("context_bucket",))
+        return self._full.per_depth(dd, by=("context_bucket",))
 
     def predictors(self, bins: int = 4) -> pd.DataFrame:
         """Acceptance by quantile bin of each predictor, per series x depth (see Comparison.predictors)."""

@@ -243,8 +243,12 @@ class TraceData:
     def name(self) -> str:
         return self.path.name.removesuffix(".drift")
 
-    def table(self, name: str) -> pd.DataFrame:
-        return read_table(self.path, name, self.manifest, nonfinite=self.nonfinite)
+    def table(self, name: str, columns: list[str] | None = None) -> pd.DataFrame:
+        """One table (`columns`: only those, derived ones computed); NaN/inf counts go to `nonfinite`."""
+        counts: dict[str, int] = {}
+        df = read_table(self.path, name, self.manifest, columns=columns, nonfinite=counts)
+        self.nonfinite.update(counts)  # per column: reading a table again (once per drafter) must not add up
+        return df
 
     @cached_property
     def prompts(self) -> pd.DataFrame:
