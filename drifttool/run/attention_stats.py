@@ -29,10 +29,13 @@ HIDDEN_FIELDS = ("rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post", "l2_post", 
 
 
 def massive(x: torch.Tensor) -> torch.Tensor:
-    """Massive-activation flag per row: some |x| > 100 and >= 1000x the row's median |x| (SPEC §7)."""
+    """Massive-activation flag per row: some |x| > 100 and >= 1000x the row's median |x|."""
     a = x.abs().float()
+    big = a > 100
+    if a.device.type == "cpu" and not bool(big.any()):  # nothing above 100: no row qualifies, skip the median
+        return torch.zeros(a.shape[:-1], dtype=torch.bool)  # (on CPU the test costs no device sync)
     med = a.median(dim=-1, keepdim=True).values
-    return ((a > 100) & (a >= 1000 * med)).any(-1)
+    return (big & (a >= 1000 * med)).any(-1)
 
 
 def rms(x: torch.Tensor) -> torch.Tensor:
@@ -113,27 +116,39 @@ def lse_masses(q: torch.Tensor, keys: torch.Tensor, n: int, lse: torch.Tensor, s
     """HEAD_FIELDS [K, nh, 6] from the K draft-step queries q [K, nh, hd], the round's keys [nkv, L, hd] and each
     query row's log-sum-exp lse [K, nh] over the keys it attended: sink / earlier-draft / own masses exactly as
     `head_stats` defines them (same slots, same window rule), entropy and max_prob NaN, top_pos -1 (not computed).
-    Only the S sink keys and the K-1 draft keys are read, gathered before the fp32 upcast (bf16 caches stay)."""
+    Only the S sink keys and the K-1 draft keys are read, gathered before the fp32 upcast (bf16 caches stay).
+    About ten small ops, all in the [K, nh, keys] layout (no reshuffles): this runs every round, and on a small
+    drafter its fixed cost is what capture adds."""
     k_, nh, hd = q.shape
     nkv = keys.shape[0]
     dev = q.device
+    ns = sink_idx.shape[0]
     idx = torch.cat([sink_idx.to(dev), torch.arange(n, n + k_ - 1, device=dev)])  # S sinks, then draft slots
-    kg = keys[:, idx].float()  # [nkv, S+K-1, hd]: the few keys, then fp32 (index_select would copy the cache)
-    qg = rearrange(q.float(), "k (g r) d -> g (k r) d", g=nkv)
-    s = torch.matmul(qg, kg.transpose(1, 2)).view(nkv, k_, nh // nkv, idx.shape[0])
-    s.mul_(scale or 1.0 / math.sqrt(hd))
-    p = (s - rearrange(lse.float(), "k (g r) -> g k r", g=nkv)[..., None]).exp_()
+    kg = keys[:, idx].float().repeat_interleave(nh // nkv, 0)  # [nh, S+K-1, hd]: head h reads kv head h // rep
+    s = torch.bmm(q.float().transpose(0, 1), kg.transpose(1, 2)).transpose(0, 1)  # [K, nh, S+K-1]
+    p = (s * (scale or 1.0 / math.sqrt(hd)) - lse.float()[..., None]).exp_()
     if window is not None and window_start(n, k_ - 1, window) > 0:  # some key left some depth's window
         lo = torch.tensor([window_start(n, j, window) for j in range(k_)], device=dev)
-        p.mul_((idx[None, :] >= lo[:, None]).float()[None, :, None, :])  # [1, K, 1, S+K-1]: inside the window
-    ns = sink_idx.shape[0]
-    sink = p[..., :ns].sum(-1)
-    _, draft_w, own_w = chain_masks(k_, str(dev))
-    tail = p[..., ns:]
-    draft, own = (tail * draft_w).sum(-1), (tail * own_w).sum(-1)
-    nan = torch.full_like(sink, float("nan"))
-    fields = [sink, draft, own, nan, nan, torch.full_like(sink, -1.0)]
-    return rearrange(torch.stack(fields, -1), "g k r f -> k (g r) f")
+        p.mul_((idx[None, :] >= lo[:, None]).float()[:, None, :])  # [K, 1, S+K-1]: inside the window
+    masses = torch.bmm(p, _region_weights(k_, ns, str(dev)))  # [K, nh, 3]: sink, earlier draft, own
+    return torch.cat([masses, _not_computed(k_, nh, str(dev))], -1)
+
+
+@lru_cache(maxsize=32)
+def _region_weights(k_: int, ns: int, device: str) -> torch.Tensor:
+    """[K, S+K-1, 3]: per depth, which of the gathered keys (S sinks, then the K-1 draft slots) count as sink,
+    earlier draft step, own slot (chain_masks' rule)."""
+    _, draft_w, own_w = chain_masks(k_, device)
+    w = torch.zeros(k_, ns + k_ - 1, 3, device=device)
+    w[:, :ns, 0] = 1
+    w[:, ns:, 1], w[:, ns:, 2] = draft_w[:, 0], own_w[:, 0]
+    return w
+
+
+@lru_cache(maxsize=32)
+def _not_computed(k_: int, nh: int, device: str) -> torch.Tensor:
+    """[K, nh, 3] entropy NaN, max_prob NaN, top_pos -1: the fields only a full row gives."""
+    return torch.tensor([float("nan"), float("nan"), -1.0], device=device).expand(k_, nh, 3)
 
 
 def hidden_stats(x: torch.Tensor) -> torch.Tensor:
