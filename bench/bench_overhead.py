@@ -18,6 +18,7 @@ jobs, wall time mostly measures the scheduler) and wall time (reported beside it
     python bench/bench_overhead.py --shape real --dtype bfloat16 # real-scale shape
     python bench/bench_overhead.py --smoke                       # seconds
     python bench/bench_overhead.py --profile 16k --paths new     # cProfile of capture-on rounds
+    python bench/bench_overhead.py --alternate 16k --reps 200    # paired off/taps/on blocks: mean +- SE
 """
 
 from __future__ import annotations
@@ -160,6 +161,41 @@ def profile(a, n: int) -> None:
     pstats.Stats(pr).sort_stats("tottime").print_stats(25)
 
 
+def alternate(a, n: int, samples: int) -> None:
+    """Per-pair alternation on a noisy machine: off, taps only (the per-step hooks, end_round skipped) and the
+    full capture, `samples` blocks of 2 rounds each, order flipped every block; prints mean (the cost: full
+    rounds included at their real rate), median and the standard error of each mean ratio."""
+    import statistics
+
+    drafter, shape, ctx, cache = setup(a, n)
+    on = Capture(drafter, full_every=a.full_every)
+    taps = Capture(drafter, full_every=a.full_every)
+    taps.end_round = lambda *args: None
+    ms: dict[str, list[float]] = {"off": [], "taps": [], "on": []}
+    time_rounds(drafter, cache, ctx, shape, a.warmup, None)
+    r0 = 0
+    for i in range(samples):
+        for m in ("off", "taps", "on") if i % 2 == 0 else ("on", "taps", "off"):
+            if m == "off":
+                ms[m].append(time_rounds(drafter, cache, ctx, shape, 2, None)[0])
+                continue
+            cap = on if m == "on" else taps
+            cap.rounds.clear()
+            with cap:
+                ms[m].append(time_rounds(drafter, cache, ctx, shape, 2, cap, r0)[0])
+            r0 += 2
+    off = statistics.mean(ms["off"])
+    print(f"# alternation at {fmt_ctx(n)}: {samples} blocks of 2 rounds per mode, {a.shape} shape, {a.dtype}, "
+          f"full rows every {a.full_every}")
+    for m in ("taps", "on"):
+        diff = [x - y for x, y in zip(ms[m], ms["off"])]  # paired: the same moment of the machine
+        se = statistics.stdev(diff) / len(diff) ** 0.5 / off
+        print(f"{m:<5} mean {statistics.mean(ms[m]) / off:.3f}x +- {se:.3f} (standard error); median "
+              f"{statistics.median(ms[m]) / statistics.median(ms['off']):.3f}x; off {1e3 * off:.2f} ms/round")
+    print(f"SUMMARY overhead-alternation: {fmt_ctx(n)} on {statistics.mean(ms['on']) / off:.3f}x (mean of "
+          f"{samples} paired blocks), taps alone {statistics.mean(ms['taps']) / off:.3f}x")
+
+
 def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", choices=("bench", "real"), default="bench")
@@ -179,6 +215,8 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--smoke", action="store_true", help="tiny settings, seconds")
     ap.add_argument("--label", default="overhead", help="name on the SUMMARY line")
     ap.add_argument("--profile", metavar="CTX", help="cProfile capture-on rounds at one context and exit")
+    ap.add_argument("--alternate", metavar="CTX", help="paired per-block alternation off / taps / on at one "
+                    "context (mean cost with its standard error; --reps blocks) and exit")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     paths = tuple(p for p in a.paths.split(",") if p)
@@ -186,6 +224,9 @@ def main(argv=None) -> list[dict]:
         ap.error(f"--paths: expected a comma list of {', '.join(PATHS)}")
     if a.smoke:
         a.contexts, a.reps, a.rounds, a.warmup = "256,1k", 3, 3, 1
+    if a.alternate:
+        alternate(a, parse_contexts(a.alternate)[0], a.reps)
+        return []
     if a.profile:
         a.paths = paths
         profile(a, parse_contexts(a.profile)[0])
