@@ -4,6 +4,8 @@
 # in one capture, greedy, depth 8 (the drafters were trained with a 3-step TTT unroll), seed 0; plus a
 # teacher-forced capture of the long-code suite (in sample_traces/teacher_forced/: the dashboard opens the
 # generate-mode traces, which can be compared with each other; traces of different modes cannot). Two lanes in parallel, one torch thread each (2 cores).
+# Full attention rows every round (--full-every 1): the samples are small, and entropy / head maxima on every
+# round keep the dashboard's entropy charts dense (a capture's default computes them every 16th round).
 # Run only when the drafters or the trace schema change; extra arguments go to every `drifttool capture`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +17,7 @@ D=(--drafter eagle3=$M/eagle3 --drafter eagle3.1=$M/eagle3.1 --drafter "eagle3+n
 cap() {  # suite, out name, extra args...
   local suite=$1 name=$2; shift 2
   OMP_NUM_THREADS=1 $DT capture --target "$T" "${D[@]}" --probes probes/real/$suite.jsonl --depth "$DEPTH" \
-    --max-new-tokens 32 --keep-rows 2 --seed 0 --quiet --out sample_traces/$name.drift --overwrite "$@"
+    --max-new-tokens 32 --keep-rows 2 --full-every 1 --seed 0 --quiet --out sample_traces/$name.drift --overwrite "$@"
 }
 ( cap long_code smollm2-long_code "$@" && cap short_chat smollm2-short_chat "$@" ) &
 a=$!

@@ -24,16 +24,17 @@ from _capture_fixtures import REPO, child_env
 CHROMIUM = os.environ.get("DRIFTTOOL_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-# (url path, page title, minimum plotly charts on that page)
-PAGES = [("", "Overview", 1), ("depth", "Depth", 3), ("heads", "Heads", 2), ("context", "Context length", 2),
-         ("drilldown", "Prompt drill-down", 1), ("magnitudes", "Magnitudes", 3),
-         ("rejection", "What predicts rejection", 2)]
-READY = """([title, n]) => {
+# (url path, page title, minimum plotly charts, minimum data grids drawn on that page)
+PAGES = [("", "Overview", 0, 3), ("depth", "Depth", 4, 0), ("heads", "Heads", 2, 0),
+         ("context", "Context length", 2, 0), ("drilldown", "Prompt drill-down", 1, 0), ("magnitudes", "Magnitudes", 3, 0),
+         ("rejection", "What predicts rejection", 2, 0)]
+READY = """([title, n, f]) => {
   const app = document.querySelector('[data-testid="stApp"]');
   const titles = [...document.querySelectorAll('h1')].map(e => e.innerText.trim());
   const plots = [...document.querySelectorAll('.js-plotly-plot')].filter(e => e.querySelector('.main-svg'));
+  const grids = [...document.querySelectorAll('[data-testid="stDataFrame"]')].filter(e => e.querySelector('canvas'));
   return app && app.getAttribute('data-test-script-state') === 'notRunning' && titles.includes(title)
-    && plots.length >= n && document.querySelectorAll('[data-testid="stSkeleton"]').length === 0;
+    && plots.length >= n && grids.length >= f && document.querySelectorAll('[data-testid="stSkeleton"]').length === 0;
 }"""
 
 
@@ -145,14 +146,14 @@ def server(request, dash_traces, tmp_path_factory):
 def _visit_pages(page, view: str, url: str | None, traces, tmp_path, problems: list[str], seen: dict) -> dict:
     """Open every page (through the sidebar after the first), check it, screenshot it; returns render times."""
     timings = {}
-    for path, title, n_charts in PAGES:
+    for path, title, n_charts, n_grids in PAGES:
         t0 = time.perf_counter()
         if not path and url:  # open the app once; then navigate like a user, through the sidebar
             page.goto(url, wait_until="domcontentloaded")
         else:
             page.get_by_test_id("stSidebarNavLink").filter(has_text=title).first.click()
             page.wait_for_url(f"**/{path}" if path else "**/")
-        page.wait_for_function(READY, arg=[title, n_charts], timeout=180_000)
+        page.wait_for_function(READY, arg=[title, n_charts, n_grids], timeout=180_000)
         page.wait_for_timeout(300)  # plotly lays out annotations after the first paint
         timings[path or "overview"] = round(time.perf_counter() - t0, 2)
         assert page.locator("[data-testid='stException']").count() == 0, f"{view}: exception on page /{path}"

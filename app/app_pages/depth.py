@@ -17,6 +17,7 @@ if v.info["trace"].nunique() > 1:  # several traces: small multiples, one panel 
     m = st.selectbox("One panel per trace", opts, index=opts.index("self_mass"), format_func=plots.label,
                      key="depth_facet_metric")
     dashlib.chart(plots.metric_by_trace(v.per_depth, m), "depth by trace")
+dashlib.chart(plots.acceptance_length_bars(v.summary), "mean acceptance length")
 dashlib.chart(plots.depth_curves(v.per_depth, scale="unit" if scale == "full 0-1" else "auto"), "depth curves")
 dashlib.chart(plots.feature_rms(v.per_depth), "feature rms")
 dashlib.chart(plots.acceptance_per_depth(v.per_depth), "acceptance per depth")

@@ -1,9 +1,8 @@
-"""Overview: per series the drafter identity, layout, flags and overrides, prompts, acceptance, drift summary."""
+"""Overview: per series the drafter identity, layout, flags and overrides, prompts, acceptance, drift summary.
+Tables only (see below), so the first page draws without the plotting library."""
 
 import dashlib
 import streamlit as st
-
-from drifttool import plots
 
 st.title("Overview")
 v = dashlib.view()
@@ -15,8 +14,16 @@ st.subheader("Acceptance and drift (95% CI over prompts)")
 st.caption("drift score = mean self mass over depths 2..K; feature growth = RMS(layer input) at depth K / depth 1; "
            "sink retention = sink mass at depth K / depth 1, left empty when the depth-1 sink mass is below 0.001 "
            "(no sink to retain).")
-dashlib.table(v.summary, "summary")
-dashlib.chart(plots.acceptance_length_bars(v.summary), "mean acceptance length")
+# Numbers only on the first page, with in-cell bars: a plotly chart makes the browser load and run plotly's
+# 4.7 MB bundle before the page is drawn (1.5-2 s cold); the chart pages load it when opened. The same
+# acceptance-length bars with their CIs head the Depth page.
+k = int(v.info["depth_K"].max()) if len(v.info) else 1
+dashlib.table(v.summary, "summary", column_config={
+    "mean_acceptance_length": st.column_config.ProgressColumn(
+        "mean_acceptance_length", format="%.3f", min_value=1.0, max_value=float(k + 1),
+        help="tokens per round, bonus token included; bar: 1 .. K+1"),
+    "drift_score": st.column_config.ProgressColumn("drift_score", format="%.3f", min_value=0.0, max_value=1.0,
+                                                   help="mean self mass over depths 2..K; bar: 0 .. 1")})
 st.subheader("Prompts")
 dashlib.table(v.prompts[["series", "prompt_id", "tags", "prompt_len", "n_generated", "n_rounds", "accepted_total",
                          "mean_acceptance_length"]], "prompts")
