@@ -18,7 +18,10 @@ st.caption("drift score = mean self mass over depths 2..K; feature growth = RMS(
 # 4.7 MB bundle before the page is drawn (1.5-2 s cold); the chart pages load it when opened. The same
 # acceptance-length bars with their CIs head the Depth page.
 k = int(v.info["depth_K"].max()) if len(v.info) else 1
-dashlib.table(v.summary, "summary", column_config={
+first = ["series", "mean_acceptance_length", "al_lo", "al_hi", "drift_score", "drift_lo", "drift_hi", "feature_growth",
+         "sink_retention"]  # the headline numbers in view; the other acceptance definitions after them
+dashlib.table(v.summary, "summary", column_order=[*(c for c in first if c in v.summary),
+                                                  *(c for c in v.summary if c not in first)], column_config={
     "mean_acceptance_length": st.column_config.ProgressColumn(
         "mean_acceptance_length", format="%.3f", min_value=1.0, max_value=float(k + 1),
         help="tokens per round, bonus token included; bar: 1 .. K+1"),
