@@ -69,12 +69,13 @@ class LoadedTrace(TraceData):
 
     @cached_property
     def where_counts(self) -> pd.DataFrame:
-        """Per (drafter, prompt, depth): head maxima per slot kind and their max_prob sum (where_attention)."""
+        """Per (drafter, prompt, depth, head): head maxima per slot kind and their max_prob sum (where_attention);
+        per head, so the heads filter applies to where heads look as to the head means."""
         h = self.table("head_summary")
         if h.empty or not int(h["max_n"].sum()):
             return pd.DataFrame()
-        g = h.groupby(["drafter", "prompt_id", "depth"], observed=True)[[*CATEGORIES, "max_prob_sum", "max_n"]].sum()
-        return g.rename(columns={"max_n": "n"}).reset_index()
+        keys = ["drafter", "prompt_id", "depth", "head"]
+        return h[[*keys, *CATEGORIES, "max_prob_sum", "max_n"]].rename(columns={"max_n": "n"})
 
     @cached_property
     def _rows(self) -> pd.DataFrame:
@@ -267,7 +268,8 @@ class View:
 
     @cached_property
     def where(self) -> pd.DataFrame:
-        """Per series x depth: share of head maxima by slot kind and mean max weight (where_attention)."""
+        """Per series x depth: share of head maxima by slot kind and mean max weight (where_attention), over the
+        selected prompts, depths and heads."""
         from .where_attention import from_counts, prompt_counts
 
         parts = []
@@ -277,6 +279,8 @@ class View:
             if c.empty:
                 continue
             c = c[(c["drafter"] == s.drafter) & c["prompt_id"].isin(self._keep)]
+            if self.filters.heads:
+                c = c[c["head"].isin(self.filters.heads)]
             parts.append(_in_depths(c, self.filters).assign(series=s.label))
         return from_counts(pd.concat(parts, ignore_index=True)) if parts else pd.DataFrame()
 

@@ -67,12 +67,12 @@ def top_positions(heads: pd.DataFrame, rounds: pd.DataFrame, depth: int, k: int 
 
 
 def prompt_counts(heads: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataFrame:
-    """Per drafter x prompt x depth: head-maxima counts per category and the max_prob sum — small enough to
-    keep for a dashboard that filters prompts, and summed exactly by `from_counts`."""
+    """Per drafter x prompt x depth x head: head-maxima counts per category and the max_prob sum — small enough
+    to keep for a dashboard that filters prompts and heads, and summed exactly by `from_counts`."""
     h = _with_context(heads, rounds)
     if h is None:
         return pd.DataFrame()
-    keys = ["drafter", "prompt_id", "depth"]
+    keys = ["drafter", "prompt_id", "depth", "head"]
     c = pd.crosstab([h[k] for k in keys], h["where"]).reindex(columns=list(CATEGORIES), fill_value=0)
     g = h.groupby(keys)["max_prob"].agg(max_prob_sum="sum", n="size")
     return c.join(g).reset_index()
