@@ -37,11 +37,31 @@ def traces(trained_pair, trained_pair31, tmp_path_factory) -> list[Path]:
     rows = [{"id": f"p{i}", "token_ids": p, "tags": tags[i]} for i, p in enumerate(trained_pair.prompts)]
     rows.append({"id": "p4", "token_ids": prompt(4, 118), "tags": ["long"]})  # context crosses 128
     probes = write_probes(root / "probes.jsonl", rows)
-    drafters = [DrafterSpec.parse(f"e3={trained_pair.checkpoint}"), DrafterSpec.parse(f"e31={trained_pair31.checkpoint}")]
-    a = run_capture(trained_pair.target, drafters, str(probes), str(root / "a.drift"), depth=4, max_new_tokens=24,
-                    progress=False, full_every=4)
-    b = run_capture(trained_pair.target, drafters[:1], str(probes), str(root / "b.drift"), depth=4,
-                    max_new_tokens=16, progress=False, full_every=3, limit=3)
+    drafters = [
+        DrafterSpec.parse(f"e3={trained_pair.checkpoint}"),
+        DrafterSpec.parse(f"e31={trained_pair31.checkpoint}"),
+    ]
+    a = run_capture(
+        trained_pair.target,
+        drafters,
+        str(probes),
+        str(root / "a.drift"),
+        depth=4,
+        max_new_tokens=24,
+        progress=False,
+        full_every=4,
+    )
+    b = run_capture(
+        trained_pair.target,
+        drafters[:1],
+        str(probes),
+        str(root / "b.drift"),
+        depth=4,
+        max_new_tokens=16,
+        progress=False,
+        full_every=3,
+        limit=3,
+    )
     return [Path(a), Path(b)]
 
 
@@ -86,13 +106,32 @@ def select(df: pd.DataFrame, path: Path, drafter: str, f: Filters, heads: bool =
 
 
 def close(got, want, what: str, atol: float = 1e-6) -> None:
-    np.testing.assert_allclose(np.asarray(got, float), np.asarray(want, float), atol=atol, rtol=1e-6,
-                               equal_nan=True, err_msg=what)
+    np.testing.assert_allclose(
+        np.asarray(got, float), np.asarray(want, float), atol=atol, rtol=1e-6, equal_nan=True, err_msg=what
+    )
+
+
+def bootstrap(df: pd.DataFrame, col: str, n_boot: int = 1000) -> tuple[float, float, float]:
+    """Mean of `col` and its 95% interval with the selected prompts resampled (the seeded multinomial draw the
+    package documents: seed 0, prompts in sorted order; none from one prompt)."""
+    g = df.groupby(df.prompt_id.astype(str))[col].agg(["sum", "count"]).sort_index()
+    k = len(g)
+    if k < 2:  # one prompt: no interval
+        return g["sum"].sum() / g["count"].sum(), np.nan, np.nan
+    w = np.random.default_rng(0).multinomial(k, np.full(k, 1 / k), size=n_boot).astype(float)
+    stats = (w @ g["sum"].to_numpy(float)) / (w @ g["count"].to_numpy(float))
+    lo, hi = np.nanpercentile(stats, [2.5, 97.5])
+    return g["sum"].sum() / g["count"].sum(), lo, hi
 
 
 def views(paths: list[Path], f: Filters):
-    """The dashboard's view (load_trace) and the notebook's (read_trace) of the same traces."""
-    return [build_view([load_trace(p) for p in paths], f), build_view([read_trace(p) for p in paths], f)]
+    """The dashboard's view (load_trace) and the notebook's (read_trace) of the traces, and the notebook's of the
+    first alone (one trace: its keys stay categorical, with every prompt as a category even when filtered out)."""
+    return [
+        build_view([load_trace(p) for p in paths], f),
+        build_view([read_trace(p) for p in paths], f),
+        build_view([read_trace(paths[0])], f),
+    ]
 
 
 @pytest.mark.parametrize("f", FILTERS, ids=str)
@@ -112,10 +151,14 @@ def test_head_means_and_where(traces, f):
             assert want.entropy.notna().all() and h.entropy.isna().any()  # NaNs present, none decide a mean
 
             # where heads look hardest: rounds with a recorded maximum, the slot kind of each maximum
-            w = h[h.top_pos >= 0].merge(raw(path, "rounds")[["drafter", "prompt_id", "round", "context_len"]],
-                                        on=["drafter", "prompt_id", "round"])
+            w = h[h.top_pos >= 0].merge(
+                raw(path, "rounds")[["drafter", "prompt_id", "round", "context_len"]],
+                on=["drafter", "prompt_id", "round"],
+            )
             t, n = w.top_pos.to_numpy(), w.context_len.to_numpy()
-            kind = np.select([t >= n, t == 0, t < 4, t >= n - 16], ["self", "pos0", "early", "recent"], "other")
+            kind = np.select(
+                [t >= n, t == 0, t < 4, t >= n - 16], ["self", "pos0", "early", "recent"], "other"
+            )
             share = pd.crosstab(w.depth, kind, normalize="index")
             got = v.where[v.where.series == label].set_index("depth").sort_index()
             assert list(got.index) == list(share.index), label
@@ -130,7 +173,9 @@ def test_head_means_and_where(traces, f):
 def test_prompts_aux_massive(traces, f):
     for v in views(traces, f):
         for label, (path, drafter) in series_map(v).items():
-            r = select(raw(path, "rounds"), path, drafter, Filters(f.prompts, f.tags))  # prompts: no depth filter
+            r = select(
+                raw(path, "rounds"), path, drafter, Filters(f.prompts, f.tags)
+            )  # prompts: no depth filter
             g = r.groupby("prompt_id").accepted.agg(["size", "sum"])
             got = v.prompts[v.prompts.series == label].assign(prompt_id=lambda x: x.prompt_id.astype(str))
             got = got.set_index("prompt_id").sort_index()
@@ -139,13 +184,28 @@ def test_prompts_aux_massive(traces, f):
             close(got.accepted_total, g["sum"], f"prompts accepted_total {label}")
             close(got.mean_acceptance_length, 1 + g["sum"] / g["size"], f"prompts AL {label}")
             s = v.summary.set_index("series").loc[label]
-            close(s.mean_acceptance_length, 1 + r.accepted.mean(), f"summary AL {label}")
             close(s.drafts, len(r), f"summary drafts {label}")
+            al = 1 + np.array(bootstrap(r, "accepted"))
+            close([s.mean_acceptance_length, s.al_lo, s.al_hi], al, f"summary AL {label} {f}")
+            dd = select(
+                raw(path, "depths"), path, drafter, Filters(f.prompts, f.tags)
+            )  # summary: every depth
+            close(
+                [s.drift_score, s.drift_lo, s.drift_hi],
+                bootstrap(dd[dd.depth >= 2], "self_mass"),
+                f"drift {label}",
+            )
+            by = dd.groupby("depth")[["rms_in", "sink_mass"]].mean()
+            close(s.feature_growth, by.rms_in.iloc[-1] / by.rms_in.iloc[0], f"feature_growth {label}")
+            close(s.sink_retention, by.sink_mass.iloc[-1] / by.sink_mass.iloc[0], f"sink_retention {label}")
 
             a = select(raw(path, "aux"), path, drafter, Filters(f.prompts, f.tags))
-            want = a.groupby(["chunk", "layer_id"]).agg(rms_before=("rms_before", "mean"),
-                                                        rms_after=("rms_after", "mean"),
-                                                        massive=("massive", "mean"), rounds=("round", "size"))
+            want = a.groupby(["chunk", "layer_id"]).agg(
+                rms_before=("rms_before", "mean"),
+                rms_after=("rms_after", "mean"),
+                massive=("massive", "mean"),
+                rounds=("round", "size"),
+            )
             got = v.aux_summary[v.aux_summary.series == label].set_index(["chunk", "layer_id"]).sort_index()
             assert list(got.index) == list(want.index) and len(want), label
             for c in want:
@@ -172,8 +232,22 @@ def test_by_context(traces, f):
             d = d.assign(context_bucket=bucket(d.context_len.to_numpy()), acc=d.accepted.astype(float))
             keys = ["context_bucket", "depth"]
             gb = d.groupby(keys)
-            want = pd.DataFrame({m: gb[m].mean() for m in ("sink_mass", "self_mass", "prompt_mass", "draft_mass",
-                                                             "own_mass", "entropy", "rms_in", "rms_pre", "rms_post")})
+            want = pd.DataFrame(
+                {
+                    m: gb[m].mean()
+                    for m in (
+                        "sink_mass",
+                        "self_mass",
+                        "prompt_mass",
+                        "draft_mass",
+                        "own_mass",
+                        "entropy",
+                        "rms_in",
+                        "rms_pre",
+                        "rms_post",
+                    )
+                }
+            )
             want["acceptance_rate"] = gb.acc.mean()
             want["n_alpha"] = d[d.reached].groupby(keys).acc.mean()
             want["n_rounds"], want["n_reached"] = gb.size(), gb.reached.sum()
@@ -192,13 +266,20 @@ def test_predictors(traces, bins):
     for label, (path, drafter) in series_map(v).items():
         d = select(raw(path, "depths"), path, drafter, f)
         d = d[d.reached]
-        for (depth, m), got in pr[pr.series == label].groupby(["depth", "metric"]):
+        mine = pr[pr.series == label]
+        assert set(zip(mine.depth, mine.metric)) == {
+            (k, m) for k in set(d.depth) for m in ("sink_mass", "self_mass", "rms_in")
+        }
+        for (depth, m), got in mine.groupby(["depth", "metric"]):
             sub = d[d.depth == depth]
             x, y = sub[m].to_numpy(np.float64), sub.accepted.to_numpy(np.float64)
             edges = np.unique(np.quantile(x, np.linspace(0, 1, bins + 1)))
             b = np.searchsorted(edges[1:-1], x, side="left") if len(edges) > 1 else np.zeros(len(x), int)
-            want = pd.DataFrame({"x": x, "y": y, "b": b}).groupby("b").agg(
-                lo=("x", "min"), hi=("x", "max"), acceptance=("y", "mean"), n=("y", "size"))
+            want = (
+                pd.DataFrame({"x": x, "y": y, "b": b})
+                .groupby("b")
+                .agg(lo=("x", "min"), hi=("x", "max"), acceptance=("y", "mean"), n=("y", "size"))
+            )
             got = got.set_index("bin").sort_index()
             assert list(got.index) == list(want.index), (label, depth, m)
             for c in want:

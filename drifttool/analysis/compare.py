@@ -204,12 +204,12 @@ class Comparison:
             r = self.rounds[self.rounds.series == s.label]
             d = self.depths[self.depths.series == s.label]
             acc = acceptance(r["accepted"].to_numpy(), k)
-            g = r.groupby("prompt_id")["accepted"].agg(["sum", "count"])
+            g = r.groupby("prompt_id", observed=True)["accepted"].agg(["sum", "count"])
             from .metrics import bootstrap_ratio
 
             al, al_lo, al_hi = bootstrap_ratio(g["sum"].to_numpy(), g["count"].to_numpy())
             deep = d[d.depth >= 2]
-            gd = deep.groupby("prompt_id")["self_mass"].agg(["sum", "count"])
+            gd = deep.groupby("prompt_id", observed=True)["self_mass"].agg(["sum", "count"])
             drift, dlo, dhi = bootstrap_ratio(gd["sum"].to_numpy(), gd["count"].to_numpy())
             by_depth = d.groupby("depth")[["rms_in", "sink_mass"]].mean()
             rows.append({
@@ -237,10 +237,13 @@ class Comparison:
         for (label, depth), sub in d.groupby(["series", "depth"], observed=True):
             y = sub["accepted"].astype(float).to_numpy()  # == match when greedy; sampled accepts non-argmax
             for m in PREDICTORS:
-                x = sub[m].to_numpy()
+                x = sub[m].to_numpy(np.float64)
                 rho = spearman(x, y)
-                try:
-                    q = pd.qcut(x, bins, duplicates="drop", labels=False)
+                try:  # quantile edges, right-closed bins: pd.qcut (pandas 2) put a value equal to an edge 1 ulp up
+                    edges_q = np.unique(np.nanquantile(x, np.linspace(0, 1, bins + 1)))
+                    if len(edges_q) < 2:  # a constant metric: one bin
+                        raise ValueError
+                    q = pd.cut(x, edges_q, include_lowest=True, labels=False)
                 except ValueError:
                     q = np.zeros(len(x), dtype=int)
                 rates = pd.Series(y).groupby(q).mean()

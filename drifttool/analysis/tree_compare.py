@@ -38,7 +38,7 @@ def tree_depth_table(traces: list[TraceData]) -> pd.DataFrame:
         nodes = raw.assign(accepted=raw.accepted.astype(float))
         for name, sel in branch_of(raw).items():
             sub = nodes[sel]
-            for (drafter, depth), g in sub.groupby(["drafter", "depth"]):
+            for (drafter, depth), g in sub.groupby(["drafter", "depth"], observed=True):
                 row = {
                     "trace": t.name,
                     "drafter": drafter,
@@ -47,7 +47,7 @@ def tree_depth_table(traces: list[TraceData]) -> pd.DataFrame:
                     "nodes": len(g),
                     "prompts": g.prompt_id.nunique(),
                 }
-                per_prompt = g.groupby("prompt_id")[list(METRICS)].mean()
+                per_prompt = g.groupby("prompt_id", observed=True)[list(METRICS)].mean()
                 for m in METRICS:
                     row[m] = float(g[m].mean())
                     k = len(per_prompt)
