@@ -2,9 +2,10 @@
 
 `load_trace` checks a trace once (the first page's tables and columns read and validated, every other listed
 file opened) and reads the rest page by page, column set by column set; head pages use the per-prompt head
-summary, never the per-round heads table. `build_view` applies the shared filters (probes, tags, depth range,
-heads) and runs the `Comparison` statistics once per filter setting; the summary (first page) reads only the depth
-columns it needs, the per-depth pages the whole depths table. Everything returned is plain pandas."""
+summary, never the per-round heads table. `build_view` applies the shared filters (probes, tags, depth range;
+heads: to the per-head tables, head_means and where) and runs the `Comparison` statistics once per filter
+setting; the summary (first page) reads only the depth columns it needs, the per-depth pages the whole depths
+table. Everything returned is plain pandas."""
 
 from __future__ import annotations
 
