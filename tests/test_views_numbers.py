@@ -62,7 +62,25 @@ def traces(trained_pair, trained_pair31, tmp_path_factory) -> list[Path]:
         full_every=3,
         limit=3,
     )
-    return [Path(a), Path(b)]
+    # the same prompt ids tagged differently (another probe suite): tags select per trace
+    other = write_probes(
+        root / "other.jsonl",
+        [
+            {"id": "p0", "token_ids": rows[0]["token_ids"], "tags": ["chat"]},
+            {"id": "p1", "token_ids": rows[1]["token_ids"], "tags": ["code"]},
+        ],
+    )
+    c = run_capture(
+        trained_pair.target,
+        drafters[1:],
+        str(other),
+        str(root / "c.drift"),
+        depth=4,
+        max_new_tokens=12,
+        progress=False,
+        full_every=4,
+    )
+    return [Path(a), Path(b), Path(c)]
 
 
 def raw(path: Path, table: str) -> pd.DataFrame:
@@ -136,6 +154,7 @@ def views(paths: list[Path], f: Filters):
 
 @pytest.mark.parametrize("f", FILTERS, ids=str)
 def test_head_means_and_where(traces, f):
+    partial = []  # per series: some entropies NaN (and maxima -1), yet every mean defined
     for v in views(traces, f):
         smap = series_map(v)
         assert sorted(v.head_means.series.unique()) == sorted(smap)
@@ -148,7 +167,7 @@ def test_head_means_and_where(traces, f):
             assert list(got.index) == list(want.index), label
             for c in want:
                 close(got[c], want[c], f"head_means {label} {c} {f}")
-            assert want.entropy.notna().all() and h.entropy.isna().any()  # NaNs present, none decide a mean
+            assert want.entropy.notna().all()
 
             # where heads look hardest: rounds with a recorded maximum, the slot kind of each maximum
             w = h[h.top_pos >= 0].merge(
@@ -166,7 +185,8 @@ def test_head_means_and_where(traces, f):
                 close(got[k], share[k] if k in share else 0.0, f"where {label} {k} {f}")
             close(got["max_prob"], w.groupby("depth").max_prob.mean(), f"where {label} max_prob {f}")
             close(got["n"], w.groupby("depth").size(), f"where {label} n {f}")
-            assert (w.top_pos >= 0).sum() < len(h)  # the -1 rounds exist and are skipped
+            partial.append(h.entropy.isna().any() and len(w) < len(h))
+    assert sum(partial) >= len(partial) // 2
 
 
 @pytest.mark.parametrize("f", FILTERS[:4], ids=str)

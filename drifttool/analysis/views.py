@@ -154,12 +154,13 @@ def _in_depths(df: pd.DataFrame, f: Filters) -> pd.DataFrame:
     return df[(df["depth"] >= lo) & (df["depth"] <= hi)]
 
 
-def head_means(cmp: Comparison, keep: set[str], f: Filters) -> pd.DataFrame:
-    """Per series x depth x head: mean of every head metric over the selected prompts' rounds."""
+def head_means(cmp: Comparison, keep: dict[str, set[str]], f: Filters) -> pd.DataFrame:
+    """Per series x depth x head: mean of every head metric over the selected prompts' rounds (`keep`: per series
+    label, the prompt ids selected)."""
     parts = []
     for s in cmp.series:
         h = s.trace.head_sums if hasattr(s.trace, "head_sums") else LoadedTrace(s.trace.path).head_sums
-        h = h[(h["drafter"] == s.drafter) & h["prompt_id"].isin(keep)]
+        h = h[(h["drafter"] == s.drafter) & h["prompt_id"].isin(keep[s.label])]
         if f.heads:
             h = h[h["head"].isin(f.heads)]
         h = _in_depths(h, f)
@@ -170,12 +171,12 @@ def head_means(cmp: Comparison, keep: set[str], f: Filters) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["series", "depth", "head"])
 
 
-def aux_summary(cmp: Comparison, keep: set[str]) -> pd.DataFrame:
+def aux_summary(cmp: Comparison, keep: dict[str, set[str]]) -> pd.DataFrame:
     """Per series x aux chunk: mean RMS before/after fc_norm and the fraction of rounds flagged massive."""
     parts = []
     for s in cmp.series:
         a = s.trace.table("aux")
-        a = a[(a["drafter"] == s.drafter) & a["prompt_id"].isin(keep)]
+        a = a[(a["drafter"] == s.drafter) & a["prompt_id"].isin(keep[s.label])]
         if a.empty:
             continue
         g = a.groupby(["chunk", "layer_id"], observed=True).agg(
@@ -199,14 +200,23 @@ class View:
         self._notes = [n for n in cmp.notes if not any(n in t.notes for t in traces)]
         self.info = series_info(cmp)
         prompts = prompt_frame(cmp)
-        self._keep = selected_prompts(prompts, f)
-        self._all = self._keep == set(prompts["prompt_id"])  # no prompt filtered out: no filtered copies
-        self.prompts = prompts if self._all else prompts[prompts["prompt_id"].isin(self._keep)].reset_index(drop=True)
+        # per series: one prompt id may carry other tags in another trace (another probe suite)
+        by = {label: prompts[prompts["series"] == label] for label in self.series}
+        self._keep = {label: selected_prompts(p, f) for label, p in by.items()}
+        self._all = all(self._keep[k] == set(p["prompt_id"]) for k, p in by.items())  # none out: no filtered copies
+        self.prompts = prompts if self._all else prompts[self._kept_rows(prompts)].reset_index(drop=True)
         self._cmp = Comparison(cmp.series, self._kept(cmp.depths), self._kept(cmp.rounds), cmp.notes)
         self._pred: dict[int, pd.DataFrame] = {}
 
+    def _kept_rows(self, df: pd.DataFrame) -> np.ndarray:
+        """Rows (of a frame with series and prompt_id columns) of the prompts selected for their series."""
+        ok = np.zeros(len(df), bool)
+        for label, keep in self._keep.items():
+            ok |= (df["series"] == label).to_numpy() & df["prompt_id"].isin(keep).to_numpy()
+        return ok
+
     def _kept(self, df: pd.DataFrame) -> pd.DataFrame:
-        return df if self._all else df[df["prompt_id"].isin(self._keep)]
+        return df if self._all else df[self._kept_rows(df)]
 
     @property
     def notes(self) -> list[str]:
@@ -279,7 +289,7 @@ class View:
                 prompt_counts(s.trace.table("heads"), s.trace.table("rounds"))
             if c.empty:
                 continue
-            c = c[(c["drafter"] == s.drafter) & c["prompt_id"].isin(self._keep)]
+            c = c[(c["drafter"] == s.drafter) & c["prompt_id"].isin(self._keep[s.label])]
             if self.filters.heads:
                 c = c[c["head"].isin(self.filters.heads)]
             parts.append(_in_depths(c, self.filters).assign(series=s.label))
