@@ -7,6 +7,7 @@ series label is prefixed). Views are built from the dashboard's loader and from 
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -83,8 +84,10 @@ def traces(trained_pair, trained_pair31, tmp_path_factory) -> list[Path]:
     return [Path(a), Path(b), Path(c)]
 
 
+@lru_cache(maxsize=64)
 def raw(path: Path, table: str) -> pd.DataFrame:
-    """A table as stored (Parquet under TABLE/), keys as plain strings, derived masses computed in float64."""
+    """A table as stored (Parquet under TABLE/), keys as plain strings, derived masses computed in float64
+    (cached: callers do not modify it)."""
     df = pd.read_parquet(path / table)
     for c in ("drafter", "prompt_id", "tags"):
         if c in df:
