@@ -204,12 +204,12 @@ class Comparison:
             r = self.rounds[self.rounds.series == s.label]
             d = self.depths[self.depths.series == s.label]
             acc = acceptance(r["accepted"].to_numpy(), k)
-            g = r.groupby("prompt_id")["accepted"].agg(["sum", "count"])
+            g = r.groupby("prompt_id", observed=True)["accepted"].agg(["sum", "count"])
             from .metrics import bootstrap_ratio
 
             al, al_lo, al_hi = bootstrap_ratio(g["sum"].to_numpy(), g["count"].to_numpy())
             deep = d[d.depth >= 2]
-            gd = deep.groupby("prompt_id")["self_mass"].agg(["sum", "count"])
+            gd = deep.groupby("prompt_id", observed=True)["self_mass"].agg(["sum", "count"])
             drift, dlo, dhi = bootstrap_ratio(gd["sum"].to_numpy(), gd["count"].to_numpy())
             by_depth = d.groupby("depth")[["rms_in", "sink_mass"]].mean()
             rows.append({

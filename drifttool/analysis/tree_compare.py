@@ -38,7 +38,7 @@ def tree_depth_table(traces: list[TraceData]) -> pd.DataFrame:
         nodes = raw.assign(accepted=raw.accepted.astype(float))
         for name, sel in branch_of(raw).items():
             sub = nodes[sel]
-            for (drafter, depth), g in sub.groupby(["drafter", "depth"]):
+            for (drafter, depth), g in sub.groupby(["drafter", "depth"], observed=True):
                 row = {
                     "trace": t.name,
                     "drafter": drafter,
@@ -47,7 +47,7 @@ def tree_depth_table(traces: list[TraceData]) -> pd.DataFrame:
                     "nodes": len(g),
                     "prompts": g.prompt_id.nunique(),
                 }
-                per_prompt = g.groupby("prompt_id")[list(METRICS)].mean()
+                per_prompt = g.groupby("prompt_id", observed=True)[list(METRICS)].mean()
                 for m in METRICS:
                     row[m] = float(g[m].mean())
                     k = len(per_prompt)
@@ -84,7 +84,7 @@ def render_tree_table(console, tab: pd.DataFrame) -> None:
 
     if console.width < 120:  # the branch names and intervals stay whole in narrow terminals and pipes
         console = Console(width=120, file=console.file, no_color=console.no_color)
-    for (trace, drafter), g in tab.groupby(["trace", "drafter"], sort=False):
+    for (trace, drafter), g in tab.groupby(["trace", "drafter"], sort=False, observed=True):
         t = Table(title=f"{trace} / {drafter}: per depth, by branch (mean ± 95% over prompts)")
         for c in ("depth", "branch", "nodes", "self mass", "sink mass", "entropy", "accepted"):
             t.add_column(c, justify="right" if c != "branch" else "left", no_wrap=True)

@@ -46,7 +46,7 @@ def attention_targets(heads: pd.DataFrame, rounds: pd.DataFrame, by: tuple[str, 
     keys = [*by, "depth"]
     share = pd.crosstab([h[k] for k in keys], h["where"], normalize="index")
     share = share.reindex(columns=list(CATEGORIES), fill_value=0.0)
-    stats = h.groupby(keys).agg(max_prob=("max_prob", "mean"), n=("max_prob", "size"))
+    stats = h.groupby(keys, observed=True).agg(max_prob=("max_prob", "mean"), n=("max_prob", "size"))
     return share.join(stats).reset_index()
 
 
@@ -74,7 +74,7 @@ def prompt_counts(heads: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     keys = ["drafter", "prompt_id", "depth"]
     c = pd.crosstab([h[k] for k in keys], h["where"]).reindex(columns=list(CATEGORIES), fill_value=0)
-    g = h.groupby(keys)["max_prob"].agg(max_prob_sum="sum", n="size")
+    g = h.groupby(keys, observed=True)["max_prob"].agg(max_prob_sum="sum", n="size")
     return c.join(g).reset_index()
 
 
@@ -82,7 +82,7 @@ def from_counts(counts: pd.DataFrame, by: tuple[str, ...] = ("series",)) -> pd.D
     """`attention_targets` from `prompt_counts` rows (after filtering prompts)."""
     if counts.empty:
         return pd.DataFrame()
-    g = counts.groupby([*by, "depth"])[[*CATEGORIES, "max_prob_sum", "n"]].sum()
+    g = counts.groupby([*by, "depth"], observed=True)[[*CATEGORIES, "max_prob_sum", "n"]].sum()
     out = g[list(CATEGORIES)].div(g["n"], axis=0)
     out["max_prob"] = g["max_prob_sum"] / g["n"]
     out["n"] = g["n"]
