@@ -9,6 +9,8 @@ Prints a pass/fail table:
   attention probabilities of the same steps, every depth and head, at 32k context.
 - device_map_placement: that target spread over every GPU (device_map "balanced"; needs >= 2) vs on one:
   features, logits, and the tokens speculation emits with the drafter on its last device.
+- lse_masses_vs_full: sink / draft / own masses from the attention kernel's log-sum-exp (what capture computes on
+  most rounds) vs the full-row reference of the same round; SKIP when the device's kernel gives no lse.
 - long_context_32k: the same drafter refreshed over 32768 positions and drafting K steps with the capture
   attached: finite logits, wall time, peak memory.
 Without CUDA it prints one line and exits 0 (CI skips it). `--device cpu --scale tiny` runs the same checks at
@@ -300,6 +302,23 @@ def check_rows(d: Eagle3Drafter, s: Scale, tol: float) -> Row:
     )
 
 
+def check_lse(d: Eagle3Drafter, s: Scale, tol: float) -> Row:
+    """The masses capture writes on most rounds (from the attention kernel's log-sum-exp, sink + draft keys only)
+    vs the full-row reference path, same round; and whether this device's kernel gave an lse at all (if not,
+    capture falls back to full rows every round: correct, slower)."""
+    lse, ref = Capture(d, full_every=0), Capture(d, full_every=1)
+    for cap in (lse, ref):
+        with cap:
+            one_round(d, s.ctx, s.depth, "sdpa", cap)
+    got, want = lse.rounds[0], ref.rounds[0]
+    if got.full:  # no lse from the kernel: the round was computed from full rows
+        return Row(f"lse_masses_vs_full ({s.ctx} ctx)", None, "kernel gave no lse: full rows every round",
+                   "lse available")
+    diff = float(abs(got.heads[..., :3] - want.heads[..., :3]).max())
+    return Row(f"lse_masses_vs_full ({s.ctx} ctx, sink/draft/own, every depth x head)", diff < tol,
+               f"max |diff| {diff:.2e}", f"< {tol:.0e} abs")
+
+
 def check_long(d: Eagle3Drafter, s: Scale, device: str) -> Row:
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
@@ -330,7 +349,8 @@ def run(device: str, scale: str, dtype: torch.dtype) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="drifttool-gpu-check-") as tmp:
         out.append(check_placement(s, device, dtype, Path(tmp), parity_tol))
         d = drafter_of(s, device, dtype, Path(tmp))
-        out += [check_drafter(d, s, parity_tol), check_rows(d, s, rows_tol), check_long(d, s, device)]
+        out += [check_drafter(d, s, parity_tol), check_rows(d, s, rows_tol), check_lse(d, s, rows_tol),
+                check_long(d, s, device)]
     return out
 
 

@@ -60,8 +60,9 @@ def pooled(root: Path) -> Comparison:
         [read_trace(p) for p in sorted(root.glob("smollm2-*.drift")) if not p.name.endswith("-tf.drift")]
     )
     for df in (cmp.rounds, cmp.depths):
-        df["series"] = df["drafter"]
-        df["prompt_id"] = df["prompt_id"] + "|" + df["drafter"]  # prompt ids are unique across suites already
+        # plain strings: compact traces store these keys as categoricals, which do not concatenate
+        df["series"] = df["drafter"].astype(str)
+        df["prompt_id"] = df["prompt_id"].astype(str) + "|" + df["series"]  # ids are unique across suites already
     return cmp
 
 
@@ -83,7 +84,8 @@ def where(cmp: Comparison) -> None:
     from drifttool.analysis.where_attention import attention_targets
 
     h = cmp.heads()
-    h = h.assign(series=h["drafter"], prompt_id=h["prompt_id"] + "|" + h["drafter"])
+    d = h["drafter"].astype(str)
+    h = h.assign(series=d, prompt_id=h["prompt_id"].astype(str) + "|" + d)
     w = attention_targets(h, cmp.rounds)
     if w.empty:
         return

@@ -41,7 +41,19 @@ def test_without_cuda_one_line_and_exit_0():
 def test_tiny_checks_pass_on_cpu(capsys):
     assert _module().main(["--device", "cpu", "--scale", "tiny", "--dtype", "float32"]) == 0
     out = capsys.readouterr().out
-    assert out.count("PASS") == 5 and "FAIL" not in out and "device_map_placement" in out
+    assert out.count("PASS") == 6 and "FAIL" not in out and "device_map_placement" in out
+    assert "lse_masses_vs_full" in out  # the CPU kernel gives an lse: the cheap path was compared, not skipped
+
+
+def test_wrong_lse_masses_fail(capsys, monkeypatch):
+    """A planted error of 1e-3 in the lse path's sink mass is a FAIL and exit 1."""
+    import drifttool.run.hooks as hooks
+
+    real = hooks.stats.lse_masses
+    monkeypatch.setattr(hooks.stats, "lse_masses", lambda *a, **kw: real(*a, **kw) + 1e-3)
+    assert _module().main(["--device", "cpu", "--scale", "tiny", "--dtype", "float32"]) == 1
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("lse_masses_vs_full"))
+    assert "FAIL" in line
 
 
 def test_a_wrong_capture_row_fails(capsys, monkeypatch):

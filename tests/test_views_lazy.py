@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from synth_trace import write_trace
 
 import drifttool.trace.reader as reader
 from drifttool.analysis.compare import SUMMARY_DEPTHS, Comparison
@@ -78,3 +79,25 @@ def test_nonfinite_counts_are_per_column_not_per_read(trace):
     v = build_view([load_trace(trace)])
     _ = v.per_depth  # the whole table read after the summary's columns: still 1
     assert [n for n in v.notes if "depths.rms_in 1;" in n], v.notes
+
+
+def test_unused_prompt_categories_do_not_enter_the_bootstrap(tmp_path):
+    """Compact traces key prompts by categoricals: a prompt filter (or a drafter that ran fewer prompts) leaves
+    unused categories, and a groupby that kept them (pandas 2's default) fed zero-count prompts into the
+    bootstrap, changing the CIs. Same rows with unused categories == with plain string keys. (pandas 3 drops
+    them by default; pyproject allows pandas >= 2.0, where this failed before every groupby said observed.)"""
+    rng = np.random.default_rng(0)  # 12 prompts x 2 rounds: enough clusters for the CI to depend on their count
+    t = write_trace(tmp_path / "x.drift", {"e3": {"accepted": list(rng.integers(0, 4, 24)),
+                                                  "prompt": [f"p{i // 2:02d}" for i in range(24)],
+                                                  "self_mass": list(rng.uniform(0, 0.3, 24))}}, depth=3, compact=True)
+    whole = Comparison.of([read_trace(t)])
+    assert isinstance(whole.depths["prompt_id"].dtype, pd.CategoricalDtype)
+
+    def keyed(df: pd.DataFrame, how: str) -> pd.DataFrame:
+        p = df["prompt_id"]
+        return df.assign(prompt_id=p.astype(str) if how == "str" else p.cat.add_categories([f"gone{i}" for i in range(5)]))
+
+    cols = ["mean_acceptance_length", "al_lo", "al_hi", "drift_score", "drift_lo", "drift_hi"]
+    got, want = (Comparison(whole.series, keyed(whole.depths, how), keyed(whole.rounds, how), whole.notes).summary()[cols]
+                 for how in ("unused", "str"))
+    pd.testing.assert_frame_equal(got, want)

@@ -84,7 +84,7 @@ def render_tree_table(console, tab: pd.DataFrame) -> None:
 
     if console.width < 120:  # the branch names and intervals stay whole in narrow terminals and pipes
         console = Console(width=120, file=console.file, no_color=console.no_color)
-    for (trace, drafter), g in tab.groupby(["trace", "drafter"], sort=False):
+    for (trace, drafter), g in tab.groupby(["trace", "drafter"], sort=False, observed=True):
         t = Table(title=f"{trace} / {drafter}: per depth, by branch (mean ± 95% over prompts)")
         for c in ("depth", "branch", "nodes", "self mass", "sink mass", "entropy", "accepted"):
             t.add_column(c, justify="right" if c != "branch" else "left", no_wrap=True)
