@@ -9,7 +9,6 @@ shows its one-line error."""
 
 from __future__ import annotations
 
-import importlib
 import logging
 import sys
 import threading
@@ -26,8 +25,8 @@ def warm(script: Path) -> None:
     only_warm = _NotFromThisThread()
     quiet = []
     try:
-        for name in QUIET:
-            quiet.append(logging.getLogger(importlib.import_module(name).__name__))
+        for name in QUIET:  # the same logger objects Streamlit's modules get when they import
+            quiet.append(logging.getLogger(name))
             quiet[-1].addFilter(only_warm)
         if str(script.parent) not in sys.path:
             sys.path.insert(0, str(script.parent))
