@@ -93,16 +93,24 @@ def _view(keys: tuple[tuple[str, float], ...], f: Filters) -> View:
 def load_traces() -> list[tuple[str, float]]:
     """Check every trace once (cached by path + manifest mtime); each failure is one st.error line.
     Then the sidebar's trace selector decides which of them the pages show (st.session_state.trace_keys)."""
-    keys = []
+    keys, errors = checked_traces()
+    for err in errors:
+        st.error(f"Trace skipped: {err}")
+    st.session_state["trace_keys"] = trace_selector(keys) if keys else []
+    return st.session_state["trace_keys"]
+
+
+def checked_traces() -> tuple[list[tuple[str, float]], list[str]]:
+    """(keys of the given traces that load, in order; one reason per trace that does not or is given twice)."""
+    keys, errors = [], []
     for p in trace_paths():
         k = _key(p)
         err = f"{p}: given twice; shown once" if k in keys else _check(*k)
         if err:
-            st.error(f"Trace skipped: {err}")
+            errors.append(err)
         else:
             keys.append(k)
-    st.session_state["trace_keys"] = trace_selector(keys) if keys else []
-    return st.session_state["trace_keys"]
+    return keys, errors
 
 
 def default_selection(n_series: list[int]) -> list[int]:
@@ -165,11 +173,7 @@ def warm() -> None:
     """Fill the shared caches a fresh session's first page reads: every given trace, then the default
     selection's view under the initial filters. Run by the server process before a browser asks
     (drifttool/dashboard_serve.py); a trace that fails is skipped here and reported by the page."""
-    keys = []
-    for p in trace_paths():
-        k = _key(p)
-        if k not in keys and _check(*k) is None:
-            keys.append(k)
+    keys, _ = checked_traces()
     if keys:
         shown = [keys[i] for i in default_selection([len(_load(*k).manifest["drafters"]) for k in keys])]
         _view(tuple(shown), initial_filters(_options(tuple(shown))["depth"]))
