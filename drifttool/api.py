@@ -95,9 +95,27 @@ class Trace:
         configs do not say; see `decay.windows`)."""
         return Comparison.of([self.data, *(o.data for o in others)], trained_window=trained_window)
 
-    def summary(self) -> pd.DataFrame:
-        """The per-depth table with 95% bootstrap CIs over prompts."""
-        return self.comparison().per_depth()
+    def summary(self, population: str = "all") -> pd.DataFrame:
+        """The per-depth table with 95% bootstrap CIs over groups (source documents), over 'all' rounds or the
+        'prefix_correct' ones (chain still right up to the depth)."""
+        return self.comparison().per_depth(population=population)
+
+    def trends(self, *others: Trace) -> pd.DataFrame:
+        """Paired per-group depth trends (change from a metric's first depth to each depth) with 95% CI,
+        sign-flip p, MDE at 80% power and verdict, over all and prefix-correct rounds (analysis.stats)."""
+        return self.comparison(*others).trends()
+
+    def differences(self, *others: Trace) -> pd.DataFrame:
+        """Each series against the EAGLE-3 one: acceptance length and depth-trend differences, paired over
+        groups, with p, MDE and verdict."""
+        cmp = self.comparison(*others)
+        return pd.concat([cmp.acceptance_differences(), cmp.trend_differences()], ignore_index=True)
+
+    def findings(self, *others: Trace) -> list[str]:
+        """The sentences `compare` ends with: what is detected, what is underpowered, with n groups and MDE."""
+        from .analysis.report_stats import findings
+
+        return findings(self.comparison(*others))
 
     def compare(self, other: Trace | None = None, *more: Trace) -> pd.DataFrame:
         """Per-series summary (acceptance definitions, drift score, growth) of this trace and others; one

@@ -43,7 +43,9 @@ def capture(
     depth: int = typer.Option(8, "--depth", help="speculation depth K"),
     mode: str = typer.Option("generate", "--mode", help="generate | teacher-forced"),
     override: list[str] = typer.Option([], "--override", help="flag=value applied to every drafter"),
-    max_new_tokens: int = typer.Option(64, "--max-new-tokens"),
+    max_new_tokens: int | None = typer.Option(
+        None, "--max-new-tokens", help="new tokens per prompt; when given it wins over every probe's max_new_tokens "
+                                       "(default: the probe's, else 64)"),
     device: str = typer.Option("cpu", "--device"),
     device_map: str | None = typer.Option(None, "--device-map",
                                           help="auto | balanced | sequential: spread the target over GPUs (hf "
@@ -206,6 +208,36 @@ def compare(
     from .analysis.report import print_comparison
 
     print_comparison(_console(), cmp, bins, breakeven=breakeven)
+
+
+@app.command()
+def plan(
+    traces: list[str] = typer.Argument(..., help="pilot NAME.drift folder(s)"),
+    metric: str = typer.Option(..., "--metric", help="a depth trend METRIC@depthN-depthM (e.g. "
+                                                     "sink_mass@depth8-depth1) or acceptance_length"),
+    effect: float = typer.Option(..., "--effect", help="the effect to detect, in the metric's units"),
+    population: str = typer.Option("all", "--population", help="all | prefix_correct (trends only)"),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """How many groups (source documents) would detect an effect of this size, from a pilot trace's variance."""
+    from .analysis.plan import plan_study
+    from .analysis.stats import POPULATIONS
+    from .trace.reader import read_trace
+
+    if population not in POPULATIONS:
+        raise DriftError(f"--population {population!r}: expected one of {', '.join(POPULATIONS)}")
+    rows = plan_study([read_trace(t) for t in traces], metric, effect, population)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=1, default=str))
+        return
+    for r in rows:
+        who = r["series"] + (f" vs {r['against']}" if "against" in r else "")
+        need = r["groups_needed"]
+        now = "inf" if r["mde_now"] == float("inf") else f"{r['mde_now']:.4g}"
+        sd = "-" if r["sd"] != r["sd"] else f"{r['sd']:.4g}"
+        typer.echo(f"{who}: {r['metric']}: pilot {r['n_groups']} groups, SD of group values {sd}, MDE now {now}; "
+                   f"to detect {r['effect']:.4g} at 80% power (alpha 0.05): "
+                   + ("unknown (the pilot has fewer than 2 groups with data)" if need is None else f"{need} groups"))
 
 
 @app.command()

@@ -1,6 +1,8 @@
 """Print the README's real-target results (markdown) from sample_traces/smollm2-*.drift.
 
-Tables: per suite x drafter (acceptance with 95% CIs over prompts, sink / self mass and feature RMS by depth);
+Tables: per suite x drafter (acceptance with 95% CIs over groups, sink / self mass and feature RMS by depth, the
+prefix-correct rounds per depth); paired depth trends with p, MDE and verdict; acceptance length against EAGLE-3
+paired over groups; the result sentences (generated, never typed);
 acceptance inside vs beyond the drafters' 2048-token trained window; where heads look hardest at depth 1 and 8;
 which measured quantity tracks rejections (mean rank correlation over depths >= 2)."""
 
@@ -30,28 +32,105 @@ def trained_window() -> int:
 TRAINED_WINDOW = trained_window()
 
 
-def per_suite(root: Path) -> None:
-    print(
-        "| suite | mode | drafter | prompts | mean acc. length [95% CI] | acc. rate d1 | sink mass d1 → d8 |"
-        " self mass d2 → d8 | rms_in d1 → d8 |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
+def _traces(root: Path) -> list[tuple[str, str, Path]]:
+    out = []
     for p in sorted([*root.glob("smollm2-*.drift"), *root.glob("teacher_forced/smollm2-*.drift")]):
         suite = p.name.removesuffix(".drift").removeprefix("smollm2-")
-        mode = "teacher-forced" if suite.endswith("-tf") else "generate"
+        out.append((suite.removesuffix("-tf"), "teacher-forced" if suite.endswith("-tf") else "generate", p))
+    return out
+
+
+def _ci(v: float, lo: float, hi: float, d: int = 2) -> str:
+    return f"{v:.{d}f} [{lo:.{d}f}, {hi:.{d}f}]" if lo == lo and hi == hi else f"{v:.{d}f} (no CI: < 6 groups)"
+
+
+def _mde(v: float, d: int = 3) -> str:
+    return "∞" if v == float("inf") else f"{v:.{d}f}"
+
+
+def per_suite(root: Path) -> None:
+    print(
+        "| suite | mode | drafter | groups / prompts | mean acc. length [95% CI] | acc. rate d1 | sink mass d1 → d8 |"
+        " self mass d2 → d8 | rms_in d1 → d8 | prefix-correct rounds d1 / d2 / d4 / d8 |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for suite, mode, p in _traces(root):
         cmp = Comparison.of([read_trace(p)])
         s = cmp.summary().set_index("series")
         d = cmp.per_depth().set_index(["series", "depth"])
+        pc = cmp.per_depth(population="prefix_correct").set_index(["series", "depth"])["n_rounds"]
         k = cmp.depth
         for n in s.index:
             r = s.loc[n]
             v = lambda m, i, n=n, d=d: d.loc[(n, i), m]  # noqa: E731
+            npc = " / ".join(str(int(pc.get((n, i), 0))) for i in (1, 2, 4, k))
             print(
-                f"| {suite.removesuffix('-tf')} | {mode} | {n} | {int(r.prompts)} | {r.mean_acceptance_length:.2f} "
-                f"[{r.al_lo:.2f}, {r.al_hi:.2f}] | {v('acceptance_rate', 1):.3f} | {v('sink_mass', 1):.3f} → "
-                f"{v('sink_mass', k):.3f} | {v('self_mass', 2):.2f} → {v('self_mass', k):.2f} | "
-                f"{v('rms_in', 1):.2f} → {v('rms_in', k):.2f} |"
+                f"| {suite} | {mode} | {n} | {int(r.groups)} / {int(r.prompts)} | "
+                f"{_ci(r.mean_acceptance_length, r.al_lo, r.al_hi)} | {v('acceptance_rate', 1):.3f} | "
+                f"{v('sink_mass', 1):.3f} → {v('sink_mass', k):.3f} | {v('self_mass', 2):.2f} → {v('self_mass', k):.2f} | "
+                f"{v('rms_in', 1):.2f} → {v('rms_in', k):.2f} | {npc} |"
             )
+
+
+def trends(root: Path) -> list[str]:
+    """Paired depth trends (all rounds) at depth K per suite x mode x drafter; returns the detected ones."""
+    print("\n| suite | mode | drafter | metric | from → d8 | change [95% CI] | p | MDE | groups | verdict |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    detected = []
+    for suite, mode, p in _traces(root):
+        cmp = Comparison.of([read_trace(p)])
+        tr = cmp.trends(populations=("all",))
+        k = cmp.depth
+        for r in tr[(tr.depth == k) & tr.metric.isin(["sink_mass", "self_mass", "rms_in"])].itertuples():
+            dg = 2 if r.metric == "rms_in" else 3
+            ch = f"{r.change:+.{dg}f} [{r.change_lo:+.{dg}f}, {r.change_hi:+.{dg}f}]"
+            print(f"| {suite} | {mode} | {r.series} | {r.metric} | {r.base_value:.{dg}f} (d{r.from_depth}) | {ch} | "
+                  f"{r.p:.3f} | {_mde(r.mde, dg)} | {r.n_groups} | {r.verdict} |")
+            if r.verdict in ("rise", "fall"):
+                detected.append(f"{r.series} {r.metric} {'rises' if r.change > 0 else 'falls'} by {r.change:+.{dg}f} "
+                                f"from depth {r.from_depth} to {k} ({suite}, {mode}; p {r.p:.3f}, {r.n_groups} groups)")
+    return detected
+
+
+def between(root: Path) -> None:
+    """Acceptance length of each drafter against EAGLE-3, paired over groups, per suite and mode."""
+    print("\n| suite | mode | drafter vs eagle3 | acc. length | difference [95% CI] | p | MDE | groups | verdict |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for suite, mode, p in _traces(root):
+        cmp = Comparison.of([read_trace(p)])
+        for r in cmp.acceptance_differences().itertuples():
+            print(f"| {suite} | {mode} | {r.series} | {r.base_value + r.difference:.2f} vs {r.base_value:.2f} | "
+                  f"{r.difference:+.2f} [{r.difference_lo:+.2f}, {r.difference_hi:+.2f}] | {r.p:.3f} | "
+                  f"{_mde(r.mde, 2)} | {r.n_groups} | {r.verdict.replace('rise', 'higher').replace('fall', 'lower')} |")
+
+
+def sentences(root: Path, detected: list[str]) -> None:
+    """The README's result sentences, generated: groups, what is detectable, what is not."""
+    n = {}
+    for suite, mode, p in _traces(root):
+        if mode == "generate":
+            c = Comparison.of([read_trace(p)])
+            n[suite] = (c.rounds["group"].nunique(), c.rounds["prompt_id"].nunique())
+    sizes = ", ".join(f"{s} {g} groups / {q} prompts" for s, (g, q) in n.items())
+    print(f"\n- Sample sizes: {sizes}. With fewer than 6 groups no sign-flip test can reach p < 0.05, so those "
+          "suites can show no trend and no difference between drafters at all: every such verdict reads "
+          "underpowered.")
+    if detected:
+        print("- Detected (p < 0.05, paired over groups, all rounds): " + "; ".join(detected) + ".")
+    else:
+        print("- Detected (p < 0.05, paired over groups, all rounds): nothing.")
+    gen = [t for t in _traces(root) if t[1] == "generate"]
+    deep = []
+    for suite, _, p in gen:
+        c = Comparison.of([read_trace(p)])
+        pc = c.per_depth(population="prefix_correct")
+        dead = pc[pc.n_rounds == 0].groupby("series").depth.min()
+        if len(dead):
+            deep.append(f"{suite} from depth {int(dead.min())}")
+    if deep:
+        print("- Generate mode: no chain of any drafter is still correct at " + ", ".join(deep) + "; deeper masses "
+              "there are measured on drafts conditioned on wrong tokens (the teacher-forced trace measures every depth "
+              "on the true prefix).")
 
 
 def pooled(root: Path) -> Comparison:
@@ -63,21 +142,20 @@ def pooled(root: Path) -> Comparison:
         # plain strings: compact traces store these keys as categoricals, which do not concatenate
         df["series"] = df["drafter"].astype(str)
         df["prompt_id"] = df["prompt_id"].astype(str) + "|" + df["series"]  # ids are unique across suites already
+        df["group"] = df["group"].astype(str) + "|" + df["series"]
     return cmp
 
 
 def window(cmp: Comparison) -> None:
     # compare's rule (analysis/decay.py): a round is beyond when its deepest draft query sits at >= the window
     r = cmp.rounds.assign(beyond=cmp.rounds["context_len"] - 2 + cmp.rounds["depth"] >= TRAINED_WINDOW)
-    print("\n| drafter | deepest draft position | prompts | rounds | mean acc. length [95% CI] |")
+    print("\n| drafter | deepest draft position | groups | rounds | mean acc. length [95% CI, over groups] |")
     print("|---|---|---|---|---|")
     for (s, b), g in r.groupby(["series", "beyond"]):
-        agg = g.groupby("prompt_id")["accepted"].agg(["sum", "count"])
+        agg = g.groupby("group")["accepted"].agg(["sum", "count"])
         m, lo, hi = bootstrap_ratio(agg["sum"].to_numpy(), agg["count"].to_numpy())
         label = f"≥ {TRAINED_WINDOW} (beyond)" if b else f"< {TRAINED_WINDOW}"
-        print(
-            f"| {s} | {label} | {g.prompt_id.nunique()} | {len(g)} | {1 + m:.2f} [{1 + lo:.2f}, {1 + hi:.2f}] |"
-        )
+        print(f"| {s} | {label} | {g.group.nunique()} | {len(g)} | {_ci(1 + m, 1 + lo, 1 + hi)} |")
 
 
 def where(cmp: Comparison) -> None:
@@ -114,6 +192,9 @@ def main(root: str = "sample_traces") -> None:
     pd.set_option("display.width", 200)
     np.seterr(all="ignore")
     per_suite(Path(root))
+    detected = trends(Path(root))
+    between(Path(root))
+    sentences(Path(root), detected)
     cmp = pooled(Path(root))
     window(cmp)
     where(cmp)

@@ -1,28 +1,33 @@
 #!/usr/bin/env bash
 # Train the EAGLE-3 and EAGLE-3.1 drafters shipped for the real target (SmolLM2-135M-Instruct).
-# Every stage resumes where it stopped: rerun the same command after an interruption.
+# Every stage resumes where it stopped: rerun the same command after an interruption (on a fresh machine the
+# conversation list and so the feature cache rebuild deterministically; the trainer resumes from runs/real/train/ckpt).
 #   1. fetch + convert the target (once, cached under ~/.cache/drifttool)
-#   2. held-out conversations -> features (runs/real/features/heldout)
-#   3. WORKERS feature workers: target-generated responses + aux features, fp16 shards (runs/real/features/train)
-#   4. the trainer (both variants, same batches), which samples from the shards present as they grow and
-#      exports both drafters to runs/real/drafters/<variant> at every checkpoint
-# Env: MINUTES (trainer wall-clock budget, default 90), WORKERS (default 2), CONVERSATIONS (default 6000),
-#      TRAIN_DELAY (seconds the trainer waits for the cache to fill first, default 600).
+#   2. held-out conversations (documents never used in training) -> features (runs/real/features/heldout)
+#   3. WORKERS feature workers: teacher-forced target features in bf16 batches, every 8th conversation with a
+#      target-sampled reply (runs/real/features/train), FEATURE_MINUTES each
+#   4. the trainer (both variants on the same batches and soft labels, bf16 autocast), which samples from the
+#      shards present and exports both drafters to runs/real/drafters/<variant> at every checkpoint, keeping each
+#      checkpoint's export under runs/real/drafters/steps/step-N (the checkpoint series)
+# Env: MINUTES (trainer wall-clock budget, default 100), FEATURE_MINUTES (default 35), WORKERS (default 1),
+#      CONVERSATIONS (default 12000), WINDOW (trained window and max conversation length, default 4096),
+#      OVERLAP=1 starts the trainer beside the feature workers (needs a free core per process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
-MINUTES=${MINUTES:-90}; WORKERS=${WORKERS:-2}; N=${CONVERSATIONS:-6000}; DELAY=${TRAIN_DELAY:-600}
+MINUTES=${MINUTES:-100}; FMIN=${FEATURE_MINUTES:-35}; WORKERS=${WORKERS:-1}; N=${CONVERSATIONS:-12000}
+WINDOW=${WINDOW:-4096}
 mkdir -p runs/real
 $PY -m drifttool.cli zoo fetch smollm2 >/dev/null
-$PY -m drifttool.zoo.real_features --out runs/real/features --split heldout --n 24 --shard-tokens 8000 \
-  >> runs/real/feat_heldout.log 2>&1
+$PY -m drifttool.zoo.tf_features --out runs/real/features --split heldout --n 32 --long --sample-every 2 \
+  --max-len "$WINDOW" --shard-tokens 20000 >> runs/real/feat_heldout.log 2>&1
 pids=()
 for w in $(seq 0 $((WORKERS - 1))); do
-  $PY -m drifttool.zoo.real_features --out runs/real/features --split train --n "$N" --worker "$w" \
-    --workers "$WORKERS" --max-new 32 --shard-tokens 8000 >> "runs/real/feat_w$w.log" 2>&1 &
+  $PY -m drifttool.zoo.tf_features --out runs/real/features --split train --n "$N" --long --worker "$w" \
+    --workers "$WORKERS" --max-len "$WINDOW" --minutes "$FMIN" >> "runs/real/feat_w$w.log" 2>&1 &
   pids+=($!)
 done
-[ -d runs/real/train/ckpt ] || sleep "$DELAY"
-$PY -m drifttool.zoo.train_real --minutes "$MINUTES" >> runs/real/train.log 2>&1
+if [ "${OVERLAP:-0}" != "1" ]; then wait "${pids[@]}"; else sleep 300; fi
+$PY -m drifttool.zoo.train_real --minutes "$MINUTES" --trained-window "$WINDOW" >> runs/real/train.log 2>&1
 kill "${pids[@]}" 2>/dev/null || true
 echo "drafters: runs/real/drafters (copy to drifttool/zoo/models/smollm2/ to ship)"

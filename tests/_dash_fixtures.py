@@ -1,4 +1,4 @@
-"""Small traces for the dashboard tests: two tiny drafters over three short prompts (depth 4), a second
+"""Small traces for the dashboard tests: two tiny drafters over six short prompts (depth 4), a second
 trace with a third series, and a malformed trace folder."""
 
 from __future__ import annotations
@@ -16,6 +16,10 @@ def build_dash_traces(root: Path) -> dict[str, Path]:
         {"id": "p0", "token_ids": prompt(0, 20), "tags": ["code", "short"]},
         {"id": "p1", "token_ids": prompt(1, 26), "tags": ["chat"]},
         {"id": "p2", "token_ids": prompt(2, 34), "tags": ["code"]},
+        # six groups in all: the fewest a group bootstrap gives a CI for (analysis.metrics.MIN_CLUSTERS)
+        {"id": "p3", "token_ids": prompt(3, 22), "tags": ["chat"]},
+        {"id": "p4", "token_ids": prompt(4, 28), "tags": ["code"]},
+        {"id": "p5", "token_ids": prompt(5, 30), "tags": ["chat"]},
     ])
     a = run_capture(str(m["target"]), [DrafterSpec.parse(f"e3={m['eagle3']}"), DrafterSpec.parse(f"e31={m['eagle31']}")],
                     str(probes), str(root / "a.drift"), depth=4, max_new_tokens=12, progress=False)

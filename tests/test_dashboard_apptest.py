@@ -87,7 +87,7 @@ def test_filters_apply_across_pages(app_run):
     per_depth = at.dataframe[0].value
     assert set(per_depth["depth"]) == {2, 3}
     at.switch_page("app_pages/overview.py").run()
-    assert set(at.dataframe[2].value["prompt_id"]) == {"p1"}
+    assert set(at.dataframe[2].value["prompt_id"]) == {"p1", "p3", "p5"}  # the prompts tagged chat
     assert at.session_state["flt_tags"] == ["chat"]
 
 

@@ -14,6 +14,7 @@ from rich.console import Console
 from drifttool.analysis import decay as dc
 from drifttool.analysis.compare import Comparison
 from drifttool.analysis.report import plain_summary, print_comparison
+from drifttool.analysis.report_stats import findings
 from drifttool.trace.reader import read_trace
 
 
@@ -34,6 +35,9 @@ def test_report_fits_80_columns_without_cutting_names_or_cis(three):
     assert max(map(len, lines)) <= 80 and "…" not in text
     s = three.summary()
     for _, r in s.iterrows():
+        if r.groups < 6:  # too few groups for a bootstrap CI (analysis.metrics.MIN_CLUSTERS)
+            assert r.al_lo != r.al_lo and r.drift_lo != r.drift_lo
+            continue
         assert f"[{r.al_lo:.2f}, {r.al_hi:.2f}]" in text  # the CI whole, on the line under its value
         assert f"[{r.drift_lo:.3f}, {r.drift_hi:.3f}]" in text
         assert re.search(rf"^{re.escape(r.series)}\s", text, re.M)  # the label whole, at the start of a row
@@ -52,18 +56,28 @@ def test_long_trace_labels_wrap_after_the_colon(dash_traces, tmp_path):
     assert re.search(r"^\s*e31\s", text, re.M)  # the drafter part on its own line, whole
 
 
-def test_plain_summary_states_the_difference_with_the_summary_numbers(three):
+def test_plain_summary_and_findings_state_the_numbers_and_their_power(three):
     s = three.summary().set_index("series")
     lines = plain_summary(three)
     assert len(lines) == 2 and lines[0].startswith("e31 vs e3:") and lines[1].startswith("e3post vs e3:")
-    a1, a0 = s.loc["e31", "mean_acceptance_length"], s.loc["e3", "mean_acceptance_length"]
-    diff = round(abs(a1 - a0), 2)
-    assert (f"{diff:.2f} {'more' if a1 > a0 else 'fewer'} accepted tokens per round" if diff
-            else "the same acceptance length") in lines[0]
-    assert f"({a1:.2f} vs {a0:.2f}" in lines[0] and "CIs" in lines[0]
     assert f"x{s.loc['e31', 'feature_growth']:.2f} vs x{s.loc['e3', 'feature_growth']:.2f}" in lines[0]
+    assert "CIs overlap" not in " ".join(lines)  # overlap of CIs is no test; the findings carry the tests
+    ad = three.acceptance_differences().set_index("series")
+    found = findings(three)
+    for label in ("e31", "e3post"):
+        r = ad.loc[label]
+        line = next(x for x in found if x.startswith(f"{label} vs e3: acceptance length"))
+        assert f"({r.difference:+.2f} [" in line and f"{int(r.n_groups)} groups" in line
+        if r.p < 0.05:
+            assert "detected" in line and "no difference" not in line
+        elif not r.mde <= r.base_value - 1:
+            assert "underpowered" in line
+        else:
+            assert f"no difference detected (MDE {r.mde:.2f}" in line
+    # e3post ran 2 prompts (2 groups): no sign-flip test over 2 groups reaches p < 0.05
+    assert ad.loc["e3post", "n_groups"] == 2 and "underpowered" in next(x for x in found if x.startswith("e3post"))
     text = _render(three)
-    assert text.rstrip().endswith(lines[-1].split()[-1])  # the report ends with the summary
+    assert text.rstrip().endswith(found[-1].split()[-1])  # the report ends with the findings
 
 
 def test_break_even_never_says_below_when_the_measured_length_is_above():

@@ -135,9 +135,9 @@ def close(got, want, what: str, atol: float = 1e-6) -> None:
 def bootstrap(df: pd.DataFrame, col: str, n_boot: int = 1000) -> tuple[float, float, float]:
     """Mean of `col` and its 95% interval with the selected prompts resampled (the seeded multinomial draw the
     package documents: seed 0, prompts in sorted order; none from one prompt)."""
-    g = df.groupby(df.prompt_id.astype(str))[col].agg(["sum", "count"]).sort_index()
+    g = df.groupby(df.prompt_id.astype(str))[col].agg(["sum", "count"]).sort_index()  # groups = prompt ids here
     k = len(g)
-    if k < 2:  # one prompt: no interval
+    if k < 6:  # fewer than six groups: no interval (a bootstrap over so few has far below 95% coverage)
         return g["sum"].sum() / g["count"].sum(), np.nan, np.nan
     w = np.random.default_rng(0).multinomial(k, np.full(k, 1 / k), size=n_boot).astype(float)
     stats = (w @ g["sum"].to_numpy(float)) / (w @ g["count"].to_numpy(float))

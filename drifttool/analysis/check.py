@@ -1,8 +1,10 @@
 """`drifttool check`: a regression gate for drafters in CI.
 
-Rules are `METRIC[@depthN] OP NUMBER[%]` with OP one of >=, <=, >, <, ==, e.g. `acceptance_length>=2.0`,
-`self_mass@depth5<=0.4`, `draft_acceptance_rate>=40%`. METRIC is a column of `compare`'s summary (one number
-per drafter; no @depth) or of its per-depth table (needs @depthN), or a long-context trend. Every rule is
+Rules are `METRIC[@depthN[-depthM]] OP NUMBER[%]` with OP one of >=, <=, >, <, ==, e.g. `acceptance_length>=2.0`,
+`self_mass@depth5<=0.4`, `draft_acceptance_rate>=40%`, `sink_mass@depth8-depth1>=-0.01`. METRIC is a column of
+`compare`'s summary (one number per drafter; no @depth) or of its per-depth table (needs @depthN), or a
+long-context trend; `@depthN-depthM` is a depth trend: the mean over groups of each group's change of the metric
+from depth M to depth N (paired; the report adds its sign-flip p, MDE and n groups). Every rule is
 checked for every drafter in the trace (or only `--drafter NAME`); a value that cannot be computed (no data)
 fails. With a baseline trace, chosen metrics (default mean acceptance length) are compared per drafter name and
 fail when they worsen by more than `max_drop` (relative). Exit: 0 all pass, 1 any failure, 2 user error."""
@@ -34,9 +36,10 @@ DIRECTION = {"mean_acceptance_length": 1, "draft_acceptance_rate": 1, "iid_accep
              "sink_mass": 1, "self_mass": -1, "draft_mass": -1, "own_mass": -1, "rms_in": -1, "rms_pre": -1,
              "rms_post": -1, "al_per_doubling": 1, "drift_per_doubling": -1}
 OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq}
-_RULE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:@\s*depth\s*(\d+))?\s*(>=|<=|==|>|<)\s*"
+_RULE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:@\s*depth\s*(\d+)(?:\s*-\s*depth\s*(\d+))?)?\s*(>=|<=|==|>|<)\s*"
                    r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(%?)\s*$")
-KNOWN = f"summary: {', '.join(SUMMARY_METRICS + DECAY_METRICS)}; per depth (@depthN): {', '.join(PER_DEPTH)}"
+KNOWN = (f"summary: {', '.join(SUMMARY_METRICS + DECAY_METRICS)} (aliases: {', '.join(sorted(ALIASES))}); per depth "
+         f"(@depthN, or a trend @depthN-depthM): {', '.join(PER_DEPTH)}")
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class Rule:
     depth: int | None
     op: str
     threshold: float
+    from_depth: int | None = None  # a depth trend: change from this depth to `depth`, paired over groups
 
     def holds(self, value: float) -> bool:
         return value is not None and math.isfinite(value) and OPS[self.op](value, self.threshold)
@@ -64,15 +68,21 @@ def parse_rule(text: str) -> Rule:
     if not m:
         raise DriftError(f"{where}: malformed; expected METRIC[@depthN] OP NUMBER with OP one of "
                          f"{', '.join(OPS)} (e.g. 'acceptance_length>=2.0', 'self_mass@depth5<=0.4')")
-    name, depth, op, num, pct = m.groups()
+    name, depth, from_depth, op, num, pct = m.groups()
     metric = canonical(name, where)
     if metric in PER_DEPTH and depth is None:
         raise DriftError(f"{where}: {name!r} is a per-depth metric; add @depthN, e.g. '{name}@depth2{op}{num}{pct}'")
     if metric not in PER_DEPTH and depth is not None:
         raise DriftError(f"{where}: {name!r} is one number per drafter; drop '@depth{depth}'")
-    if depth is not None and int(depth) < 1:
-        raise DriftError(f"{where}: depth {depth} is invalid; depths start at 1")
-    return Rule(text.strip(), metric, int(depth) if depth else None, op, float(num) / (100 if pct else 1))
+    for d in (depth, from_depth):
+        if d is not None and int(d) < 1:
+            raise DriftError(f"{where}: depth {d} is invalid; depths start at 1")
+    if from_depth is not None and int(from_depth) == int(depth):
+        raise DriftError(f"{where}: a trend needs two different depths (got depth{depth}-depth{from_depth})")
+    if from_depth is not None and metric in ("acceptance_rate", "n_alpha"):
+        raise DriftError(f"{where}: {name!r} has no per-round value to pair over groups; use it at one depth")
+    return Rule(text.strip(), metric, int(depth) if depth else None, op, float(num) / (100 if pct else 1),
+                int(from_depth) if from_depth else None)
 
 
 def parse_drop(text: str) -> float:
@@ -102,6 +112,16 @@ class Values:
     @property
     def drafters(self) -> list[str]:
         return [s.drafter for s in self.cmp.series]
+
+    def trend(self, drafter: str, metric: str, depth: int, from_depth: int, where: str) -> dict[str, float]:
+        """The paired change of `metric` from `from_depth` to `depth` over groups (analysis.stats.paired)."""
+        from .stats import change_between
+
+        k = self.cmp.depth
+        if max(depth, from_depth) > k:
+            raise DriftError(f"{where}: depth {max(depth, from_depth)} is beyond the trace's speculation depth K = {k}")
+        label = next(s.label for s in self.cmp.series if s.drafter == drafter)
+        return change_between(self.cmp.depths[self.cmp.depths.series == label], metric, from_depth, depth)
 
     def get(self, drafter: str, metric: str, depth: int | None, where: str) -> float:
         label = next(s.label for s in self.cmp.series if s.drafter == drafter)
@@ -155,10 +175,17 @@ def run_check(trace: TraceData, rules: list[str], baseline: TraceData | None = N
     results = []
     for r in parsed:
         for dname in cur.drafters:
-            v = cur.get(dname, r.metric, r.depth, f"--rule {r.text!r}")
+            extra: dict[str, Any] = {}
+            if r.from_depth is not None:
+                st = cur.trend(dname, r.metric, r.depth, r.from_depth, f"--rule {r.text!r}")
+                v = st["mean"]
+                extra = {"from_depth": r.from_depth, "p": st["p"], "mde": st["mde"], "n_groups": st["n"],
+                         "ci": [st["lo"], st["hi"]]}
+            else:
+                v = cur.get(dname, r.metric, r.depth, f"--rule {r.text!r}")
             results.append({"rule": r.text, "drafter": dname, "metric": r.metric, "depth": r.depth, "op": r.op,
                             "threshold": r.threshold, "value": v if math.isfinite(v) else None,
-                            "passed": r.holds(v)})
+                            "passed": r.holds(v), **extra})
     base_rows, notes = [], [n for n in cur.cmp.notes if "no drafted rounds" in n or "non-finite" in n]
     if baseline is not None:
         check_compatible([baseline, trace])
@@ -198,8 +225,11 @@ def print_check(c, rep: dict[str, Any]) -> None:
         for col in ("rule", "drafter", "value", "result"):
             t.add_column(col)
         for r in rep["rules"]:
-            t.add_row(e(r["rule"]), e(r["drafter"]), f(r["value"]) if r["value"] is not None else "no data",
-                      res(r["passed"]))
+            val = f(r["value"]) if r["value"] is not None else "no data"
+            if "n_groups" in r:  # a depth trend: its test and power beside the value
+                mde = "inf" if r["mde"] == math.inf else f(r["mde"])
+                val += f" (p {f(r['p'])}, MDE {mde}, {r['n_groups']} groups)"
+            t.add_row(e(r["rule"]), e(r["drafter"]), val, res(r["passed"]))
         c.print(t)
     if rep["baseline"]:
         t = Table(title=f"against baseline {e(rep['baseline_trace'])}")

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DriftError
-from ..trace.reader import TraceData
+from ..trace.reader import TraceData, group_of_id
 from .metrics import acceptance, cluster_mean, context_bucket, spearman
 
 DEPTH_METRICS = ("sink_mass", "self_mass", "prompt_mass", "draft_mass", "own_mass", "entropy", "rms_in", "rms_pre",
@@ -136,12 +136,17 @@ def flag_notes(manifest: dict, name: str) -> list[str]:
 
 
 def series_table(series: list[Series], table: str, columns: list[str] | None = None) -> pd.DataFrame:
-    """One table of every series, with a `series` column (`columns`: only those, plus the keys)."""
+    """One table of every series, with a `series` column and, where it has prompt ids, each prompt's `group`
+    (its source document: the unit every bootstrap and test resamples) (`columns`: only those, plus the keys)."""
     parts = []
     for s in series:
         df = s.trace.table(table) if columns is None else s.trace.table(table, ["drafter", *columns])
         df = df[df["drafter"] == s.drafter].copy()
         df["series"] = s.label
+        if "prompt_id" in df.columns and (table != "prompts" or "group" not in df.columns):
+            ids = df["prompt_id"].astype(str)
+            got = ids.map(s.trace.groups)
+            df["group"] = got.where(got.notna(), group_of_id(ids)).astype(str)
         parts.append(df)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
@@ -173,9 +178,62 @@ class Comparison:
     def depth(self) -> int:
         return int(self.series[0].trace.manifest["capture"]["depth"])
 
-    def per_depth(self, df: pd.DataFrame | None = None, by: tuple[str, ...] = ()) -> pd.DataFrame:
-        """Per series x depth: metric means with prompt-bootstrap CIs, and vLLM's per-position acceptance."""
+    @property
+    def mode(self) -> str:
+        """generate | teacher-forced (check_compatible made every trace share it)."""
+        return str(self.series[0].trace.manifest["capture"].get("mode", "generate"))
+
+    @property
+    def baseline(self) -> str | None:
+        """The series others are compared against: the first EAGLE-3 one, else the first."""
+        from ..styles import drafter_kind
+
+        labels = [s.label for s in self.series]
+        return next((x for x in labels if drafter_kind(x) == "eagle3"), labels[0] if labels else None)
+
+    def groups_note(self) -> str:
+        """How many groups and prompts the statistics rest on, and where the groups came from."""
+        n_g = self.rounds["group"].nunique() if len(self.rounds) else 0
+        n_p = self.rounds["prompt_id"].nunique() if len(self.rounds) else 0
+        src = ("recorded per prompt" if all(s.trace.groups_recorded for s in self.series)
+               else "from prompt ids (cuts of one probe line share a group; the trace records no groups)")
+        return (f"{n_g} groups (source documents), {n_p} prompts; groups {src}. CIs and tests resample and pair "
+                "groups, not prompts or rounds.")
+
+    def population(self, population: str = "all", df: pd.DataFrame | None = None) -> pd.DataFrame:
+        """The depths rows of a population: 'all' rounds or 'prefix_correct' (chain still right up to the depth;
+        every teacher-forced round)."""
+        from .stats import population_mask
+
         df = self.depths if df is None else df
+        return df[population_mask(df, population, self.mode).to_numpy()]
+
+    def trends(self, populations=None) -> pd.DataFrame:
+        """Paired per-group depth trends of every trend metric (analysis.stats.depth_trends)."""
+        from .stats import POPULATIONS, depth_trends
+
+        return depth_trends(self.depths, self.mode, populations=populations or POPULATIONS)
+
+    def trend_differences(self, populations=None) -> pd.DataFrame:
+        from .stats import POPULATIONS, trend_differences
+
+        if self.baseline is None:
+            return pd.DataFrame()
+        return trend_differences(self.depths, self.mode, self.baseline, populations=populations or POPULATIONS)
+
+    def acceptance_differences(self) -> pd.DataFrame:
+        from .stats import acceptance_differences
+
+        return acceptance_differences(self.rounds, self.baseline) if self.baseline is not None else pd.DataFrame()
+
+    def per_depth(self, df: pd.DataFrame | None = None, by: tuple[str, ...] = (),
+                  population: str = "all") -> pd.DataFrame:
+        """Per series x depth: metric means with group-bootstrap CIs, and vLLM's per-position acceptance, over a
+        population of rounds ('all', or 'prefix_correct': chains still right up to the depth), with n for each
+        (n_rounds, n_prefix_correct = n_reached, n_prompts, n_groups)."""
+        df = self.depths if df is None else df
+        if population != "all":
+            df = self.population(population, df)
         keys = ["series", *by, "depth"]
         parts = [cluster_mean(df, m, keys) for m in DEPTH_METRICS]
         d = df.assign(acc=df["accepted"].astype(float))
@@ -189,11 +247,12 @@ class Comparison:
         # sample sizes: rounds drafting this depth, chains that reached it (n-alpha's n), prompts
         if len(d):
             n = d.assign(reached_=d["reached"].astype(int)).groupby(keys, observed=True).agg(
-                n_rounds=("depth", "size"), n_reached=("reached_", "sum"), n_prompts=("prompt_id", "nunique"))
+                n_rounds=("depth", "size"), n_reached=("reached_", "sum"), n_prompts=("prompt_id", "nunique"),
+                n_groups=("group", "nunique"))
             out = out.merge(n.reset_index(), on=keys, how="left")
         else:
             out = out.assign(n_rounds=pd.Series(dtype="int64"), n_reached=pd.Series(dtype="int64"),
-                             n_prompts=pd.Series(dtype="int64"))
+                             n_prompts=pd.Series(dtype="int64"), n_groups=pd.Series(dtype="int64"))
         return out.sort_values(keys).reset_index(drop=True)
 
     def summary(self) -> pd.DataFrame:
@@ -204,16 +263,17 @@ class Comparison:
             r = self.rounds[self.rounds.series == s.label]
             d = self.depths[self.depths.series == s.label]
             acc = acceptance(r["accepted"].to_numpy(), k)
-            g = r.groupby("prompt_id", observed=True)["accepted"].agg(["sum", "count"])
+            g = r.groupby("group", observed=True)["accepted"].agg(["sum", "count"])
             from .metrics import bootstrap_ratio
 
             al, al_lo, al_hi = bootstrap_ratio(g["sum"].to_numpy(), g["count"].to_numpy())
             deep = d[d.depth >= 2]
-            gd = deep.groupby("prompt_id", observed=True)["self_mass"].agg(["sum", "count"])
+            gd = deep.groupby("group", observed=True)["self_mass"].agg(["sum", "count"])
             drift, dlo, dhi = bootstrap_ratio(gd["sum"].to_numpy(), gd["count"].to_numpy())
             by_depth = d.groupby("depth")[["rms_in", "sink_mass"]].mean()
             rows.append({
-                "series": s.label, "prompts": r["prompt_id"].nunique(), "drafts": acc.get("drafts", 0),
+                "series": s.label, "prompts": r["prompt_id"].nunique(), "groups": r["group"].nunique(),
+                "drafts": acc.get("drafts", 0),
                 "mean_acceptance_length": 1 + al, "al_lo": 1 + al_lo, "al_hi": 1 + al_hi,
                 "draft_acceptance_rate": acc.get("draft_acceptance_rate", np.nan),  # nan: no drafted rounds
                 "iid_acceptance_length": acc.get("iid_acceptance_length", np.nan), "iid_p": acc.get("iid_p", np.nan),
@@ -269,6 +329,16 @@ class Comparison:
 
         return top_positions(self.heads(), self.rounds, depth, k)
 
+    def statistics_json(self, rec) -> dict:
+        """Paired trends, drafter differences, their power, and the populations and groups they rest on."""
+        from . import stats
+
+        return {"groups": self.groups_note(), "mode": self.mode, "baseline": self.baseline,
+                "populations": stats.POPULATION_TEXT, "trends": rec(self.trends()),
+                "trend_differences": rec(self.trend_differences()),
+                "acceptance_differences": rec(self.acceptance_differences()),
+                "method": stats.__doc__.strip()}
+
     def _where_json(self, rec) -> dict:
         try:
             return {"by_depth": rec(self.where()),
@@ -286,6 +356,8 @@ class Comparison:
         return {
             "series": [{"label": s.label, "trace": str(s.trace.path), "drafter": s.drafter} for s in self.series],
             "notes": self.notes, "summary": rec(self.summary()), "per_depth": rec(self.per_depth()),
+            "per_depth_prefix_correct": rec(self.per_depth(population="prefix_correct")),
+            "statistics": self.statistics_json(rec),
             "by_context": rec(self.by_context().astype({"context_bucket": str})), "predictors": rec(self.predictors()),
             "long_context_decay": {"trend": rec(decay_table(self, breakeven)), "by_context": rec(context_curve(self))},
             "trained_window": {"windows": windows(self), "any_beyond": any_beyond(self),

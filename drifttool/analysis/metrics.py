@@ -79,13 +79,20 @@ def _resample_weights(n: int, n_boot: int, seed: int) -> np.ndarray:
     return w
 
 
-def bootstrap_ratio(sums: np.ndarray, counts: np.ndarray, n_boot: int = 1000, seed: int = 0) -> tuple[float, float, float]:
-    """Point estimate and 95% CI of sum(x)/sum(n) with prompts (clusters) resampled with replacement."""
+# A percentile bootstrap over fewer clusters than this has far below 95% coverage (2 clusters: 3 distinct
+# resamples); no CI is given then, as no sign-flip test over so few groups can reach p < 0.05 either.
+MIN_CLUSTERS = 6
+
+
+def bootstrap_ratio(sums: np.ndarray, counts: np.ndarray, n_boot: int = 1000, seed: int = 0,
+                    min_clusters: int = MIN_CLUSTERS) -> tuple[float, float, float]:
+    """Point estimate and 95% CI of sum(x)/sum(n) with clusters (groups of prompts) resampled with
+    replacement; the CI is NaN below `min_clusters` clusters."""
     sums, counts = np.asarray(sums, float), np.asarray(counts, float)
     if counts.sum() == 0:
         return (np.nan, np.nan, np.nan)
     est = sums.sum() / counts.sum()
-    if len(sums) < 2:
+    if len(sums) < max(2, min_clusters):
         return (est, np.nan, np.nan)
     w = _resample_weights(len(sums), n_boot, seed)
     den = w @ counts
@@ -95,8 +102,10 @@ def bootstrap_ratio(sums: np.ndarray, counts: np.ndarray, n_boot: int = 1000, se
 
 
 def cluster_mean(df: pd.DataFrame, col: str, by: list[str], seed: int = 0) -> pd.DataFrame:
-    """Mean of `col` per group of `by` with a prompt-bootstrap CI: columns col, col_lo, col_hi."""
-    g = df.groupby([*by, "prompt_id"], observed=True)[col].agg(["sum", "count"]).reset_index()
+    """Mean of `col` per group of `by` with a cluster-bootstrap CI: columns col, col_lo, col_hi. The clusters are
+    the prompts' groups (source documents) when `df` has a `group` column, else the prompts."""
+    unit = "group" if "group" in df.columns else "prompt_id"
+    g = df.groupby([*by, unit], observed=True)[col].agg(["sum", "count"]).reset_index()
     out = []
     for key, sub in g.groupby(by, observed=True):
         est, lo, hi = bootstrap_ratio(sub["sum"].to_numpy(), sub["count"].to_numpy(), seed=seed)

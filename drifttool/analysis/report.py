@@ -9,56 +9,17 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-from rich import box
 from rich.console import Console
 from rich.markup import escape as _e  # names, paths and notes are data, not rich markup
-from rich.table import Table
 
 from ..styles import drafter_kind, split_label
 from .compare import MIN_N, Comparison
-
-SERIES_WIDTH = 18  # series labels longer than this wrap inside their cell
-
-
-def _f(v, lo=None, hi=None, d=3) -> str:
-    """'v', or 'v' and '[lo, hi]' on the next line."""
-    if v is None or v != v:
-        return "-"
-    s = f"{v:.{d}f}"
-    if lo is not None and hi is not None and lo == lo and hi == hi:
-        s += f"\n[{lo:.{d}f}, {hi:.{d}f}]"
-    return s
-
-
-def _table(title: str, *cols: str, widths: dict[str, int] | None = None) -> Table:
-    """A compact table: no outer padding or vertical rules, cells fold instead of being cut. `widths`: the
-    minimum width of some columns (the series column's is its longest label, up to SERIES_WIDTH)."""
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1),
-              show_edge=False)
-    widths = widths or {}
-    for c in cols:
-        if c == "series":
-            t.add_column(c, min_width=widths.get(c), max_width=SERIES_WIDTH, overflow="fold")
-        else:
-            t.add_column(c, overflow="fold", min_width=widths.get(c),
-                         justify="left" if c in ("depth", "context", "side", "contexts") else "right")
-    return t
-
-
-def _lab(series: str) -> str:
-    """A series label for a table cell: 'trace:drafter' breaks after the colon when it is too long."""
-    s = _e(str(series))
-    return s.replace(":", ":\n", 1) if len(s) > SERIES_WIDTH and ":" in s else s
-
-
-def _sw(labels) -> dict[str, int]:
-    """min width of the series column: its longest label, up to SERIES_WIDTH."""
-    parts = [p for x in labels for p in (str(x).split(":", 1) if len(str(x)) > SERIES_WIDTH else [str(x)])]
-    return {"series": min(SERIES_WIDTH, max((len(p) for p in parts), default=6))}
-
-
-def _order(cmp: Comparison) -> dict[str, int]:
-    return {s.label: i for i, s in enumerate(cmp.series)}
+from .report_table import SERIES_WIDTH  # noqa: F401
+from .report_table import fmt as _f
+from .report_table import label as _lab
+from .report_table import order as _order
+from .report_table import series_width as _sw
+from .report_table import table as _table
 
 
 def _n(v, n, min_n: int = MIN_N, d: int = 2) -> str:
@@ -74,11 +35,12 @@ def print_acceptance(c: Console, s: pd.DataFrame) -> None:
     The per-depth definitions (per-position rate, n-alpha) are in the acceptance-by-depth table."""
     from .metrics import ACCEPTANCE_DEFINITIONS as D
 
-    t = _table("Acceptance (95% CI over prompts)", "series", "prompts", "drafts", "mean acc.\nlength",
+    t = _table("Acceptance (95% CI over groups)", "series", "groups /\nprompts", "drafts", "mean acc.\nlength",
                "i.i.d.\n(p)", "meas. -\ni.i.d.", "draft\nacc.\nrate",
                widths={**_sw(s["series"]), "mean acc.\nlength": 12})
     for _, r in s.iterrows():
-        t.add_row(_lab(r.series), str(r.prompts), str(r.drafts), _f(r.mean_acceptance_length, r.al_lo, r.al_hi, 2),
+        t.add_row(_lab(r.series), f"{r.groups} / {r.prompts}", str(r.drafts),
+                  _f(r.mean_acceptance_length, r.al_lo, r.al_hi, 2),
                   f"{_f(r.iid_acceptance_length, d=2)}\n(p={_f(r.iid_p, d=2)})",
                   _f(r.mean_acceptance_length - r.iid_acceptance_length, d=2), _f(r.draft_acceptance_rate))
     c.print(t)
@@ -88,7 +50,7 @@ def print_acceptance(c: Console, s: pd.DataFrame) -> None:
 
 
 def print_drift(c: Console, s: pd.DataFrame) -> None:
-    t = _table("Drift and feature growth (95% CI over prompts)", "series", "drift score", "feature\ngrowth",
+    t = _table("Drift and feature growth (95% CI over groups)", "series", "drift score", "feature\ngrowth",
                "sink\nretention", widths={**_sw(s["series"]), "drift score": 14})
     for _, r in s.iterrows():
         t.add_row(_lab(r.series), _f(r.drift_score, r.drift_lo, r.drift_hi), _f(r.feature_growth, d=2),
@@ -105,7 +67,7 @@ def print_per_depth(c: Console, cmp: Comparison) -> None:
     if pd_.empty:
         return
     pd_ = pd_.assign(_o=pd_["series"].map(_order(cmp))).sort_values(["depth", "_o"])
-    t = _table("Per depth: attention mass and layer-input RMS (95% CI over prompts)", "depth", "series", "sink",
+    t = _table("Per depth: attention mass and layer-input RMS (all rounds; 95% CI over groups)", "depth", "series", "sink",
                "self", "prompt", "rms_in", widths={**_sw(pd_["series"]), "sink": 14, "self": 14})
     last = None
     for _, r in pd_.iterrows():
@@ -115,7 +77,7 @@ def print_per_depth(c: Console, cmp: Comparison) -> None:
         t.add_row(str(int(r.depth)), _lab(r.series), _f(r.sink_mass, r.sink_mass_lo, r.sink_mass_hi),
                   _f(r.self_mass, r.self_mass_lo, r.self_mass_hi), _f(r.prompt_mass), _f(r.rms_in, d=2))
     c.print(t)
-    t = _table("Per depth: acceptance (95% CI over prompts)", "depth", "series", "rounds", "reached",
+    t = _table("Per depth: acceptance (95% CI over groups)", "depth", "series", "rounds", "prefix-\ncorrect",
                "per-position\nrate (vLLM)", "n-alpha\n(EAGLE)",
                widths={**_sw(pd_["series"]), "per-position\nrate (vLLM)": 14})
     last, small = None, False
@@ -221,8 +183,9 @@ def _pct(a: float, b: float) -> str:
 
 
 def plain_summary(cmp: Comparison, s: pd.DataFrame | None = None) -> list[str]:
-    """Sentences: per trace, every drafter against the EAGLE-3 one (else the first): acceptance length with
-    whether the CIs overlap, drift score, feature growth."""
+    """Sentences: per trace, every drafter against the EAGLE-3 one (else the first): drift score and feature
+    growth as measured, then the paired findings (report_stats.findings): acceptance length with its power,
+    detected depth trends, and what is underpowered."""
     s = cmp.summary() if s is None else s
     if s.empty:
         return []
@@ -246,19 +209,10 @@ def plain_summary(cmp: Comparison, s: pd.DataFrame | None = None) -> list[str]:
             if x == base:
                 continue
             r = rows[x]
-            a1, a0 = r.mean_acceptance_length, b.mean_acceptance_length
-            if all(v == v for v in (r.al_lo, r.al_hi, b.al_lo, b.al_hi)):
-                sep = r.al_lo > b.al_hi or b.al_lo > r.al_hi
-                ci = "95% CIs do not overlap" if sep else "95% CIs overlap: not a clear difference"
-            else:
-                ci = "no CI (one prompt)"
-            diff = (f"{abs(a1 - a0):.2f} {'more' if a1 > a0 else 'fewer'} accepted tokens per round"
-                    if round(abs(a1 - a0), 2) > 0 else "the same acceptance length")
             out.append(
-                f"{split_label(x)[1]} vs {split_label(base)[1]}{where}: {diff} "
-                f"({a1:.2f} vs {a0:.2f}{_pct(a1, a0)}; {ci}); drift score {r.drift_score:.3f} vs "
+                f"{split_label(x)[1]} vs {split_label(base)[1]}{where}: drift score {r.drift_score:.3f} vs "
                 f"{b.drift_score:.3f}; feature RMS x{r.feature_growth:.2f} vs x{b.feature_growth:.2f} from depth 1 "
-                f"to {cmp.depth}.")
+                f"to {cmp.depth} (descriptive; the tests are below).")
     return out
 
 
@@ -270,6 +224,12 @@ def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool =
     print_acceptance(c, s)
     print_drift(c, s)
     print_per_depth(c, cmp)
+    from .report_stats import findings, print_between, print_depth_changes, print_verdicts
+
+    tr, ad = cmp.trends(), cmp.acceptance_differences()
+    print_depth_changes(c, cmp, tr)
+    print_verdicts(c, cmp, tr)
+    print_between(c, cmp, ad, cmp.trend_differences(populations=("all",)))
     if context:
         bc = cmp.by_context()
         agg = bc.groupby(["series", "context_bucket"], observed=True).agg(
@@ -290,7 +250,7 @@ def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool =
     print_window(c, cmp)
     print_predictors(c, cmp, bins)
     print_where(c, cmp)
-    lines = plain_summary(cmp, s)
+    lines = plain_summary(cmp, s) + findings(cmp, tr, ad)
     if lines:
         c.print("[bold]In short[/bold]")
         for line in lines:

@@ -207,6 +207,7 @@ class View:
         self.prompts = prompts if self._all else prompts[self._kept_rows(prompts)].reset_index(drop=True)
         self._cmp = Comparison(cmp.series, self._kept(cmp.depths), self._kept(cmp.rounds), cmp.notes)
         self._pred: dict[int, pd.DataFrame] = {}
+        self._pop: dict[str, pd.DataFrame] = {}
 
     def _kept_rows(self, df: pd.DataFrame) -> np.ndarray:
         """Rows (of a frame with series and prompt_id columns) of the prompts selected for their series."""
@@ -254,6 +255,23 @@ class View:
         if self._dd.empty:
             return pd.DataFrame(columns=["series", "depth"])
         return self._full.per_depth(self._dd)
+
+    def per_depth_in(self, population: str = "all") -> pd.DataFrame:
+        """per_depth over a population of rounds: 'all', or 'prefix_correct' (chains still right up to the depth;
+        every teacher-forced round); its n_rounds counts that population."""
+        if population == "all":
+            return self.per_depth
+        if population not in self._pop:
+            self._pop[population] = pd.DataFrame(columns=["series", "depth"]) if self._dd.empty else \
+                self._full.per_depth(self._dd, population=population)
+        return self._pop[population]
+
+    @cached_property
+    def trends(self) -> pd.DataFrame:
+        """Paired per-group depth trends with sign-flip p, MDE and verdict (analysis.stats), both populations."""
+        if self._dd.empty:
+            return pd.DataFrame()
+        return Comparison(self._cmp.series, self._dd, self._cmp.rounds, []).trends()
 
     @cached_property
     def by_context(self) -> pd.DataFrame:

@@ -5,7 +5,9 @@ target's own chat template, drifttool's plain role format only when it has none)
 `source` (text resolved at run time, e.g. {"stdlib_module": "difflib"}: the installed interpreter's
 module source, so no third-party text is shipped); optional `cut` (token lengths: one prompt per cut,
 keeping the first N tokens; with `"keep": "end"` the first token (BOS) and the last N-1 instead, so a
-question at the end survives), `max_new_tokens`, `tags` (list of strings)."""
+question at the end survives), `max_new_tokens`, `tags` (list of strings), `group` (the source document:
+prompts of one group are one statistical unit, resampled and tested together; default: the line's `id`, so
+the cuts of one file share it)."""
 
 from __future__ import annotations
 
@@ -34,6 +36,10 @@ class Probe:
     cut: int | None = None
     keep_end: bool = False
     messages: list[dict[str, Any]] | None = None
+    group: str = ""  # the source document (statistical unit); parse_line sets it, "" means the probe's id
+
+    def __post_init__(self) -> None:
+        self.group = self.group or self.id
 
     def tokens(self, target) -> list[int]:
         if self.messages is not None:
@@ -104,16 +110,20 @@ def parse_line(obj: Any, where: str) -> list[Probe]:
     tags = obj.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise DriftError(f"{where}: field 'tags' must be a list of strings")
+    group = obj.get("group", pid)
+    if not isinstance(group, (str, int)) or isinstance(group, bool) or str(group) == "":
+        raise DriftError(f"{where}: field 'group' must be a non-empty string (the source document prompts share)")
+    group = str(group)
     keep = obj.get("keep", "start")
     if keep not in ("start", "end"):
         raise DriftError(f"{where}: field 'keep' must be 'start' or 'end'")
     cuts = obj.get("cut")
     if cuts is None:
-        return [Probe(str(pid), text, ids, mnt, tags, messages=msgs)]
+        return [Probe(str(pid), text, ids, mnt, tags, messages=msgs, group=group)]
     cuts = cuts if isinstance(cuts, list) else [cuts]
     if not cuts or not all(is_int(c) and c > 0 for c in cuts):
         raise DriftError(f"{where}: field 'cut' must be a positive integer or a list of them")
-    return [Probe(f"{pid}@{c}", text, ids, mnt, tags, c, keep == "end", msgs) for c in cuts]
+    return [Probe(f"{pid}@{c}", text, ids, mnt, tags, c, keep == "end", msgs, group) for c in cuts]
 
 
 def check_text_length(probe: Probe, target, extra: int) -> None:

@@ -34,6 +34,9 @@ FULL_NOTE = ("sink/draft/own masses every round (from the attention kernel's log
              "whose rows were sampled); NaN / NaN / -1 on the others")
 
 
+DEFAULT_NEW_TOKENS = 64  # a prompt's generation budget when neither --max-new-tokens nor its probe sets one
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """What shapes a capture's numbers, checked once (`of`) and recorded in one canonical form (`record`): the
@@ -41,7 +44,7 @@ class RunSettings:
 
     depth: int = 8
     mode: str = "generate"
-    max_new_tokens: int = 64
+    max_new_tokens: int | None = None  # None: each probe's own max_new_tokens, else DEFAULT_NEW_TOKENS
     sink: SinkSpec = field(default_factory=SinkSpec)
     seed: int = 0
     temperature: float = 0.0
@@ -54,15 +57,16 @@ class RunSettings:
     full_every: int = FULL_EVERY  # entropy / head maxima (full rows) on rounds 0, N, 2N, ... (hooks.Capture)
 
     @classmethod
-    def of(cls, depth: int = 8, mode: str = "generate", max_new_tokens: int = 64, sink: SinkSpec | None = None,
+    def of(cls, depth: int = 8, mode: str = "generate", max_new_tokens: int | None = None,
+           sink: SinkSpec | None = None,
            seed: int = 0, temperature: float = 0.0, keep_rows: int = 2, dtype: Any = "float32", device: str = "cpu",
            limit: int | None = None, draft_sampling: str = "greedy", device_map: str | None = None,
            full_every: int = FULL_EVERY) -> RunSettings:
         """Validated settings; each wrong value is one DriftError line naming its CLI option."""
-        run_settings(depth, max_new_tokens, temperature, seed, keep_rows, limit, sink)
+        run_settings(depth, 1 if max_new_tokens is None else max_new_tokens, temperature, seed, keep_rows, limit, sink)
         if str(device).startswith("cuda") and not torch.cuda.is_available():
             raise DriftError(f"--device {device}: CUDA is not available on this machine")
-        check_settings(depth, max_new_tokens, mode, temperature, draft_sampling)
+        check_settings(depth, 1 if max_new_tokens is None else max_new_tokens, mode, temperature, draft_sampling)
         need_int("--full-every", full_every, 0, "a round interval >= 0 (1 = every round, 0 = sampled rows only)")
         if device_map is not None:
             from ..model.target import check_device_map
@@ -70,6 +74,20 @@ class RunSettings:
             check_device_map(device_map)
         return cls(depth, mode, max_new_tokens, sink or SinkSpec(), seed, temperature, keep_rows, dtype_name(dtype),
                    device, limit, draft_sampling, device_map, full_every)
+
+    def new_tokens(self, probe) -> int:
+        """The one precedence rule for a prompt's generation budget: the --max-new-tokens flag when given (it
+        applies to every probe), else the probe's `max_new_tokens`, else DEFAULT_NEW_TOKENS. Recorded per prompt
+        (prompts.max_new_tokens) and in the manifest (capture.max_new_tokens_rule)."""
+        if self.max_new_tokens is not None:
+            return int(self.max_new_tokens)
+        return int(probe.max_new_tokens or DEFAULT_NEW_TOKENS)
+
+    @property
+    def budget_rule(self) -> str:
+        return (f"--max-new-tokens {self.max_new_tokens} for every prompt (probe fields ignored)"
+                if self.max_new_tokens is not None else
+                f"each probe's max_new_tokens, else {DEFAULT_NEW_TOKENS}")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -79,6 +97,7 @@ class RunSettings:
         """The capture settings every engine records in the manifest (and --resume compares)."""
         return {
             "depth": self.depth, "mode": self.mode, "max_new_tokens": self.max_new_tokens,
+            "max_new_tokens_rule": self.budget_rule,
             "sink": self.sink.to_dict(), "seed": self.seed, "temperature": self.temperature,
             "keep_rows": self.keep_rows, "dtype": self.dtype, "device": self.device,
             "full_every": self.full_every, "full_every_note": FULL_NOTE,

@@ -225,6 +225,11 @@ def _has_summary(p: Path, m: dict[str, Any], shards: list[int] | None) -> bool:
     return bool(srcs) and all(s.file.is_file() for s in srcs)
 
 
+def group_of_id(ids: pd.Series) -> pd.Series:
+    """The group of prompts in a trace that records none: the probe line's id (a cut probe's id is LINE@N)."""
+    return ids.astype(str).str.replace(r"@\d+$", "", regex=True)
+
+
 class TraceData:
     """A loaded trace; tables are read on first access."""
 
@@ -253,6 +258,25 @@ class TraceData:
     @cached_property
     def prompts(self) -> pd.DataFrame:
         return self.table("prompts")
+
+    @cached_property
+    def groups(self) -> dict[str, str]:
+        """prompt id -> group (source document), the statistical unit. Traces that record no `group` column
+        (captured before groups existed) get the probe line's id: the prompt id without a cut's `@N` suffix."""
+        try:
+            p = self.table("prompts")
+        except DriftError:  # a damaged prompts table: the other tables still carry prompt ids
+            return {}
+        ids = p["prompt_id"].astype(str)
+        g = p["group"].astype(str) if "group" in p.columns else group_of_id(ids)
+        return dict(zip(ids, g))
+
+    @property
+    def groups_recorded(self) -> bool:
+        try:
+            return "group" in self.table("prompts").columns
+        except DriftError:
+            return False
 
     @cached_property
     def rounds(self) -> pd.DataFrame:

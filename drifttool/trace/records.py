@@ -90,7 +90,8 @@ def prompt_row(drafter: str, probe, prompt_len: int, n_generated: int, records: 
     """The `prompts` table's row of one drafter on one probe (engine-specific columns in `extra`)."""
     acc = sum(r.accepted for r in records)
     return pd.DataFrame([{
-        "drafter": drafter, "prompt_id": probe.id, "tags": ",".join(probe.tags), "prompt_len": prompt_len,
+        "drafter": drafter, "prompt_id": probe.id, "tags": ",".join(probe.tags), "group": str(probe.group or probe.id),
+        "prompt_len": prompt_len,
         "n_generated": n_generated, "n_rounds": len(records), "accepted_total": acc,
         "mean_acceptance_length": 1.0 + acc / max(1, len(records)), "wall_s": wall, **extra,
     }])

@@ -47,7 +47,10 @@ STORED: dict[str, list[str]] = {t: [c for c in cols if c not in DERIVED.get(t, {
 # token t+1 with position t; slots >= the round's context_len are this chain's draft slots).
 # rounds.full_stats = entropy / max_prob / top_pos were computed from the full attention row that round (capture
 # setting full_every); on other rounds they are NaN / NaN / -1 and the masses come from the kernel's log-sum-exp.
-OPTIONAL: dict[str, list[str]] = {"rounds": ["draft_s", "verify_s", "full_stats"], "depths": ["attn_window_start"],
+# prompts.group = the probe's source document (its `group` field, else its line id): the statistical unit.
+# prompts.max_new_tokens = the generation budget that applied to the prompt (CLI flag, else probe field, else 32).
+OPTIONAL: dict[str, list[str]] = {"prompts": ["group", "max_new_tokens"],
+                                  "rounds": ["draft_s", "verify_s", "full_stats"], "depths": ["attn_window_start"],
                                   "heads": ["max_prob", "top_pos"]}
 
 # Per (drafter, prompt, depth, head): sums over the prompt's rounds, so the dashboard's head pages never read the

@@ -80,14 +80,14 @@ SHORT = [
 def write_suites(out_dir: Path) -> dict[str, int]:
     out_dir.mkdir(parents=True, exist_ok=True)
     suites: dict[str, list[dict]] = {
-        "long_code": [{"id": f"code-{m.removesuffix('.py')}", "source": {"stdlib_module": m.removesuffix(".py")},
+        "long_code": [{"id": f"code-{m.removesuffix('.py')}", "group": f"code-{m.removesuffix('.py')}", "source": {"stdlib_module": m.removesuffix(".py")},
                        "cut": CODE_CUTS, "tags": ["code", "held-out-stdlib"], "max_new_tokens": 48}
                       for m in HELD_OUT[:8]],
-        "agent_traces": [{"id": f"agent-{i}", "text": agent_trace(1000 + i, 4 + 3 * i), "cut": [256, 512, 896],
+        "agent_traces": [{"id": f"agent-{i}", "group": f"agent-{i}", "text": agent_trace(1000 + i, 4 + 3 * i), "cut": [256, 512, 896],
                           "tags": ["agent", "json"], "max_new_tokens": 48} for i in range(6)],
-        "doc_qa": [{"id": f"docqa-{i}", "text": document(2000 + i, 2 + 2 * i)[0], "cut": [896], "keep": "end",
+        "doc_qa": [{"id": f"docqa-{i}", "group": f"docqa-{i}", "text": document(2000 + i, 2 + 2 * i)[0], "cut": [896], "keep": "end",
                     "tags": ["doc-qa"], "max_new_tokens": 32} for i in range(6)],
-        "short_chat": [{"id": f"short-{i}", "text": t, "tags": ["short", "control"], "max_new_tokens": 48}
+        "short_chat": [{"id": f"short-{i}", "group": f"short-{i}", "text": t, "tags": ["short", "control"], "max_new_tokens": 48}
                        for i, t in enumerate(SHORT)],
     }
     for name, rows in suites.items():

@@ -82,14 +82,15 @@ def _chunk(text: str, r: random.Random, chars: int) -> str:
     return "".join(out) or text[:chars]
 
 
-def _code(r: random.Random, files: list[Path], cid: str, split: str) -> Conversation | None:
+def _code(r: random.Random, files: list[Path], cid: str, split: str, long: bool = False) -> Conversation | None:
     path = r.choice(files)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
     # ~3.3 chars per token for Python: 150 .. 2400 tokens of code, long ones over-represented
-    chars = int(r.choice((600, 1500, 3000, 5000, 6500, 8000)) * r.uniform(0.8, 1.0))
+    sizes = (600, 1500, 3000, 5000, 8000, 11000, 13000) if long else (600, 1500, 3000, 5000, 6500, 8000)
+    chars = int(r.choice(sizes) * r.uniform(0.8, 1.0))
     body = _chunk(text, r, chars)
     if len(body) < 200:
         return None
@@ -97,19 +98,20 @@ def _code(r: random.Random, files: list[Path], cid: str, split: str) -> Conversa
     return Conversation(cid, "code", split, [{"role": "user", "content": msg}])
 
 
-def _agent(r: random.Random, cid: str, split: str) -> Conversation:
+def _agent(r: random.Random, cid: str, split: str, long: bool = False) -> Conversation:
     msgs = [{"role": "system", "content": "You are a coding agent. Call tools by answering with one JSON object."},
             {"role": "user", "content": f"Fix the failing test in {random_name(r)}.py and report what changed."}]
-    for _ in range(r.randrange(3, 24)):
+    for _ in range(r.randrange(3, 48 if long else 24)):
         tool = r.choice(sorted(TOOLS))
         msgs.append({"role": "assistant", "content": json.dumps({"tool": tool, "arguments": TOOLS[tool](r)})})
         msgs.append({"role": "tool", "content": json.dumps(tool_output(r, tool))})
     return Conversation(cid, "agent", split, msgs)
 
 
-def _docqa(r: random.Random, topics: dict[str, str], cid: str, split: str) -> Conversation:
+def _docqa(r: random.Random, topics: dict[str, str], cid: str, split: str, long: bool = False) -> Conversation:
     key = r.choice(sorted(topics))
-    doc = _chunk(topics[key], r, int(r.choice((1500, 4000, 7000)) * r.uniform(0.8, 1.0)))
+    sizes = (1500, 4000, 7000, 11000) if long else (1500, 4000, 7000)
+    doc = _chunk(topics[key], r, int(r.choice(sizes) * r.uniform(0.8, 1.0)))
     msg = f"Documentation of `{key}`:\n\n{doc}\n\n{r.choice(DOC_ASKS)}"
     return Conversation(cid, "docqa", split, [{"role": "user", "content": msg}])
 
@@ -120,9 +122,10 @@ def _topics(heldout: bool) -> dict[str, str]:
     return {k: v for k, v in topics.items() if (zlib.crc32(k.encode()) % 7 == 0) == heldout and len(v) > 400}
 
 
-def build(n: int, split: str = "train", seed: int = 0) -> list[Conversation]:
-    """n conversations: 45% long code, 25% agent traces, 20% document QA, 10% short chat."""
-    r = random.Random(f"{seed}-{split}")
+def build(n: int, split: str = "train", seed: int = 0, long: bool = False) -> list[Conversation]:
+    """n conversations: 45% long code, 25% agent traces, 20% document QA, 10% short chat. `long` draws longer
+    code/doc chunks and agent traces (up to ~4k tokens, for a 4096-token trained window) under its own seed."""
+    r = random.Random(f"{seed}-{split}-long" if long else f"{seed}-{split}")
     heldout = split == "heldout"
     files, topics = _code_files(heldout), _topics(heldout)
     out: list[Conversation] = []
@@ -130,11 +133,11 @@ def build(n: int, split: str = "train", seed: int = 0) -> list[Conversation]:
         cid = f"{split}-{len(out):06d}"
         u = r.random()
         if u < 0.45:
-            c = _code(r, files, cid, split)
+            c = _code(r, files, cid, split, long)
         elif u < 0.70:
-            c = _agent(r, cid, split)
+            c = _agent(r, cid, split, long)
         elif u < 0.90:
-            c = _docqa(r, topics, cid, split)
+            c = _docqa(r, topics, cid, split, long)
         else:
             c = Conversation(cid, "chat", split, [{"role": "user", "content": r.choice(CHAT)}])
         if c is not None:

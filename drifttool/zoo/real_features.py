@@ -28,7 +28,7 @@ def render(tokenizer, conv: Conversation, add_generation_prompt: bool = True) ->
     return list(out)
 
 
-class _PostGrab:
+class PostGrab:
     """Forward hook on the target's final norm: its output is what the lm_head sees."""
 
     def __init__(self, norm: torch.nn.Module):
@@ -40,7 +40,7 @@ class _PostGrab:
 
 
 @torch.no_grad()
-def one(target: Target, post: _PostGrab, ids: list[int], max_new: int, eos: int, gen: torch.Generator,
+def one(target: Target, post: PostGrab, ids: list[int], max_new: int, eos: int, gen: torch.Generator,
         temperature: float = 0.7) -> dict[str, torch.Tensor]:
     target.reset()
     seq = list(ids)
@@ -73,7 +73,7 @@ def extract(convs: list[Conversation], target_dir: str | Path, out_dir: str | Pa
     target = load_target(target_dir)
     tok = hf_tokenizer(target_dir)
     eos = tok.convert_tokens_to_ids("<|im_end|>")
-    post = _PostGrab(target.model.model.norm)
+    post = PostGrab(target.model.model.norm)
     done = sorted(out.glob("shard-*.json"))
     start = json.loads(done[-1].read_text())["next"] if done else 0
     k = len(done)
@@ -96,7 +96,7 @@ def extract(convs: list[Conversation], target_dir: str | Path, out_dir: str | Pa
         meta.append({"id": c.id, "kind": c.kind, "tokens": int(rec["ids"].numel()), "prompt": len(ids)})
         ntok += int(rec["ids"].numel())
         if ntok >= shard_tokens or i == len(convs) - 1:
-            _write(out, k, buf, meta, i + 1, save_file)
+            write_shard(out, k, buf, meta, i + 1, save_file)
             total += ntok
             el = time.perf_counter() - t0
             log(json.dumps({"shard": k, "conversations": i + 1, "tokens": total, "tok_per_s": round(total / el, 1)}))
@@ -109,7 +109,7 @@ def extract(convs: list[Conversation], target_dir: str | Path, out_dir: str | Pa
     return {"shards": k, "next": i + 1, "skipped_too_long": skipped}
 
 
-def _write(out: Path, k: int, buf, meta, nxt: int, save_file) -> None:
+def write_shard(out: Path, k: int, buf, meta, nxt: int, save_file) -> None:
     lens = torch.tensor([0] + [int(b["ids"].numel()) for b in buf]).cumsum(0)
     tensors = {"ids": torch.cat([b["ids"] for b in buf]), "aux": torch.cat([b["aux"] for b in buf]),
                "post": torch.cat([b["post"] for b in buf]), "top1": torch.cat([b["top1"] for b in buf]),

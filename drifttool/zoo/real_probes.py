@@ -34,15 +34,15 @@ def agent_messages(seed: int, steps: int) -> list[dict[str, str]]:
 def suites() -> dict[str, list[dict]]:
     code_mods = [m.removesuffix(".py") for m in HELD_OUT if m in ("difflib.py", "configparser.py")]
     return {
-        "long_code": [{"id": f"code-{m}", "source": {"stdlib_module": m}, "cut": CODE_CUTS,
+        "long_code": [{"id": f"code-{m}", "group": f"code-{m}", "source": {"stdlib_module": m}, "cut": CODE_CUTS,
                        "tags": ["code", "held-out-stdlib"], "max_new_tokens": 40} for m in code_mods],
         # ~110 tokens per tool round trip: 5 / 12 / 26 / 36 steps ≈ 0.6k / 1.4k / 2.9k / 4k tokens
-        "agent_traces": [{"id": f"agent-{n}", "messages": agent_messages(3000 + n, n), "tags": ["agent", "json"],
+        "agent_traces": [{"id": f"agent-{n}", "group": f"agent-{n}", "messages": agent_messages(3000 + n, n), "tags": ["agent", "json"],
                           "max_new_tokens": 40} for n in (5, 12, 26, 36)],
         # 3 / 7 / 14 / 23 sections: 538 / 1186 / 2165 / 3858 tokens with the SmolLM2 chat template
-        "doc_qa": [{"id": f"docqa-{n}", "messages": [{"role": "user", "content": document(4000 + n, n)[0]}],
+        "doc_qa": [{"id": f"docqa-{n}", "group": f"docqa-{n}", "messages": [{"role": "user", "content": document(4000 + n, n)[0]}],
                     "tags": ["doc-qa"], "max_new_tokens": 32} for n in (3, 7, 14, 23)],
-        "short_chat": [{"id": f"chat-{i}", "messages": [{"role": "user", "content": t}], "tags": ["short", "control"],
+        "short_chat": [{"id": f"chat-{i}", "group": f"chat-{i}", "messages": [{"role": "user", "content": t}], "tags": ["short", "control"],
                         "max_new_tokens": 40} for i, t in enumerate(CHAT)],
     }
 

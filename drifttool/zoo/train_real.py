@@ -45,7 +45,10 @@ class RealArgs:
     betas: tuple[float, float] = (0.9, 0.95)
     clip: float = 0.5
     batch_tokens: int = 2048
-    trained_window: int = 2048  # conversations are cut at real_features --max-len (2048 positions)
+    trained_window: int = 2048  # conversations are cut at the feature extractor's --max-len
+    bf16: bool = True  # drafter forward/backward under bf16 autocast (~1.5x on CPU), loss and optimiser fp32
+    variants: tuple[str, ...] = ("eagle3", "eagle3.1")
+    series_every: int = 1  # keep every N-th checkpoint's export under out/steps/ (drift across training)
     ttt_steps: int = 3
     keep: float = 0.5  # fraction of slots scored per TTT step (lm_head + loss)
     loss_decay: float = 0.8
@@ -130,32 +133,49 @@ def drafter_config(a: RealArgs, tcfg: dict[str, Any], variant: str) -> DrafterCo
 
 
 def build_pair(a: RealArgs, tcfg, embed: torch.Tensor, d2t: torch.Tensor) -> dict[str, Eagle3Drafter]:
-    return variant_drafters(lambda v: drafter_config(a, tcfg, v), VARIANTS, a.seed, embed, d2t)
+    return variant_drafters(lambda v: drafter_config(a, tcfg, v), a.variants, a.seed, embed, d2t)
 
 
-def ttt_loss(m: Eagle3Drafter, conv: dict[str, torch.Tensor], e_draft: torch.Tensor, draft_ids: torch.Tensor,
-             steps: int, decay: float, keep: float = 1.0, gen: torch.Generator | None = None,
-             ) -> tuple[torch.Tensor, list[list[float]]]:
-    """Σ_k decay^k · soft-CE(step k, target softmax over the draft vocab) summed over scored slots; stats
-    per step: [loss sum, top-1 hits (draft argmax mapped to target id == target argmax), count, feedback
-    RMS sum]. `keep` < 1 scores a random fraction of slots per step: the decoder layer still runs on every
-    slot (they are keys and feed the next step), only the lm_head and the loss are skipped elsewhere."""
-    ids = conv["ids"].long()[None]
-    feats = conv["aux"].float()[None]
-    n = ids.shape[1] - 1
-    outs = m.ttt_forward(ids[:, 1:], feats[:, :-1], steps, logits=False)
+def soft_targets(conv: dict[str, torch.Tensor], e_draft: torch.Tensor, steps: int, keep: float = 1.0,
+                 gen: torch.Generator | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per TTT step k: the scored slots and the target's distribution over the draft vocab there (from the cached
+    post-norm state times the tied embeddings). Computed once per conversation and shared by every variant that
+    trains on the batch, so both see the same slots and labels. `keep` < 1 scores a random fraction of slots."""
+    n = conv["ids"].shape[0] - 1
     post_t = conv["post"].float()
-    top1 = conv["top1"].long()
-    total = feats.new_zeros(())
-    stats = []
-    for k, o in enumerate(outs):
+    out = []
+    for k in range(steps):
         if n - k <= 0:
             break
         sel = torch.arange(n - k)
         if keep < 1.0:
             sel = sel[torch.rand(n - k, generator=gen) < keep]
-        p = (post_t[1 + k + sel] @ e_draft.T).softmax(-1)  # target distribution over the draft vocab
-        logits = m.lm_head(o.post[0, sel])
+        out.append((sel, (post_t[1 + k + sel] @ e_draft.T).softmax(-1)))
+    return out
+
+
+def ttt_loss(m: Eagle3Drafter, conv: dict[str, torch.Tensor], e_draft: torch.Tensor, draft_ids: torch.Tensor,
+             steps: int, decay: float, keep: float = 1.0, gen: torch.Generator | None = None,
+             targets: list[tuple[torch.Tensor, torch.Tensor]] | None = None, bf16: bool = False,
+             ) -> tuple[torch.Tensor, list[list[float]]]:
+    """Σ_k decay^k · soft-CE(step k, target softmax over the draft vocab) summed over scored slots; stats
+    per step: [loss sum, top-1 hits (draft argmax mapped to target id == target argmax), count, feedback
+    RMS sum]. The decoder layer runs on every slot (they are keys and feed the next step); only the lm_head and
+    the loss are restricted to the scored slots (`targets`, else drawn here with `keep`/`gen`). `bf16` runs the
+    drafter under bf16 autocast (the loss in fp32)."""
+    ids = conv["ids"].long()[None]
+    feats = conv["aux"].float()[None]
+    n = ids.shape[1] - 1
+    if targets is None:
+        targets = soft_targets(conv, e_draft, steps, keep, gen)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        outs = m.ttt_forward(ids[:, 1:], feats[:, :-1], steps, logits=False)
+    top1 = conv["top1"].long()
+    total = feats.new_zeros(())
+    stats = []
+    for k, (o, (sel, p)) in enumerate(zip(outs, targets)):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = m.lm_head(o.post[0, sel])
         lk = -(p * logits.float().log_softmax(-1)).sum(-1).sum()
         total = total + decay**k * lk
         with torch.no_grad():
@@ -250,7 +270,7 @@ def train(a: RealArgs, log=print) -> None:
     models = build_pair(a, tcfg, embed, d2t)
     opts = {v: adamw([p for p in m.parameters() if p.requires_grad], a.lr, a.betas, 0.0) for v, m in models.items()}
     state: dict[str, Any] = load_ckpt(work / "ckpt", *_ckpt_files(models, opts)) or {"step": 0, "elapsed": 0.0,
-                                                                                      "tokens": 0}
+                                                                                      "tokens": 0, "checkpoints": 0}
     if state["step"]:
         log(f"resumed at step {state['step']}")
     curves = (work / "curves.jsonl").open("a")
@@ -267,6 +287,12 @@ def train(a: RealArgs, log=print) -> None:
                   "draft_vocab_coverage": round(coverage, 4), "final": final,
                   "train_args": {k: v for k, v in asdict(a).items()}}
         export(models, out, {"common": common, "eval": ev})
+        if a.series_every and (state.get("checkpoints", 0) % a.series_every == 0 or final):
+            series = out / "steps" / f"step-{state['step']:06d}"  # one folder per checkpoint: drift over training
+            series.mkdir(parents=True, exist_ok=True)
+            for v in models:
+                shutil.copytree(out / v, series / v, dirs_exist_ok=True)
+        state["checkpoints"] = state.get("checkpoints", 0) + 1
         log(json.dumps({"checkpoint": state["step"], "eval": {v: e["heldout_top1_per_step"] for v, e in ev.items()}}))
 
     budget = Budget(state, "elapsed", a.ckpt_minutes, checkpoint)
@@ -281,6 +307,8 @@ def train(a: RealArgs, log=print) -> None:
             batch.append(row)
             ntok += row[2] - row[1]
         convs = [shards.get(r) for r in batch]
+        gen = torch.Generator().manual_seed(a.seed * 7919 + step)  # the same scored slots for every variant
+        labels = [soft_targets(c, e_draft, a.ttt_steps, a.keep, gen) for c in convs]
         lr = lr_at(a, step, state["elapsed"])
         rec: dict[str, Any] = {"step": step, "lr": round(lr, 7), "tokens": ntok}
         for v, m in models.items():
@@ -288,9 +316,8 @@ def train(a: RealArgs, log=print) -> None:
             set_lr(opt, lr)
             opt.zero_grad(set_to_none=True)
             agg = torch.zeros(a.ttt_steps, 4)
-            gen = torch.Generator().manual_seed(a.seed * 7919 + step)  # same scored slots for both variants
-            for c in convs:
-                loss, st = ttt_loss(m, c, e_draft, draft_ids, a.ttt_steps, a.loss_decay, a.keep, gen)
+            for c, lab in zip(convs, labels):
+                loss, st = ttt_loss(m, c, e_draft, draft_ids, a.ttt_steps, a.loss_decay, targets=lab, bf16=a.bf16)
                 (loss / ntok).backward()
                 agg[: len(st)] += torch.tensor(st)
             torch.nn.utils.clip_grad_norm_(m.parameters(), a.clip)
@@ -322,9 +349,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--draft-vocab", type=int, default=RealArgs.draft_vocab_size)
     p.add_argument("--batch-tokens", type=int, default=RealArgs.batch_tokens)
     p.add_argument("--lr", type=float, default=RealArgs.lr)
+    p.add_argument("--trained-window", type=int, default=RealArgs.trained_window)
+    p.add_argument("--fp32", action="store_true", help="no bf16 autocast")
+    p.add_argument("--ckpt-minutes", type=float, default=RealArgs.ckpt_minutes)
+    p.add_argument("--variants", default=",".join(RealArgs.variants), help="comma list (one process per variant)")
     x = p.parse_args(argv)
     a = RealArgs(features=x.features, work=x.work, out=x.out, target_dir=str(smollm2.fetch()), minutes=x.minutes,
-                 threads=x.threads, draft_vocab_size=x.draft_vocab, batch_tokens=x.batch_tokens, lr=x.lr)
+                 threads=x.threads, draft_vocab_size=x.draft_vocab, batch_tokens=x.batch_tokens, lr=x.lr,
+                 trained_window=x.trained_window, bf16=not x.fp32, ckpt_minutes=x.ckpt_minutes,
+                 variants=tuple(x.variants.split(",")))
     train(a, log=lambda m: print(time.strftime("%H:%M:%S"), m, flush=True))
     return 0
 

@@ -72,7 +72,8 @@ def capture_one(
     wall = time.perf_counter() - t0
     tabs = prompt_tables(name, probe.id, res.rounds, cap.rounds, drafter.config.input_aux_layer_ids,
                          trained_window(drafter.config.to_dict())["window"], drafter.config.sliding_window)
-    tabs["prompts"] = prompt_row(name, probe, len(ids), len(res.output_ids), res.rounds, wall)
+    tabs["prompts"] = prompt_row(name, probe, len(ids), len(res.output_ids), res.rounds, wall,
+                                 max_new_tokens=max_new_tokens)
     rows = add_rows(tabs, name, probe.id, cap.rounds)
     return tabs, rows, res
 
@@ -155,9 +156,9 @@ def run_capture(
     token_ids = {}  # every probe checked before anything is written; the error names the file and the probe
     for probe in suite:
         try:
-            check_text_length(probe, tgt, st.max_new_tokens + st.depth + 1)
+            check_text_length(probe, tgt, st.new_tokens(probe) + st.depth + 1)
             ids = probe.tokens(tgt)
-            check_prompt(ids, tgt, positions_needed(len(ids), probe.max_new_tokens or st.max_new_tokens,
+            check_prompt(ids, tgt, positions_needed(len(ids), st.new_tokens(probe),
                                                     tree.max_nodes if tree is not None else st.depth))
         except DriftError as e:
             raise DriftError(f"{probes}: probe {probe.id!r}: {e}") from None
@@ -178,7 +179,7 @@ def run_capture(
     manifest = build_manifest(tgt, tgt_path, models, capture_settings, extra_manifest)
 
     def step(writer, bar, probe) -> None:
-        mnt = probe.max_new_tokens or st.max_new_tokens
+        mnt = st.new_tokens(probe)
         try:
             if tree is not None:
                 tables, rows = capture_tree_prompt(tgt, models, probe, token_ids[probe.id], tree, mnt, st.sink, st.seed,

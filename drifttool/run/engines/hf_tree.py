@@ -62,7 +62,8 @@ def capture_tree_prompt(
             trained_window(d.config.to_dict())["window"],
             tree.max_depth,
         )
-        tabs["prompts"] = prompt_row(name, probe, len(ids), len(res.output_ids), res.rounds, wall)
+        tabs["prompts"] = prompt_row(name, probe, len(ids), len(res.output_ids), res.rounds, wall,
+                                     max_new_tokens=max_new_tokens)
         for k, v in tabs.items():
             parts.setdefault(k, []).append(v)
     return {k: pd.concat(v, ignore_index=True) for k, v in parts.items()}

@@ -82,7 +82,7 @@ def checked_prompts(
     out = []
     for probe in todo:
         ids = probe.tokens(info)
-        mnt = probe.max_new_tokens or st.max_new_tokens
+        mnt = st.new_tokens(probe)
         need = positions_needed(len(ids), mnt, st.depth)
         if not ids:
             raise DriftError(f"prompt {probe.id}: empty (expected at least one token)")
@@ -147,6 +147,7 @@ def capture_prompt(
         len(out_ids),
         records,
         wall,
+        max_new_tokens=mnt,
         engine="vllm",
         vllm_num_drafts=delta["num_drafts"],
         vllm_num_draft_tokens=delta["num_draft_tokens"],

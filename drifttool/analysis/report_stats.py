@@ -1,0 +1,195 @@
+"""Terminal tables and sentences for the paired statistics (analysis.stats): per-depth changes with their MDE,
+verdicts at the deepest depth for both populations, differences between drafters, and the plain-language
+findings that `compare`'s "In short" ends with. A verdict never outruns its evidence: every "no change"
+carries its MDE and reads *underpowered* when the MDE exceeds the quantity itself."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+
+from .compare import Comparison
+from .report_table import label as _lab
+from .report_table import order as _order
+from .report_table import series_width as _sw
+from .report_table import table as _table
+from .stats import ALPHA, POPULATION_TEXT, POWER, min_p
+
+NAMES = {"sink_mass": "sink mass", "self_mass": "self mass", "prompt_mass": "prompt mass", "rms_in": "layer-input RMS",
+         "acceptance_length": "acceptance length"}
+
+
+def _g(v: float, d: int = 3) -> str:
+    if v is None or not isinstance(v, (int, float, np.floating, np.integer)) or v != v:
+        return "-"
+    if math.isinf(v):
+        return "inf"
+    return f"{v:+.{d}f}" if d else f"{v:.0f}"
+
+
+def _p(p: float) -> str:
+    return "-" if p != p else (f"{p:.3f}" if p >= 0.001 else "<0.001")
+
+
+def _mde(v: float, d: int = 3) -> str:
+    return "inf" if v == float("inf") else ("-" if v != v else f"{v:.{d}f}")
+
+
+def _dig(metric: str) -> int:
+    return 2 if metric in ("rms_in", "acceptance_length") else 3
+
+
+def print_depth_changes(c: Console, cmp: Comparison, tr: pd.DataFrame) -> None:
+    """Per depth: sink and self mass change from their first depth, paired over groups, with MDE and the
+    prefix-correct n (rounds whose chain was still right up to the depth)."""
+
+    if tr.empty:
+        return
+    a = tr[tr.population == "all"]
+    pc = tr[tr.population == "prefix_correct"].set_index(["series", "metric", "depth"])["n_rounds"]
+    order = _order(cmp)
+    keys = sorted({(int(r.depth), r.series) for r in a.itertuples()}, key=lambda k: (k[0], order.get(k[1], 0)))
+    t = _table("Per depth: change from the first depth, paired over groups (all rounds; MDE at 80% power)",
+               "depth", "series", "Δ sink\nvs d1", "MDE", "Δ self\nvs d2", "MDE ", "groups", "prefix-\ncorrect n",
+               widths=_sw([k[1] for k in keys]))
+    idx = a.set_index(["series", "metric", "depth"])
+    last = None
+    for depth, label in keys:
+        if last is not None and depth != last:
+            t.add_section()
+        last = depth
+        cells = []
+        for m in ("sink_mass", "self_mass"):
+            if (label, m, depth) in idx.index:
+                r = idx.loc[(label, m, depth)]
+                cells += [f"{_g(r.change)}\n(p {_p(r.p)})", _mde(r.mde)]
+            else:
+                cells += ["-", "-"]
+        ng = int(idx.loc[(label, "sink_mass", depth)].n_groups) if (label, "sink_mass", depth) in idx.index else 0
+        npc = pc.get((label, "sink_mass", depth), np.nan)
+        t.add_row(str(depth), _lab(label), *cells, str(ng), "-" if npc != npc else str(int(npc)))
+    c.print(t)
+    if cmp.mode == "teacher-forced":
+        c.print("Teacher-forced: every depth is drafted on the true prefix, so all rounds are prefix-correct.",
+                markup=False)
+    else:
+        c.print("Generate mode: a depth's draft is conditioned on the chain's earlier drafts; rounds whose chain had "
+                "already failed measure drafts on wrong tokens. prefix-correct n = rounds whose earlier drafts were "
+                "all accepted (the population of the verdicts' second rows); teacher-forced captures measure every "
+                "depth on the true prefix.", markup=False)
+
+
+SHORT = {"sink_mass": "sink", "self_mass": "self", "prompt_mass": "prompt", "rms_in": "rms_in"}
+PRINTED = ("sink_mass", "self_mass", "rms_in")  # prompt mass = 1 - sink - self: in --json only
+
+
+def _pm(mean: float, lo: float, hi: float, d: int) -> str:
+    """'+0.025' and '±0.257' (the t-interval's half width) on the next line."""
+    if mean != mean:
+        return "-"
+    half = (hi - lo) / 2 if lo == lo and hi == hi else float("nan")
+    return f"{mean:+.{d}f}" + ("" if half != half else f"\n±{half:.{d}f}")
+
+
+def print_verdicts(c: Console, cmp: Comparison, tr: pd.DataFrame) -> None:
+    """At the deepest depth: each metric's change per series and population, with its verdict."""
+
+    if tr.empty:
+        return
+    k = int(tr["depth"].max())
+    sub = tr[(tr.depth == k) & tr.metric.isin(PRINTED)]
+    if cmp.mode == "teacher-forced":
+        sub = sub[sub.population == "all"]  # prefix-correct = all rounds there
+    order = _order(cmp)
+    sub = sub.assign(_o=sub["series"].map(order), _m=sub["metric"].map(PRINTED.index))
+    sub = sub.sort_values(["_m", "_o", "population"])
+    t = _table(f"Depth trends to depth {k}, paired over groups (sign-flip p; ± 95% t-interval)", "metric", "rounds",
+               "series", "from", "change", "p", "MDE", "verdict", widths=_sw(sub["series"]))
+    last = None
+    for r in sub.itertuples():
+        if last is not None and r.metric != last:
+            t.add_section()
+        last = r.metric
+        d = _dig(r.metric)
+        pop = "all" if r.population == "all" else "p.c."
+        t.add_row(SHORT.get(r.metric, r.metric), f"{pop} {r.n_rounds}", _lab(r.series),
+                  "-" if r.base_value != r.base_value else f"{r.base_value:.{d}f}\n@d{r.from_depth}",
+                  _pm(r.change, r.change_lo, r.change_hi, d), _p(r.p), _mde(r.mde, d), r.verdict)
+    c.print(t)
+    ng = int(sub["n_groups"].max()) if len(sub) else 0
+    c.print(f"{cmp.groups_note()} MDE: smallest change detectable at {POWER:.0%} power, alpha {ALPHA}; "
+            "'underpowered' when it exceeds the metric's value at its first depth. The sign-flip test's smallest "
+            f"p over n groups is 2/2^n ({min_p(ng):.3g} for {ng}): below 6 groups nothing is detectable. "
+            f"rounds: all, or p.c. = prefix-correct: {POPULATION_TEXT['prefix_correct']}.", markup=False)
+
+
+def print_between(c: Console, cmp: Comparison, ad: pd.DataFrame, td: pd.DataFrame) -> None:
+    """Each drafter against the baseline: acceptance length, and the difference of depth changes at depth K."""
+
+    if ad.empty and td.empty:
+        return
+    k = int(td["depth"].max()) if not td.empty else cmp.depth
+    rows = []
+    for r in ad.itertuples():
+        rows.append(("acc. length", r.series, r.difference, r.difference_lo, r.difference_hi, r.p, r.mde,
+                     r.n_groups, r.verdict, 2))
+    if not td.empty:
+        for r in td[(td.depth == k) & (td.population == "all")].itertuples():
+            if r.metric not in PRINTED:
+                continue
+            rows.append((f"Δ {SHORT.get(r.metric, r.metric)} d{r.from_depth}→{k}", r.series, r.difference,
+                         r.difference_lo, r.difference_hi, r.p, r.mde, r.n_groups, r.verdict, _dig(r.metric)))
+    order = _order(cmp)
+    t = _table(f"Against {cmp.baseline}, paired over groups (all rounds)", "metric", "series", "difference", "p",
+               "MDE", "groups", "verdict", widths=_sw([r[1] for r in rows]))
+    rows.sort(key=lambda r: order.get(r[1], 0))
+    for m, s, dv, lo, hi, p, md, n, v, d in rows:
+        t.add_row(m, _lab(s), _pm(dv, lo, hi, d), _p(p), _mde(md, d), str(n),
+                  v.replace("rise", "higher").replace("fall", "lower"))
+    c.print(t)
+
+
+def findings(cmp: Comparison, tr: pd.DataFrame | None = None, ad: pd.DataFrame | None = None) -> list[str]:
+    """Sentences for "In short": acceptance between drafters with power, the detected depth trends (all rounds
+    and prefix-correct), and what was too underpowered to tell."""
+    tr = cmp.trends() if tr is None else tr
+    ad = cmp.acceptance_differences() if ad is None else ad
+    out = []
+    for r in ad.itertuples():
+        d = (f"acceptance length {r.base_value + r.difference:.2f} vs {r.base_value:.2f} "
+             f"({r.difference:+.2f} [{r.difference_lo:+.2f}, {r.difference_hi:+.2f}], p {_p(r.p)}, "
+             f"{r.n_groups} groups)") if r.n_groups > 1 else f"acceptance length: {r.n_groups} common group(s)"
+        if r.verdict in ("rise", "fall"):
+            v = f"{'higher' if r.difference > 0 else 'lower'}, detected"
+        elif r.verdict == "underpowered":
+            v = (f"underpowered: MDE {_mde(r.mde, 2)} tokens/round exceeds the {r.base_value - 1:.2f} accepted "
+                 "drafts per round")
+        else:
+            v = f"no difference detected (MDE {_mde(r.mde, 2)} tokens/round, {r.mde_rel:.0%} of it)"
+        out.append(f"{r.series} vs {r.baseline}: {d}: {v}.")
+    if tr.empty:
+        return out
+    k = int(tr["depth"].max())
+    sub = tr[tr.depth == k]
+    for pop in ("all", "prefix_correct"):
+        s = sub[sub.population == pop]
+        det = s[s.verdict.isin(["rise", "fall"])]
+        where = "all rounds" if pop == "all" else "prefix-correct rounds"
+        if pop == "prefix_correct" and cmp.mode == "teacher-forced":
+            continue  # the same rows as all rounds
+        for r in det.itertuples():
+            d = _dig(r.metric)
+            out.append(f"{r.series}: {NAMES.get(r.metric, r.metric)} {'rises' if r.change > 0 else 'falls'} "
+                       f"from depth {r.from_depth} to {k} by {r.change:+.{d}f} [{r.change_lo:+.{d}f}, "
+                       f"{r.change_hi:+.{d}f}] (from {r.base_value:.{d}f}; p {_p(r.p)}, {r.n_groups} groups, "
+                       f"{where}).")
+        under = s[s.verdict == "underpowered"]
+        if len(under):
+            names = sorted({f"{NAMES.get(m, m)}" for m in under.metric})
+            out.append(f"Underpowered at depth {k} ({where}): {', '.join(names)} for "
+                       f"{', '.join(sorted(set(under.series)))} — the MDE exceeds the quantity itself, so "
+                       "'no change' would not be a finding.")
+    return out

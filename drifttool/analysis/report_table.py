@@ -1,0 +1,51 @@
+"""Cell formatting shared by the terminal reports (report, report_stats): values with their CI on the next line,
+compact tables that fold instead of cutting, series labels that wrap after the trace name, series order."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.markup import escape as _e
+from rich.table import Table
+
+SERIES_WIDTH = 18  # series labels longer than this wrap inside their cell
+
+
+def fmt(v, lo=None, hi=None, d=3) -> str:
+    """'v', or 'v' and '[lo, hi]' on the next line."""
+    if v is None or v != v:
+        return "-"
+    s = f"{v:.{d}f}"
+    if lo is not None and hi is not None and lo == lo and hi == hi:
+        s += f"\n[{lo:.{d}f}, {hi:.{d}f}]"
+    return s
+
+
+def table(title: str, *cols: str, widths: dict[str, int] | None = None) -> Table:
+    """A compact table: no outer padding or vertical rules, cells fold instead of being cut. `widths`: the
+    minimum width of some columns (the series column's is its longest label, up to SERIES_WIDTH)."""
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1),
+              show_edge=False)
+    widths = widths or {}
+    for c in cols:
+        if c == "series":
+            t.add_column(c, min_width=widths.get(c), max_width=SERIES_WIDTH, overflow="fold")
+        else:
+            t.add_column(c, overflow="fold", min_width=widths.get(c),
+                         justify="left" if c in ("depth", "context", "side", "contexts") else "right")
+    return t
+
+
+def label(series: str) -> str:
+    """A series label for a table cell: 'trace:drafter' breaks after the colon when it is too long."""
+    s = _e(str(series))
+    return s.replace(":", ":\n", 1) if len(s) > SERIES_WIDTH and ":" in s else s
+
+
+def series_width(labels) -> dict[str, int]:
+    """min width of the series column: its longest label, up to SERIES_WIDTH."""
+    parts = [p for x in labels for p in (str(x).split(":", 1) if len(str(x)) > SERIES_WIDTH else [str(x)])]
+    return {"series": min(SERIES_WIDTH, max((len(p) for p in parts), default=6))}
+
+
+def order(cmp) -> dict[str, int]:
+    return {s.label: i for i, s in enumerate(cmp.series)}

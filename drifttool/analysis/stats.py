@@ -1,0 +1,289 @@
+"""Paired, per-group statistics behind every verdict: depth trends, drafter differences, power and sample plans.
+
+The unit is the *group* (a prompt's source document; the cuts of one file are one group), never the round and
+never the prompt: rounds of one prompt and cuts of one file are not independent. For a per-depth metric m the
+per-group change from the metric's first depth d0 to depth d is
+
+    delta_g(d) = mean of m over group g's rounds at depth d  -  the same at d0,
+
+and everything below is a statistic of those n group values:
+- the mean change with a 95% t-interval (n - 1 degrees of freedom);
+- a two-sided **sign-flip permutation test** of "no change" (exact over all 2^n sign patterns up to n = 16
+  groups, else 20,000 random patterns). Chosen over Wilcoxon's signed-rank test because it tests the *mean*
+  change we report (Wilcoxon tests a pseudo-median) and, like it, assumes only that the group changes are
+  symmetric about 0 under no effect, not that they are normal. Its smallest possible p-value is 2 / 2^n, so
+  with n <= 5 groups no change is detectable at alpha 0.05 whatever its size;
+- the **minimum detectable effect** at 80% power and two-sided alpha 0.05 for a paired mean,
+  MDE = (t_{1-alpha/2, n-1} + t_{power, n-1}) * sd / sqrt(n) (infinite when n <= 5 groups, see above);
+- the verdict: a *rise* / *fall* when p < alpha; else *underpowered* when the MDE exceeds the metric's own scale
+  (|its mean at d0|; a sample that could not have seen the whole quantity vanish says nothing about it), else
+  *no change detected* (|change| < MDE at 80% power).
+Between two drafters the same statistics apply to the difference of their group changes (groups present in
+both), and to the difference of their per-group acceptance lengths (scale: the baseline's accepted drafts per
+round, AL - 1). `groups_needed` inverts the MDE: how many groups would detect an effect of a given size.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+
+ALPHA = 0.05
+POWER = 0.8
+EXACT_MAX = 16  # exact sign-flip enumeration up to this many groups (2^16 patterns)
+N_PERM = 20_000
+# the first depth a metric is defined at: self/draft mass need an earlier drafted slot (depth >= 2)
+BASE_DEPTH = {"self_mass": 2, "draft_mass": 2}
+TREND_METRICS = ("sink_mass", "self_mass", "prompt_mass", "rms_in")
+POPULATIONS = ("all", "prefix_correct")
+POPULATION_TEXT = {
+    "all": "all drafted rounds",
+    "prefix_correct": "rounds whose chain was still correct up to the depth (every earlier draft accepted)",
+}
+
+
+def base_depth(metric: str) -> int:
+    return BASE_DEPTH.get(metric, 1)
+
+
+# --- the tests --------------------------------------------------------------------------------------------------
+
+@lru_cache(maxsize=32)
+def _signs(n: int, seed: int = 0) -> np.ndarray:
+    """Sign patterns [P, n]: all 2^n when n <= EXACT_MAX, else N_PERM random ones (the identity first)."""
+    if n <= EXACT_MAX:
+        s = np.array(list(itertools.product((1.0, -1.0), repeat=n)))
+    else:
+        s = np.random.default_rng(seed).choice((1.0, -1.0), size=(N_PERM, n))
+        s[0] = 1.0
+    s.flags.writeable = False
+    return s
+
+
+def sign_flip_p(x: np.ndarray) -> float:
+    """Two-sided sign-flip permutation p-value of mean(x) = 0: the share of sign patterns whose |mean| is at
+    least the observed |mean| (exact up to EXACT_MAX values; the observed pattern counts, so p >= 2 / 2^n)."""
+    x = np.asarray(x, float)
+    x = x[np.isfinite(x)]
+    n = len(x)
+    if n == 0:
+        return float("nan")
+    if not np.any(x):
+        return 1.0
+    stats = np.abs(_signs(n) @ x)
+    obs = abs(x.sum())
+    return float(np.mean(stats >= obs - 1e-12 * max(1.0, obs)))
+
+
+def min_p(n: int) -> float:
+    """The smallest two-sided p-value a sign-flip test over n groups can give."""
+    return math.ldexp(1.0, 1 - n) if n >= 1 else 1.0  # 2 / 2^n, underflowing to 0 for huge n
+
+
+def _t(q: float, df: int) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(q, df))
+
+
+def mde(sd: float, n: int, alpha: float = ALPHA, power: float = POWER) -> float:
+    """Minimum detectable mean change at `power` and two-sided `alpha` for n paired groups with SD sd of the
+    group changes; inf when n is too small for the sign-flip test to reach alpha at all (n <= 5)."""
+    if n < 2 or not np.isfinite(sd) or min_p(n) > alpha:
+        return float("inf")
+    return (_t(1 - alpha / 2, n - 1) + _t(power, n - 1)) * sd / math.sqrt(n)
+
+
+def groups_needed(sd: float, effect: float, alpha: float = ALPHA, power: float = POWER, n_max: int = 100_000) -> int | None:
+    """Smallest number of groups whose MDE (same SD of group changes) is at most |effect|; None if beyond n_max
+    or the SD is unknown."""
+    effect = abs(effect)
+    if not np.isfinite(sd) or effect <= 0:
+        return None
+    if sd == 0:
+        return next(n for n in range(2, 64) if min_p(n) <= alpha)
+    lo = next(n for n in range(2, 64) if min_p(n) <= alpha)
+    if mde(sd, lo, alpha, power) <= effect:
+        return lo
+    # the z-approximation gives a starting point; walk up from a little below it
+    z = (_t(1 - alpha / 2, 10**6) + _t(power, 10**6)) * sd / effect
+    n = max(lo, int(z * z * 0.9))
+    while mde(sd, n, alpha, power) > effect:
+        n += 1
+        if n > n_max:
+            return None
+    while n > lo and mde(sd, n - 1, alpha, power) <= effect:
+        n -= 1
+    return n
+
+
+def paired(x: np.ndarray) -> dict[str, float]:
+    """Mean of paired group values with a 95% t-interval, sign-flip p, SD, n and MDE."""
+    x = np.asarray(x, float)
+    x = x[np.isfinite(x)]
+    n = len(x)
+    if n == 0:
+        return {"mean": np.nan, "lo": np.nan, "hi": np.nan, "p": np.nan, "sd": np.nan, "n": 0, "mde": np.inf}
+    m = float(x.mean())
+    sd = float(x.std(ddof=1)) if n > 1 else np.nan
+    half = _t(1 - ALPHA / 2, n - 1) * sd / math.sqrt(n) if n > 1 else np.nan
+    return {"mean": m, "lo": m - half, "hi": m + half, "p": sign_flip_p(x), "sd": sd, "n": n, "mde": mde(sd, n)}
+
+
+def verdict(mean: float, p: float, mde_: float, scale: float) -> str:
+    """'rise' / 'fall' (p < alpha), 'underpowered' (MDE above the quantity's scale), else 'no change detected'."""
+    if not np.isfinite(mean):
+        return "no data"
+    if np.isfinite(p) and p < ALPHA:
+        return "rise" if mean > 0 else "fall"
+    if not np.isfinite(mde_) or (np.isfinite(scale) and mde_ > abs(scale)):
+        return "underpowered"
+    return "no change detected"
+
+
+# --- tables -----------------------------------------------------------------------------------------------------
+
+def population_mask(depths: pd.DataFrame, population: str, mode: str) -> pd.Series:
+    """Rows of a depths table in `population`. Teacher-forced rounds are all on the true prefix (the drafter is
+    fed the target's tokens), so there 'prefix_correct' is every round."""
+    if population == "all" or mode == "teacher-forced":
+        return pd.Series(True, index=depths.index)
+    if population != "prefix_correct":
+        raise ValueError(f"population {population!r}: expected one of {POPULATIONS}")
+    return depths["reached"].astype(bool)
+
+
+def group_depth_means(depths: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Per series x group x depth: the metric's mean over rounds, and rounds / prompts counted."""
+    g = depths.groupby(["series", "group", "depth"], observed=True)
+    out = g[metric].mean().rename("value").to_frame()
+    out["rounds"] = g.size()
+    out["prompts"] = g["prompt_id"].nunique()
+    return out.reset_index()
+
+
+def _changes(means: pd.DataFrame, metric: str, depth: int) -> pd.DataFrame:
+    """Per series x group: value at depth - value at the metric's base depth (groups with both)."""
+    d0 = base_depth(metric)
+    a = means[means["depth"] == d0].set_index(["series", "group"])["value"]
+    b = means[means["depth"] == depth].set_index(["series", "group"])["value"]
+    both = pd.concat([a.rename("base"), b.rename("at")], axis=1, join="inner").dropna()
+    both["change"] = both["at"] - both["base"]
+    return both.reset_index()
+
+
+def change_between(depths: pd.DataFrame, metric: str, d_from: int, d_to: int) -> dict[str, float]:
+    """Paired statistics of each group's change of `metric` from depth d_from to d_to (one series' rows)."""
+    g = depths[depths["depth"].isin([d_from, d_to])].groupby(["group", "depth"], observed=True)[metric].mean()
+    w = g.unstack("depth")
+    if d_from not in w.columns or d_to not in w.columns:
+        return paired(np.array([]))
+    return paired((w[d_to] - w[d_from]).dropna().to_numpy())
+
+
+def depth_trends(depths: pd.DataFrame, mode: str, metrics=TREND_METRICS, populations=POPULATIONS,
+                 depth_list: list[int] | None = None) -> pd.DataFrame:
+    """Per population x series x metric x depth (> the metric's base depth): the paired change statistics."""
+    rows = []
+    if depths.empty:
+        return pd.DataFrame()
+    for pop in populations:
+        sub = depths[population_mask(depths, pop, mode).to_numpy()]
+        for metric in metrics:
+            if metric not in sub.columns:
+                continue
+            means = group_depth_means(sub, metric)
+            d0 = base_depth(metric)
+            ks = sorted(int(x) for x in depths["depth"].unique() if x > d0) if depth_list is None else depth_list
+            labels = list(dict.fromkeys(depths["series"]))
+            for k in ks:
+                ch = _changes(means, metric, k)
+                for label in labels:
+                    c = ch[ch["series"] == label]
+                    st = paired(c["change"].to_numpy())
+                    base = float(c["base"].mean()) if len(c) else np.nan
+                    at_k = means[(means.series == label) & (means.depth == k) & means.group.isin(c.group)]
+                    rows.append({"population": pop, "series": label, "metric": metric, "from_depth": d0,
+                                 "depth": k, "base_value": base, "change": st["mean"], "change_lo": st["lo"],
+                                 "change_hi": st["hi"], "p": st["p"], "sd": st["sd"], "mde": st["mde"],
+                                 "n_groups": st["n"], "n_prompts": int(at_k["prompts"].sum()),
+                                 "n_rounds": int(at_k["rounds"].sum()),
+                                 "verdict": verdict(st["mean"], st["p"], st["mde"], base)})
+    return pd.DataFrame(rows)
+
+
+def trend_differences(depths: pd.DataFrame, mode: str, baseline: str, metrics=TREND_METRICS,
+                      populations=POPULATIONS) -> pd.DataFrame:
+    """Per population x other series x metric x depth: (change of series) - (change of baseline) over the groups
+    both have, with the paired statistics; the scale of the verdict is the baseline's base-depth value."""
+    rows = []
+    if depths.empty:
+        return pd.DataFrame()
+    for pop in populations:
+        sub = depths[population_mask(depths, pop, mode).to_numpy()]
+        for metric in metrics:
+            if metric not in sub.columns:
+                continue
+            means = group_depth_means(sub, metric)
+            d0 = base_depth(metric)
+            for k in sorted(int(x) for x in means["depth"].unique() if x > d0):
+                ch = _changes(means, metric, k).set_index(["series", "group"])
+                if baseline not in ch.index.get_level_values(0):
+                    continue
+                b = ch.loc[baseline]
+                for label in ch.index.get_level_values(0).unique():
+                    if label == baseline:
+                        continue
+                    o = ch.loc[label]
+                    common = o.index.intersection(b.index)
+                    diff = (o.loc[common, "change"] - b.loc[common, "change"]).to_numpy()
+                    st = paired(diff)
+                    base = float(b.loc[common, "base"].mean()) if len(common) else np.nan
+                    rows.append({"population": pop, "series": label, "baseline": baseline, "metric": metric,
+                                 "from_depth": d0, "depth": k, "base_value": base, "difference": st["mean"],
+                                 "difference_lo": st["lo"], "difference_hi": st["hi"], "p": st["p"], "sd": st["sd"],
+                                 "mde": st["mde"], "n_groups": st["n"],
+                                 "verdict": verdict(st["mean"], st["p"], st["mde"], base)})
+    return pd.DataFrame(rows)
+
+
+def group_acceptance(rounds: pd.DataFrame) -> pd.DataFrame:
+    """Per series x group: mean acceptance length over the group's rounds (1 + accepted drafts per round)."""
+    g = rounds.groupby(["series", "group"], observed=True)["accepted"].agg(["sum", "count"]).reset_index()
+    g["al"] = 1.0 + g["sum"] / g["count"]
+    return g
+
+
+def acceptance_differences(rounds: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """Per other series: group-paired difference of acceptance length against `baseline`, with the paired
+    statistics; the verdict's scale is the baseline's accepted drafts per round (AL - 1)."""
+    if rounds.empty:
+        return pd.DataFrame()
+    g = group_acceptance(rounds).set_index(["series", "group"])["al"]
+    if baseline not in g.index.get_level_values(0):
+        return pd.DataFrame()
+    b = g.loc[baseline]
+    rows = []
+    for label in g.index.get_level_values(0).unique():
+        if label == baseline:
+            continue
+        o = g.loc[label]
+        common = o.index.intersection(b.index)
+        st = paired((o.loc[common] - b.loc[common]).to_numpy())
+        base_al = float(b.loc[common].mean()) if len(common) else np.nan
+        rows.append({"series": label, "baseline": baseline, "metric": "acceptance_length", "base_value": base_al,
+                     "difference": st["mean"], "difference_lo": st["lo"], "difference_hi": st["hi"], "p": st["p"],
+                     "sd": st["sd"], "mde": st["mde"], "mde_rel": st["mde"] / base_al if base_al else np.nan,
+                     "n_groups": st["n"],
+                     "verdict": verdict(st["mean"], st["p"], st["mde"], base_al - 1.0)})
+    return pd.DataFrame(rows)
+
+
+def plan(sd: float, effect: float, n_now: int) -> dict[str, float | int | None]:
+    """What a pilot's SD of group changes implies: groups needed to detect `effect`, and today's MDE."""
+    return {"effect": effect, "sd": sd, "n_groups_now": n_now, "mde_now": mde(sd, n_now),
+            "groups_needed": groups_needed(sd, effect)}
