@@ -56,8 +56,14 @@ def main(argv: list[str] | None = None) -> None:
     script = Path(argv[0])
     traces = argv[argv.index("--") + 1:] if "--" in argv else []
     sys.argv = [str(script), *traces]  # what Streamlit gives the script; the warm-up reads the same list
-    threading.Thread(target=warm, args=(script,), name="drifttool-warm", daemon=True).start()
+    # Imported here, before the warm-up thread starts: pandas' and plotly's (lazy) imports are not thread-safe,
+    # and importing them from two threads at once crashed the server at random ("partially initialized module
+    # 'pandas'", plotly's go.icicle) under load. The warm-up then only reads traces beside the browser's load.
+    import pandas  # noqa: F401
+    import plotly.graph_objects  # noqa: F401
     from streamlit.web.cli import main as streamlit_main
+
+    threading.Thread(target=warm, args=(script,), name="drifttool-warm", daemon=True).start()
 
     streamlit_main(args=["run", *argv], prog_name="streamlit")
 

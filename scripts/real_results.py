@@ -17,6 +17,7 @@ import pandas as pd
 
 from drifttool.analysis.compare import Comparison
 from drifttool.analysis.metrics import bootstrap_ratio
+from drifttool.analysis.stats import min_p
 from drifttool.trace import read_trace
 
 
@@ -76,7 +77,7 @@ def trends(root: Path) -> list[str]:
     """Paired depth trends (all rounds) at depth K per suite x mode x drafter; returns the detected ones."""
     print("\n| suite | mode | drafter | metric | from → d8 | change [95% CI] | p | MDE | groups | verdict |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    detected = []
+    detected, tests = [], []
     for suite, mode, p in _traces(root):
         cmp = Comparison.of([read_trace(p)])
         tr = cmp.trends(populations=("all",))
@@ -86,15 +87,19 @@ def trends(root: Path) -> list[str]:
             ch = f"{r.change:+.{dg}f} [{r.change_lo:+.{dg}f}, {r.change_hi:+.{dg}f}]"
             print(f"| {suite} | {mode} | {r.series} | {r.metric} | {r.base_value:.{dg}f} (d{r.from_depth}) | {ch} | "
                   f"{r.p:.3f} | {_mde(r.mde, dg)} | {r.n_groups} | {r.verdict} |")
+            tests.append(r)
             if r.verdict in ("rise", "fall"):
+                floor = " — the smallest p that many groups allow" if abs(r.p - min_p(r.n_groups)) < 1e-12 else ""
                 detected.append(f"{r.series} {r.metric} {'rises' if r.change > 0 else 'falls'} by {r.change:+.{dg}f} "
-                                f"from depth {r.from_depth} to {k} ({suite}, {mode}; p {r.p:.3f}, {r.n_groups} groups)")
-    return detected
+                                f"from depth {r.from_depth} to {k} ({suite}, {mode}; p {r.p:.3f}, {r.n_groups} "
+                                f"groups{floor})")
+    return detected, tests
 
 
 def between(root: Path) -> None:
     """Acceptance length of each drafter against EAGLE-3, paired over groups, per suite and mode."""
-    print("\n| suite | mode | drafter vs eagle3 | acc. length | difference [95% CI] | p | MDE | groups | verdict |")
+    print("\n| suite | mode | drafter vs eagle3 | acc. length (mean over groups) | difference [95% CI] | p | MDE | groups "
+          "| verdict |")
     print("|---|---|---|---|---|---|---|---|---|")
     for suite, mode, p in _traces(root):
         cmp = Comparison.of([read_trace(p)])
@@ -104,7 +109,7 @@ def between(root: Path) -> None:
                   f"{_mde(r.mde, 2)} | {r.n_groups} | {r.verdict.replace('rise', 'higher').replace('fall', 'lower')} |")
 
 
-def sentences(root: Path, detected: list[str]) -> None:
+def sentences(root: Path, detected: list[str], tests: list) -> None:
     """The README's result sentences, generated: groups, what is detectable, what is not."""
     n = {}
     for suite, mode, p in _traces(root):
@@ -115,10 +120,22 @@ def sentences(root: Path, detected: list[str]) -> None:
     print(f"\n- Sample sizes: {sizes}. With fewer than 6 groups no sign-flip test can reach p < 0.05, so those "
           "suites can show no trend and no difference between drafters at all: every such verdict reads "
           "underpowered.")
+    under = sum(t.verdict == "underpowered" for t in tests)
+    print(f"- {len(tests)} depth-trend tests above (per-test alpha 0.05, uncorrected: about {0.05 * len(tests):.1f} "
+          f"false detections expected if nothing changed); {under} of them are underpowered.")
     if detected:
         print("- Detected (p < 0.05, paired over groups, all rounds): " + "; ".join(detected) + ".")
     else:
         print("- Detected (p < 0.05, paired over groups, all rounds): nothing.")
+    d1: dict[str, list[float]] = {}
+    for _suite, mode, p in _traces(root):
+        if mode != "generate":
+            continue
+        pdp = Comparison.of([read_trace(p)]).per_depth()
+        for r in pdp[pdp.depth == 1].itertuples():
+            d1.setdefault(r.series, []).append(r.sink_mass)
+    print("- Depth-1 sink mass (attention on the first 4 positions) over the generate-mode suites: "
+          + "; ".join(f"{s} {min(v):.3f}–{max(v):.3f}" for s, v in d1.items()) + ".")
     gen = [t for t in _traces(root) if t[1] == "generate"]
     deep = []
     for suite, _, p in gen:
@@ -182,19 +199,50 @@ def predictors(cmp: Comparison) -> None:
         return
     rho = pr[pr.depth >= 2].groupby(["series", "metric", "depth"]).spearman.first().reset_index()
     t = rho.groupby(["series", "metric"]).spearman.agg(["mean", "min", "max"]).reset_index()
-    print("\n| drafter | metric | mean rank corr. with acceptance (depths ≥ 2) | range |")
+    print("\n| drafter | metric | mean rank corr. with acceptance (depths ≥ 2; rounds pooled, descriptive) | range |")
     print("|---|---|---|---|")
     for _, r in t.iterrows():
         print(f"| {r.series} | {r.metric} | {r['mean']:+.2f} | {r['min']:+.2f} … {r['max']:+.2f} |")
 
 
+def settings(root: Path) -> None:
+    """What the sample traces were captured with, read from their manifests and prompts tables."""
+    caps, gen = [], []
+    for _, _, p in _traces(root):
+        t = read_trace(p)
+        caps.append(t.manifest["capture"])
+        gen += t.prompts["n_generated"].astype(int).tolist()
+    c = caps[0]
+    sink = c.get("sink", {})
+    depth = sorted({int(x["depth"]) for x in caps})
+    print(f"Captured with: depth {', '.join(map(str, depth))}, seed {c.get('seed')}, temperature {c.get('temperature')}"
+          f" (greedy), sink {json.dumps(sink)}; new tokens generated per prompt {min(gen)}–{max(gen)} "
+          f"(median {int(np.median(gen))}).")
+    print()
+
+
+def readme(root: Path, out: Path) -> None:
+    """Replace the README's generated results block (between the two markers) with this script's output."""
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        main(str(root))
+    text = out.read_text()
+    begin, end = "<!-- results:begin (scripts/real_results.py --readme) -->", "<!-- results:end -->"
+    a, b = text.index(begin) + len(begin), text.index(end)
+    out.write_text(text[:a] + "\n" + buf.getvalue().strip() + "\n" + text[b:])
+
+
 def main(root: str = "sample_traces") -> None:
     pd.set_option("display.width", 200)
     np.seterr(all="ignore")
+    settings(Path(root))
     per_suite(Path(root))
-    detected = trends(Path(root))
+    detected, tests = trends(Path(root))
     between(Path(root))
-    sentences(Path(root), detected)
+    sentences(Path(root), detected, tests)
     cmp = pooled(Path(root))
     window(cmp)
     where(cmp)
@@ -202,4 +250,8 @@ def main(root: str = "sample_traces") -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    if "--readme" in sys.argv:
+        args = [a for a in sys.argv[1:] if a != "--readme"]
+        readme(Path(args[0] if args else "sample_traces"), Path(__file__).resolve().parents[1] / "README.md")
+    else:
+        main(*sys.argv[1:])
