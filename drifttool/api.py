@@ -21,6 +21,7 @@ from .run.loop import MODES, SpecResult
 from .run.probes import Probe
 from .run.sinks import SinkSpec
 from .trace.manifest import build_manifest
+from .trace.positions import query_position
 from .trace.reader import TraceData, read_trace
 from .trace.writer import TraceWriter
 
@@ -346,7 +347,7 @@ class LiveCapture:
         import torch
 
         sinks = set(np.flatnonzero(self.sink.mask(torch.tensor(seq[:n], dtype=torch.long)).numpy()).tolist())
-        own = n - 2 + depth
+        own = query_position(n, depth)
 
         def region(p: int) -> str:
             return "own" if p == own else "draft" if p >= n else "sink" if p in sinks else "prompt"

@@ -195,6 +195,10 @@ def compare(
     if any(d.is_tree for d in datas):  # draft trees: per depth, main path vs side branches (docs/trees.md)
         from .analysis.tree_compare import render_tree_table, tree_depth_table
 
+        for flag, val in (("--trained-window", trained_window), ("--breakeven", breakeven)):
+            if val is not None:
+                raise DriftError(f"{flag}: applies to chain traces; tree traces have no per-chain window split or "
+                                 "break-even analysis")
         tab = tree_depth_table(datas)
         if as_json:
             typer.echo(json.dumps({"tree_depths": tab.to_dict(orient="records")}, indent=1, default=str))

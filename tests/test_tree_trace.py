@@ -203,3 +203,65 @@ def test_live_capture_tree(trained_pair):
     assert (tabs["rounds"].accepted.to_numpy() == nodes.groupby("round").accepted.sum().to_numpy()).all()
     with pytest.raises(DriftError, match="--tree"):
         dt.capture_tree(trained_pair.target, trained_pair.drafter, trained_pair.prompts[0], "dynamic:top_k=0")
+
+
+def test_tree_compare_follows_the_chain_identity_and_compatibility_rules(env, tmp_path):
+    """Issue 26 (1): two tree traces named alike were pooled under one label, one folder given twice counted
+    twice, different sink definitions compared side by side, --trained-window / --breakeven silently ignored."""
+    import shutil
+
+    from drifttool.analysis.tree_compare import tree_depth_table
+    from drifttool.cli import main
+
+    root, m, probes = env
+    src = root / "pair.drift"
+    run_capture(str(m["target"]), [DrafterSpec.parse(f"e3={m['eagle3']}")], str(probes), str(src), max_new_tokens=6,
+                limit=2, progress=False, tree="[(0,), (1,), (0, 0)]")
+    a, b = tmp_path / "a" / "x.drift", tmp_path / "b" / "x.drift"
+    shutil.copytree(src, a)
+    shutil.copytree(src, b)
+    tab = tree_depth_table([read_trace(a), read_trace(b)])
+    assert set(tab["trace"]) == {"a/x", "b/x"}  # one label per trace, not both pooled as "x"
+    one = tree_depth_table([read_trace(a)])
+    assert (tab[tab.trace == "a/x"]["nodes"].to_numpy() == one["nodes"].to_numpy()).all()
+    with pytest.raises(DriftError, match="given twice"):
+        tree_depth_table([read_trace(a), read_trace(a)])
+    man = json.loads((b / "manifest.json").read_text())
+    man["capture"]["sink"] = {"first_n": 2, "positions": [], "token_ids": []}
+    (b / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(DriftError, match="sink"):
+        tree_depth_table([read_trace(a), read_trace(b)])
+    for flag in (["--trained-window", "64"], ["--breakeven", "1.5"]):
+        assert main(["compare", str(a), *flag]) == 2
+
+
+def test_tree_manifest_records_what_the_run_did(env):
+    """Issue 26 (2): a tree capture recorded full_every=5 / keep_rows=3 and the entropy-on-full-rounds note,
+    while tree rounds are all computed in full and no rows/ are written."""
+    root, m, probes = env
+    out = run_capture(str(m["target"]), [DrafterSpec.parse(f"e3={m['eagle3']}")], str(probes), str(root / "rec.drift"),
+                      max_new_tokens=6, limit=1, progress=False, tree="[(0,), (1,)]", keep_rows=3, full_every=5)
+    cap = read_trace(out).manifest["capture"]
+    assert cap["keep_rows"] == 0 and cap["full_every"] == 1 and "tree capture" in cap["full_every_note"]
+    assert not (out / "rows").exists()
+
+
+def test_tree_and_chain_share_one_query_position_rule(env):
+    """Issue 26 (3): tree 'beyond the trained window' used n - 1 + d against the chain's query slot n - 2 + k."""
+    from drifttool.trace.positions import query_position
+
+    root, m, probes = env
+    kw = {"max_new_tokens": 6, "limit": 2, "progress": False}
+    tree = read_trace(run_capture(str(m["target"]), [DrafterSpec.parse(f"e3={m['eagle3']}?trained_window=16")],
+                                  str(probes), str(root / "tw_tree.drift"), tree="[(0,), (0, 0), (1,)]", **kw))
+    chain = read_trace(run_capture(str(m["target"]), [DrafterSpec.parse(f"e3={m['eagle3']}?trained_window=16")],
+                                   str(probes), str(root / "tw_chain.drift"), depth=2, **kw))
+    n = tree.tree_nodes
+    assert (n["position"] == n["context_len"] - 2 + n["depth"]).all()
+    assert (n["beyond_window"] == (n["position"] >= 16)).all() and n["beyond_window"].any() and (~n["beyond_window"]).any()
+    r = tree.rounds
+    deepest = r.merge(n.groupby(["prompt_id", "round"], observed=True)["depth"].max().rename("d").reset_index(),
+                      on=["prompt_id", "round"])
+    assert (deepest["beyond_window"] == (query_position(deepest["context_len"], deepest["d"]) >= 16)).all()
+    d = chain.depths
+    assert (d["position"] == query_position(d["context_len"], d["depth"])).all()

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ..model.config import trained_window
+from ..trace.positions import query_position
 
 if TYPE_CHECKING:  # decay reads a Comparison; compare.to_json reads decay: no import cycle at run time
     from .compare import Comparison
@@ -201,7 +202,7 @@ def beyond_rounds(cmp: Comparison) -> pd.Series:
         return pd.Series([], dtype=bool)
     win = windows(cmp)
     w = cmp.rounds["series"].map(lambda lab: win[lab]["window"])
-    deepest = cmp.rounds["context_len"] - 2 + cmp.rounds["depth"]
+    deepest = query_position(cmp.rounds["context_len"], cmp.rounds["depth"])
     recorded = cmp.rounds["beyond_window"].astype(bool)
     return pd.Series(np.where(w.notna(), deepest >= w.fillna(0), recorded), index=cmp.rounds.index, dtype=bool)
 

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape as _e  # names, paths and notes are data, not rich markup
 
 from ..styles import drafter_kind, split_label
+from ..trace.positions import query_position
 from .compare import MIN_N, Comparison
 from .report_table import SERIES_WIDTH  # noqa: F401
 from .report_table import fmt as _f
@@ -135,7 +136,7 @@ def print_window(c: Console, cmp: Comparison) -> None:
     if not any_beyond(cmp):
         assumed = {lab: w for lab, w in windows(cmp).items() if w["assumed"] and w["window"]}
         if assumed and len(cmp.rounds):  # "nothing beyond" against a window nobody stated is not a finding
-            deepest = int((cmp.rounds["context_len"] - 2 + cmp.rounds["depth"]).max())
+            deepest = int(query_position(cmp.rounds["context_len"], cmp.rounds["depth"]).max())
             sizes = ", ".join(sorted({str(w["window"]) for w in assumed.values()}))
             c.print(f"Trained window: no round reached {sizes}, but that is only max_position_embeddings (the "
                     f"drafter config does not say how long it was trained); deepest position here {deepest:,}. "

@@ -1,6 +1,9 @@
 """Per-depth statistics of tree traces, split by branch: the main path (rank 0 at every step: what a top-1 chain
 drafter would have drafted), the side branches (some rank > 0 on the path), the accepted path, and all nodes. Means
-over nodes, and a 95% normal-approximation interval over prompts (each prompt's mean is one sample)."""
+over nodes, and a 95% normal-approximation interval over groups (each group's mean is one sample; a group is a
+prompt's source document). Tree traces follow the chain's identity and compatibility rules: a folder given twice is
+refused, labels are unique per trace (a/x.drift and b/x.drift: 'a/x', 'b/x'), and traces must share mode and sink
+definition."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DriftError
-from ..trace.reader import TraceData
+from ..trace.reader import TraceData, group_of_id
 
 BRANCHES = ("main path", "side branches", "accepted path", "all nodes")
 METRICS = ("self_mass", "sink_mass", "prompt_mass", "entropy", "accepted")
@@ -27,27 +30,42 @@ def branch_of(nodes: pd.DataFrame) -> dict[str, pd.Series]:
 def tree_depth_table(traces: list[TraceData]) -> pd.DataFrame:
     """One row per trace x drafter x branch x depth: node count, per-metric mean and 95% half-width over prompts
     (`accepted` = the fraction of the branch's nodes that the target accepted)."""
+    from .compare import check_distinct, trace_labels
+
     chains = [t.path.name for t in traces if not t.is_tree]
     if chains:
         raise DriftError(
             f"compare: {chains[0]} is a chain trace; tree traces (--tree) are compared among themselves"
         )
+    check_distinct(traces)
+    base = traces[0].manifest["capture"]
+    for t in traces[1:]:
+        c = t.manifest["capture"]
+        for key in ("mode", "sink"):
+            if c.get(key) != base.get(key):
+                raise DriftError(
+                    f"{t.path}: capture {key} {c.get(key)!r} differs from {traces[0].path}'s {base.get(key)!r}; "
+                    "traces must share mode and sink definition to be compared")
     out = []
-    for t in traces:
+    for t, label in zip(traces, trace_labels(traces)):
         raw = t.tree_nodes
         nodes = raw.assign(accepted=raw.accepted.astype(float))
         for name, sel in branch_of(raw).items():
             sub = nodes[sel]
             for (drafter, depth), g in sub.groupby(["drafter", "depth"], observed=True):
                 row = {
-                    "trace": t.name,
+                    "trace": label,
                     "drafter": drafter,
                     "branch": name,
                     "depth": int(depth),
                     "nodes": len(g),
                     "prompts": g.prompt_id.nunique(),
                 }
-                per_prompt = g.groupby("prompt_id", observed=True)[list(METRICS)].mean()
+                ids = g.prompt_id.astype(str)
+                got = ids.map(t.groups)
+                grp = got.where(got.notna(), group_of_id(ids))
+                row["groups"] = grp.nunique()
+                per_prompt = g.assign(_group=grp.to_numpy()).groupby("_group")[list(METRICS)].mean()
                 for m in METRICS:
                     row[m] = float(g[m].mean())
                     k = len(per_prompt)
@@ -62,6 +80,7 @@ def tree_depth_table(traces: list[TraceData]) -> pd.DataFrame:
         "depth",
         "nodes",
         "prompts",
+        "groups",
         *(c for m in METRICS for c in (m, f"{m}_ci")),
     ]
     return pd.DataFrame(out, columns=cols)
@@ -85,7 +104,7 @@ def render_tree_table(console, tab: pd.DataFrame) -> None:
     if console.width < 120:  # the branch names and intervals stay whole in narrow terminals and pipes
         console = Console(width=120, file=console.file, no_color=console.no_color)
     for (trace, drafter), g in tab.groupby(["trace", "drafter"], sort=False, observed=True):
-        t = Table(title=f"{trace} / {drafter}: per depth, by branch (mean ± 95% over prompts)")
+        t = Table(title=f"{trace} / {drafter}: per depth, by branch (mean ± 95% over groups)")
         for c in ("depth", "branch", "nodes", "self mass", "sink mass", "entropy", "accepted"):
             t.add_column(c, justify="right" if c != "branch" else "left", no_wrap=True)
         for _, r in g.sort_values(["depth", "branch"]).iterrows():

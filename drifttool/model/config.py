@@ -104,6 +104,18 @@ class DrafterConfig:
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
+def _length(v: Any, key: str) -> int | None:
+    """A context length from a config or manifest: None, or a positive integer (never a bool, float or string:
+    `true` read as 1 made every round 'beyond')."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        from ..errors import DriftError
+
+        raise DriftError(f"field {key!r} is {v!r}; expected a positive integer number of tokens")
+    return v
+
+
 def trained_window(drafter: dict[str, Any]) -> dict[str, Any]:
     """The context length a drafter was trained at, from its config or manifest entry, with where it came from.
 
@@ -111,10 +123,11 @@ def trained_window(drafter: dict[str, Any]) -> dict[str, Any]:
     (the length before a RoPE extension), else `max_position_embeddings`, which is only an *assumption*: drafters
     are often trained far shorter than the position range their config allows (the bundled SmolLM2 drafters:
     2048 of 8192), so `assumed` is True and reports say so."""
-    explicit = drafter.get("trained_window")
-    mpe = drafter.get("max_position_embeddings")
     rs = drafter.get("rope_scaling") or {}
-    orig = rs.get("original_max_position_embeddings") if isinstance(rs, dict) else None
+    explicit = _length(drafter.get("trained_window"), "trained_window")
+    mpe = _length(drafter.get("max_position_embeddings"), "max_position_embeddings")
+    orig = _length(rs.get("original_max_position_embeddings") if isinstance(rs, dict) else None,
+                   "rope_scaling.original_max_position_embeddings")
     if explicit:
         window, src, assumed = int(explicit), "trained_window", False
     elif orig:

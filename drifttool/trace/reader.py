@@ -74,9 +74,13 @@ def _is(value: Any, typ: type) -> bool:
 
 # Optional manifest fields the readers (info, compare, check, dashboard, resume) use, and their JSON types.
 _OPTIONAL = {"target": dict, "counts": dict, "prompts_done": list, "flags": list}
-_CAPTURE = {"depth": int, "mode": str, "probes": dict, "sink": dict}
+_CAPTURE = {"depth": int, "mode": str, "probes": dict, "sink": dict, "full_every": int, "keep_rows": int,
+            "seed": int, "max_new_tokens": int}
 _DRAFTER = {"flags": dict, "overrides": dict, "assumptions": dict, "rope_scaling": dict, "max_position_embeddings": int,
-            "sliding_window": int, "aux_convention": str, "model_type": str}
+            "sliding_window": int, "aux_convention": str, "model_type": str, "trained_window": int}
+# integer fields the analyses divide or compare by: their smallest meaningful value
+_MIN = {"capture.full_every": 0, "capture.keep_rows": 0, "capture.max_new_tokens": 1, "trained_window": 1,
+        "max_position_embeddings": 1, "sliding_window": 1, "rope_scaling.original_max_position_embeddings": 1}
 
 
 def _check_fields(mf: Path, m: dict[str, Any]) -> None:
@@ -94,7 +98,10 @@ def _check_fields(mf: Path, m: dict[str, Any]) -> None:
             raise DriftError(f"{mf}: field 'flags' has an entry without string 'key', 'check' and 'message'")
     cap = m["capture"]
     for key, typ in _CAPTURE.items():
-        need(cap, key, typ, "capture.")
+        need(cap, key, typ, "capture.", nullable=key == "max_new_tokens")
+    for key in ("full_every", "keep_rows", "max_new_tokens"):
+        if _is(cap.get(key), int) and cap[key] < _MIN[f"capture.{key}"]:
+            raise DriftError(f"{mf}: field 'capture.{key}' is {cap[key]}; expected an integer >= {_MIN['capture.' + key]}")
     if cap.get("depth") is not None and cap["depth"] < 1:
         raise DriftError(f"{mf}: field 'capture.depth' is {cap['depth']}; expected a speculation depth >= 1")
     sink = cap.get("sink", {})
@@ -110,6 +117,12 @@ def _check_fields(mf: Path, m: dict[str, Any]) -> None:
             need(d, key, typ, f"drafters[{i}].", nullable=True)
         need(d.get("rope_scaling") or {}, "original_max_position_embeddings", int, f"drafters[{i}].rope_scaling.",
              nullable=True)
+        for key in ("trained_window", "max_position_embeddings", "sliding_window",
+                    "rope_scaling.original_max_position_embeddings"):
+            holder, leaf = (d.get("rope_scaling") or {}, key.split(".")[1]) if "." in key else (d, key)
+            v = holder.get(leaf)
+            if _is(v, int) and v < _MIN[key]:
+                raise DriftError(f"{mf}: field 'drafters[{i}].{key}' is {v}; expected a length >= {_MIN[key]}")
         names.append(d["name"])
     if len(set(names)) != len(names):
         raise DriftError(f"{mf}: field 'drafters' has duplicate names {names}")

@@ -7,6 +7,7 @@ import pandas as pd
 
 from ..run.hooks import RoundCapture
 from ..run.loop import RoundRecord
+from .positions import query_position
 
 
 def prompt_tables(
@@ -23,7 +24,7 @@ def prompt_tables(
     ctx = np.array([r.context_len for r in records])
     acc = np.array([r.accepted for r in records])
     depth = np.arange(1, k_ + 1)
-    pos = ctx[:, None] - 2 + depth[None, :]
+    pos = query_position(ctx[:, None], depth[None, :])
     rounds = pd.DataFrame({
         "drafter": drafter, "prompt_id": prompt_id, "round": rnd, "context_len": ctx, "depth": k_,
         "accepted": acc, "bonus": [r.bonus for r in records], "beyond_window": pos.max(1) >= trained_window,

@@ -8,6 +8,7 @@ import pandas as pd
 
 from ..run.tree_capture import TreeRoundCapture
 from ..run.tree_loop import TreeRoundRecord
+from .positions import query_position
 from .records import prompt_tables
 
 _HIDDEN = ("rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post", "l2_post")
@@ -34,7 +35,7 @@ def tree_prompt_tables(
             "depth": depth,
             "accepted": [r.accepted for r in records],
             "bonus": [r.bonus for r in records],
-            "beyond_window": [r.context_len - 1 + max(r.tree.depths) >= trained_window for r in records],
+            "beyond_window": [query_position(r.context_len, max(r.tree.depths)) >= trained_window for r in records],
             "draft_s": [r.draft_s for r in records],
             "verify_s": [r.verify_s for r in records],
             "tree_nodes": [r.tree.size for r in records],
@@ -100,7 +101,7 @@ def _round_frames(
         "entropy": ent,
     }
     depth = np.array(tree.depths)[nodes]
-    pos = n - 1 + depth
+    pos = query_position(n, depth)  # the query that drafted the node (its parent's row), as in a chain
     on_path = set(rec.path)
     main = tree.main_path()
     fed = set(tree.fed)

@@ -176,6 +176,10 @@ def run_capture(
         capture_settings["attention"] = ("softmax rows of the tree's query rows (root + expanded nodes) against the "
                                          "round's final key cache under the ancestor mask (no L x L maps)")
         capture_settings["draft_sampling"] = "tree: drafter top-k at temperature 1 (EAGLE); sampled verification q = 1"
+        # what a tree capture does, whatever --keep-rows / --full-every said: every node's row in full, no rows/
+        capture_settings.update(keep_rows=0, full_every=1, full_every_note=(
+            "tree capture: every node's attention row is computed in full on every round (entropy and head maxima "
+            "everywhere); no sampled rows are written (--keep-rows and --full-every do not apply to trees)"))
     manifest = build_manifest(tgt, tgt_path, models, capture_settings, extra_manifest)
 
     def step(writer, bar, probe) -> None:
