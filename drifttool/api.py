@@ -136,10 +136,10 @@ class Trace:
     def attention_row(self, drafter: str, prompt_id: str, round: int):
         """Sampled [K, L] head-mean attention rows of one round and the token id held by each slot."""
         if drafter not in self.drafters:
-            raise ValueError(f"drafter {drafter!r} not in this trace; valid: {self.drafters}")
+            raise DriftError(f"drafter {drafter!r} not in this trace; valid: {self.drafters}")
         ids = sorted(self.prompts[self.prompts.drafter == drafter].prompt_id.unique())
         if prompt_id not in ids:
-            raise ValueError(f"prompt {prompt_id!r} not in this trace; valid prompt ids: {ids}")
+            raise DriftError(f"prompt {prompt_id!r} not in this trace; valid prompt ids: {ids}")
         return self.data.attention_row(drafter, prompt_id, round)
 
     def _repr_html_(self) -> str:
@@ -221,7 +221,7 @@ def compare_many(traces: list) -> pd.DataFrame:
     """Summary of any number of traces (paths or Trace objects)."""
     data = [t.data if isinstance(t, Trace) else read_trace(t) for t in traces]
     if not data:
-        raise ValueError("compare_many: give at least one trace")
+        raise DriftError("compare_many: give at least one trace")
     return flat_summary(Comparison.of(data).summary())
 
 
@@ -298,7 +298,7 @@ class LiveCapture:
 
     def run(self, prompt: str | list[int], prompt_id: str | None = None, max_new_tokens: int | None = None) -> SpecResult:
         if not self.cap.attached:
-            raise RuntimeError("use `with dt.capture(...) as cap:` before cap.run()")
+            raise DriftError("use `with dt.capture(...) as cap:` before cap.run()")
         if max_new_tokens is not None:
             need_int("max_new_tokens", max_new_tokens, 1)
         ids = self.target.encode(prompt) if isinstance(prompt, str) else token_ids(prompt)
@@ -315,7 +315,7 @@ class LiveCapture:
     def table(self, name: str) -> pd.DataFrame:
         parts = self._tables.get(name)
         if not parts:
-            raise ValueError(f"no {name!r} rows yet: call cap.run(prompt) first")
+            raise DriftError(f"no {name!r} rows yet: call cap.run(prompt) first")
         return pd.concat(parts, ignore_index=True)
 
     @property

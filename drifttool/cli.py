@@ -316,9 +316,10 @@ def dashboard(
         traces = [] if found and found[0].parent == REPO / "sample_traces" else [str(p) for p in found]
     cmd = dashboard_command(traces, port, host, allow_host)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    typer.echo(f"dashboard: http://{shown}:{port}" + (f" (listening on {host}: reachable from other machines)"
-                                                     if host not in ("127.0.0.1", "localhost", "::1") else ""),
-               err=True)
+    # printed by the server process once its imports succeeded (drifttool/dashboard_serve.py): a dashboard that
+    # fails to start says so and exits non-zero without having printed a URL
+    os.environ["DRIFTTOOL_DASHBOARD_URL"] = f"dashboard: http://{shown}:{port}" + (
+        f" (listening on {host}: reachable from other machines)" if host not in ("127.0.0.1", "localhost", "::1") else "")
     if os.name == "posix":
         sys.stdout.flush()
         sys.stderr.flush()

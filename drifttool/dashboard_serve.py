@@ -10,6 +10,7 @@ shows its one-line error."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 from pathlib import Path
@@ -63,6 +64,9 @@ def main(argv: list[str] | None = None) -> None:
     import plotly.graph_objects  # noqa: F401
     from streamlit.web.cli import main as streamlit_main
 
+    url = os.environ.pop("DRIFTTOOL_DASHBOARD_URL", "")
+    if url:
+        print(url, file=sys.stderr, flush=True)
     threading.Thread(target=warm, args=(script,), name="drifttool-warm", daemon=True).start()
 
     streamlit_main(args=["run", *argv], prog_name="streamlit")

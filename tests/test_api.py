@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import drifttool as dt
+from drifttool.errors import DriftError
 from drifttool.model.tiny import tiny_drafter, tiny_target
 
 
@@ -81,16 +82,16 @@ def test_live_attention_equals_eager(live):
 
 def test_errors_name_the_valid_range(live):
     _, _, cap, path = live
-    with pytest.raises(ValueError, match=r"valid rounds: 0\.\."):
+    with pytest.raises(DriftError, match=r"valid rounds: 0\.\."):
         cap.attention(round=10_000, depth=1)
-    with pytest.raises(ValueError, match=r"valid depths: 1\.\.4"):
+    with pytest.raises(DriftError, match=r"valid depths: 1\.\.4"):
         cap.attention(round=0, depth=9)
     tr = dt.load(path)
-    with pytest.raises(ValueError, match="valid prompt ids"):
+    with pytest.raises(DriftError, match="valid prompt ids"):
         tr.attention_row(tr.drafters[0], "nope", 0)
-    with pytest.raises(ValueError, match="valid"):
+    with pytest.raises(DriftError, match="valid"):
         tr.attention_row("no-such-drafter", "a", 0)
-    with pytest.raises(ValueError):
+    with pytest.raises(DriftError):
         dt.compare_many([])
 
 

@@ -326,12 +326,12 @@ class Capture:
     def attention(self, round: int, depth: int, head: int | None = None) -> np.ndarray:
         """Full attention row [L] (head mean, or one head) of a draft step of the last prompt run."""
         if not self.keep_qk:
-            raise ValueError("attention rows need Capture(keep_qk=True)")
+            raise DriftError("attention rows need Capture(keep_qk=True)")
         if round not in self._qk:
-            raise ValueError(f"round {round} not captured; valid rounds: 0..{len(self._qk) - 1}")
+            raise DriftError(f"round {round} not captured; valid rounds: 0..{len(self._qk) - 1}")
         q, draft_keys, n, _ = self._qk[round]
         if not 1 <= depth <= q.shape[0]:
-            raise ValueError(f"depth {depth} out of range; valid depths: 1..{q.shape[0]}")
+            raise DriftError(f"depth {depth} out of range; valid depths: 1..{q.shape[0]}")
         keys = torch.cat([self._final_keys[:, :n], draft_keys], 1)
         p = self.scores(q, keys, n)[depth - 1]
         p = p.mean(0) if head is None else p[head]

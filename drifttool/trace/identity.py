@@ -51,16 +51,22 @@ def folder_weights(path: str | Path) -> str | None:
     return h.hexdigest()[:24]
 
 
-def module_weights(module) -> str:
-    """Digest of an in-memory model (API: a Target or drafter built in Python): per tensor its name, shape,
-    dtype and up to 4096 evenly spaced values."""
+def sample_positions(n: int, k: int, device=None):
+    """k evenly spaced int64 positions 0 .. n - 1 (first and last included), exact for any n."""
     import torch
 
-    h = hashlib.sha256(b"module-v1")
+    return torch.arange(k, dtype=torch.int64, device=device) * (n - 1) // (k - 1)
+
+
+def module_weights(module) -> str:
+    """Digest of an in-memory model (API: a Target or drafter built in Python): per tensor its name, shape,
+    dtype and up to 4096 evenly spaced values (positions i * (n - 1) // 4095 in exact integer arithmetic: a float32
+    linspace rounds past the last element once n exceeds 2^24)."""
+    h = hashlib.sha256(b"module-v2")
     for name, t in sorted(module.state_dict().items()):
         flat = t.detach().reshape(-1)
         if flat.numel() > 4096:
-            flat = flat[torch.linspace(0, flat.numel() - 1, 4096, device=flat.device).long()]
+            flat = flat[sample_positions(flat.numel(), 4096, flat.device)]
         h.update(f"{name}\0{list(t.shape)}\0{t.dtype}\0".encode())
         h.update(flat.double().cpu().numpy().tobytes())
     return h.hexdigest()[:24]
