@@ -38,9 +38,63 @@ def target_dir() -> Path:
     return cache_root() / FOLDER
 
 
+REQUIRED = ("model.safetensors", "config.json", "tokenizer.json")
+STAMP = ".verified.json"  # (size, mtime_ns) of each checked file when its sha256 last matched
+
+
+def _recorded(folder: Path) -> dict[str, Any] | None:
+    """provenance.json's record of the files the conversion wrote, or None (no / unreadable / older record)."""
+    try:
+        prov = json.loads((folder / "provenance.json").read_text())
+    except (OSError, ValueError):
+        return None
+    files = prov.get("files") if isinstance(prov, dict) else None
+    if not isinstance(files, dict) or not set(REQUIRED) <= set(files) or not all(
+            isinstance(v, dict) for v in files.values()):
+        return None
+    return prov
+
+
+def verify(folder: Path) -> str | None:
+    """Why the cached folder is not what the conversion wrote (None: it is): every checked file present with the
+    size and sha256 recorded in provenance.json. Hashing ~520 MB takes ~1 s, so a file whose size and mtime are
+    those of its last match is not hashed again."""
+    prov = _recorded(folder)
+    if prov is None:
+        return "provenance.json is missing, not JSON, or records no file hashes (converted by an older drifttool)"
+    try:
+        stamp = json.loads((folder / STAMP).read_text())
+    except (OSError, ValueError):
+        stamp = {}
+    extra = sorted(p.name for p in folder.iterdir() if p.name not in {*prov["files"], "provenance.json", STAMP})
+    if extra:  # e.g. a chat template dropped in later: it would shape every prompt, unverified
+        return f"{', '.join(extra)}: not written by the conversion"
+    fresh = {}
+    for name in prov["files"]:
+        f = folder / name
+        if f.is_symlink() or not f.is_file():
+            return f"{name} is missing"
+        st = f.stat()
+        want = prov["files"][name]
+        if st.st_size != want.get("bytes"):
+            return f"{name} has {st.st_size} bytes; the conversion wrote {want.get('bytes')}"
+        key = [st.st_size, st.st_mtime_ns]
+        if stamp.get(name) != key:
+            if _sha256(f) != want.get("sha256"):
+                return f"{name} does not match the sha256 the conversion recorded"
+        fresh[name] = key
+    if fresh != stamp:
+        try:
+            (folder / STAMP).write_text(json.dumps(fresh))
+        except OSError:
+            pass
+    return None
+
+
 def is_ready(folder: Path | None = None) -> bool:
+    """The cache holds exactly what the conversion wrote (verify)."""
     folder = folder or target_dir()
-    return (folder / "provenance.json").is_file() and (folder / "model.safetensors").is_file()
+    return folder.is_dir() and verify(folder) is None
 
 
 def _locate_gguf() -> tuple[Path, str] | None:
@@ -107,6 +161,8 @@ def _convert(gguf: Path, out: Path, provenance: dict[str, Any], log) -> None:
         model.generation_config.save_pretrained(str(tmp))
     tok.save_pretrained(str(tmp))
     provenance["convert_seconds"] = round(time.perf_counter() - t0, 1)
+    # what the cache must still hold when it is used (verify): sizes and hashes of the files written here
+    provenance["files"] = {f.name: {"bytes": f.stat().st_size, "sha256": _sha256(f)} for f in sorted(tmp.iterdir())}
     (tmp / "provenance.json").write_text(json.dumps(provenance, indent=1) + "\n")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
@@ -119,10 +175,18 @@ def _has(module: str) -> bool:
 
 
 def fetch(install: bool = True, log=print) -> Path:
-    """Locate (installing if allowed) the GGUF, convert it once, and return the cached HF folder."""
+    """Locate (installing if allowed) the GGUF, convert it once, and return the cached HF folder. A cache that
+    is not what the conversion wrote (a truncated or edited file, a provenance that is not JSON) is rebuilt."""
+    root = cache_root()
+    if root.exists() and not root.is_dir():
+        raise DriftError(f"cache folder {root} ($DRIFTTOOL_CACHE or ~/.cache/drifttool) is a file; expected a "
+                         "folder (remove it or point DRIFTTOOL_CACHE elsewhere)")
     out = target_dir()
-    if is_ready(out):
-        return out
+    if out.is_dir():
+        why = verify(out)
+        if why is None:
+            return out
+        log(f"{out}: {why}; converting again")
     found = _locate_gguf()
     if found is None:
         if not install:
@@ -151,14 +215,12 @@ def fetch(install: bool = True, log=print) -> Path:
 
 
 def provenance(folder: Path) -> dict[str, Any] | None:
-    """The provenance record of a converted folder (None for any other target)."""
-    p = Path(folder) / "provenance.json"
-    if not p.is_file():
+    """The provenance record of a converted folder whose files still match it (None for any other target: a
+    provenance.json copied beside other weights, or one without file hashes, is not carried into traces)."""
+    folder = Path(folder)
+    if not (folder / "provenance.json").is_file() or verify(folder) is not None:
         return None
-    try:
-        return json.loads(p.read_text())
-    except ValueError:
-        return None
+    return _recorded(folder)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,64 @@
+"""The converted-target cache is checked against what the conversion wrote: a truncated, zeroed or edited file, a
+provenance.json that is not JSON, or a provenance copied beside other weights is never reported ready nor carried
+into a trace."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from drifttool.errors import DriftError
+from drifttool.zoo import smollm2
+
+
+def _fake_cache(folder):
+    """A folder shaped like a conversion's output, with the provenance record the conversion writes."""
+    folder.mkdir(parents=True)
+    files = {"model.safetensors": b"\x01" * 64, "config.json": b'{"model_type": "llama"}',
+             "tokenizer.json": b"{}", "chat_template.jinja": b"{{ messages }}"}
+    for n, b in files.items():
+        (folder / n).write_bytes(b)
+    rec = {n: {"bytes": len(b), "sha256": hashlib.sha256(b).hexdigest()} for n, b in files.items()}
+    (folder / "provenance.json").write_text(json.dumps({"model": "SmolLM2-135M-Instruct", "files": rec}))
+    return folder
+
+
+def test_an_intact_cache_is_ready_and_its_provenance_carried(tmp_path):
+    f = _fake_cache(tmp_path / "c")
+    assert smollm2.verify(f) is None and smollm2.is_ready(f)
+    assert smollm2.provenance(f)["model"] == "SmolLM2-135M-Instruct"
+    assert smollm2.verify(f) is None  # the second time from the stamp (size + mtime unchanged)
+
+
+@pytest.mark.parametrize("damage,why", [
+    (lambda f: (f / "model.safetensors").write_bytes(b"\x00" * 64), "sha256"),  # same size, zeroed
+    (lambda f: (f / "model.safetensors").write_bytes(b""), "bytes"),
+    (lambda f: (f / "provenance.json").write_text("{not json"), "provenance.json"),
+    (lambda f: (f / "config.json").unlink(), "missing"),
+    (lambda f: (f / "extra_template.jinja").write_text("x"), "not written by the conversion"),
+])
+def test_a_damaged_cache_is_not_ready(tmp_path, damage, why):
+    f = _fake_cache(tmp_path / "c")
+    assert smollm2.verify(f) is None  # stamped as verified first: the damage must still be seen
+    damage(f)
+    got = smollm2.verify(f)
+    assert got is not None and why in got
+    assert not smollm2.is_ready(f) and smollm2.provenance(f) is None
+
+
+def test_a_provenance_without_file_hashes_is_not_trusted(tmp_path):
+    f = tmp_path / "four_layer_model"
+    f.mkdir()
+    (f / "model.safetensors").write_bytes(b"\x02" * 16)
+    (f / "provenance.json").write_text(json.dumps({"model": "SmolLM2-135M-Instruct", "gguf_sha256": "f" * 64}))
+    assert smollm2.provenance(f) is None and not smollm2.is_ready(f)
+
+
+def test_cache_root_that_is_a_file_is_one_error_line(tmp_path, monkeypatch):
+    p = tmp_path / "not_a_folder"
+    p.write_text("x")
+    monkeypatch.setenv("DRIFTTOOL_CACHE", str(p))
+    with pytest.raises(DriftError, match="is a file"):
+        smollm2.fetch(install=False, log=lambda m: None)
