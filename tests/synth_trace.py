@@ -41,12 +41,13 @@ def write_trace(path: Path, drafters: dict[str, dict], depth: int, window: int =
         self_mass = np.where(np.tile(dep, n) >= 2, rep(sm), 0.0)
         sink = np.broadcast_to(np.asarray(spec.get("sink_mass", 0.5), float), (n, k)).ravel()
         rms = np.broadcast_to(np.asarray(spec.get("rms_in", dep.astype(float)), float), (n, k)).ravel()
+        ent = np.broadcast_to(np.asarray(spec.get("entropy", 1.0), float), (n, k)).ravel()
         depths = pd.DataFrame({
             "drafter": name, "prompt_id": rep(prompt), "round": rep(rnd), "depth": np.tile(dep, n),
             "context_len": rep(ctx), "position": pos, "input_id": 0, "draft_id": 0, "target_id": 0,
             "match": (dep[None, :] <= acc[:, None]).ravel(), "reached": (dep[None, :] <= acc[:, None] + 1).ravel(),
             "accepted": (dep[None, :] <= acc[:, None]).ravel(), "sink_mass": sink, "draft_mass": self_mass / 2,
-            "own_mass": self_mass / 2, "self_mass": self_mass, "prompt_mass": 1.0 - sink - self_mass, "entropy": 1.0,
+            "own_mass": self_mass / 2, "self_mass": self_mass, "prompt_mass": 1.0 - sink - self_mass, "entropy": ent,
             "rms_in": rms, "l2_in": 1.0, "rms_pre": 1.0, "l2_pre": 1.0, "rms_post": 1.0,
             "l2_post": 1.0, "massive": False, "beyond_window": pos >= window,
         })

@@ -146,3 +146,13 @@ def test_softmax_scale_follows_deepseek_yarn():
     assert softmax_scale(12, YARN) == pytest.approx(12**-0.5 * m * m)
     assert softmax_scale(12, None) == pytest.approx(12**-0.5)
     assert softmax_scale(12, dataclasses.replace(RefConfig(1, 1, 1, 1, 1)).rope_scaling) == pytest.approx(12**-0.5)
+
+
+def test_odd_rope_head_dim_is_one_error_line(kimi, tmp_path):
+    """Issue 26 (8): an odd qk_rope_head_dim gave a traceback inside RoPE."""
+    target, _, _, _ = kimi
+    conf = kimi_config(MLA, YARN)
+    conf["qk_rope_head_dim"] = 7
+    (tmp_path / "config.json").write_text(json.dumps(conf))
+    with pytest.raises(drifttool.DriftError, match="qk_rope_head_dim 7 is odd"):
+        drifttool.load_drafter(tmp_path, target=target)

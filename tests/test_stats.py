@@ -210,3 +210,18 @@ def test_compare_on_a_sample_trace_prints_mde_and_prefix_correct_n(capsys):
     for depth, series, n, pc in rows:
         r = rounds[rounds.drafter.astype(str) == series]
         assert int(n) == len(r) and int(pc) == int((r.accepted >= int(depth) - 1).sum())
+
+
+def test_entropy_carries_its_own_n(tmp_path):
+    """--full-every N: entropy exists on full rounds only; its n is theirs, not every round's."""
+    from drifttool import plots
+
+    n = 48
+    ent = np.full((n, K), np.nan)
+    ent[::4] = 2.0  # every 4th round is a full round: 12 of 48
+    path = write_trace(tmp_path / "fe.drift", {"e3": {"accepted": [1] * n, "entropy": ent}}, K)
+    pdp = Comparison.of([read_trace(path)]).per_depth()
+    assert (pdp["n_rounds"] == n).all() and (pdp["n_entropy"] == 12).all()
+    assert plots.N_COLUMN["entropy"] == "n_entropy"
+    fig = plots.metric_by_depth(pdp, ["entropy"], "entropy")
+    assert any("only n=" in (t.hovertemplate or "") for t in fig.data)  # 12 < 20 rounds: drawn as small-n

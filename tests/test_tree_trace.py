@@ -265,3 +265,14 @@ def test_tree_and_chain_share_one_query_position_rule(env):
     assert (deepest["beyond_window"] == (query_position(deepest["context_len"], deepest["d"]) >= 16)).all()
     d = chain.depths
     assert (d["position"] == query_position(d["context_len"], d["depth"])).all()
+
+
+@pytest.mark.parametrize("text,why", [("dynamic:top_k=2,top_k=3,depth=2,total=4", "given twice"),
+                                      ("dynamicfoo:top_k=2,depth=2,total=4", "kind 'dynamicfoo'"),
+                                      ("dynamic", "no settings")])
+def test_tree_spec_coercions_are_refused(text, why):
+    """Issue 26 (8): a repeated setting took the last value; 'dynamicfoo:' was read as dynamic."""
+    from drifttool.run.tree import parse_tree
+
+    with pytest.raises(DriftError, match=why):
+        parse_tree(text)

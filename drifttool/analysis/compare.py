@@ -248,11 +248,12 @@ class Comparison:
         if len(d):
             n = d.assign(reached_=d["reached"].astype(int)).groupby(keys, observed=True).agg(
                 n_rounds=("depth", "size"), n_reached=("reached_", "sum"), n_prompts=("prompt_id", "nunique"),
-                n_groups=("group", "nunique"))
+                n_groups=("group", "nunique"), n_entropy=("entropy", "count"))  # count: the finite entropies
             out = out.merge(n.reset_index(), on=keys, how="left")
         else:
             out = out.assign(n_rounds=pd.Series(dtype="int64"), n_reached=pd.Series(dtype="int64"),
-                             n_prompts=pd.Series(dtype="int64"), n_groups=pd.Series(dtype="int64"))
+                             n_prompts=pd.Series(dtype="int64"), n_groups=pd.Series(dtype="int64"),
+                             n_entropy=pd.Series(dtype="int64"))
         return out.sort_values(keys).reset_index(drop=True)
 
     def summary(self) -> pd.DataFrame:

@@ -37,6 +37,9 @@ def _window(layer: dict[str, Any], where: str, assumptions: dict[str, str]) -> i
     types, size = layer.get("layer_types"), layer.get("sliding_window")
     if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
         raise DriftError(f"{where}: sliding_window {size!r} is not a non-negative integer")
+    if types is not None and not (isinstance(types, list) and all(isinstance(t, str) for t in types)):
+        raise DriftError(f"{where}: layer_types {types!r} is not a list of strings (expected e.g. "
+                         "[\"sliding_attention\"] or [\"full_attention\"])")
     if isinstance(types, list) and types:
         if types[0] != "sliding_attention":
             assumptions["sliding_window"] = f"layer_types[0] is {types[0]!r}: full attention"
@@ -114,6 +117,9 @@ def normalise_config(raw: dict[str, Any], path: Path, target: Target | TargetSha
         # q_lora_rank may be null (queries not low-rank); the others are required
         mla = {k: pos_int(layer, k, layer_where, default=None if k == MLA_FIELDS[0] else REQUIRED)
                for k in MLA_FIELDS}
+        if mla["qk_rope_head_dim"] % 2:  # RoPE rotates pairs of dimensions
+            raise DriftError(f"{layer_where}: qk_rope_head_dim {mla['qk_rope_head_dim']} is odd; rotary embedding "
+                             "rotates pairs of dimensions (expected an even number, e.g. 64)")
         nkv, hd = nh, mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
     inter = pos_int(layer, "intermediate_size", layer_where)
     vocab = pos_int(layer, "vocab_size", layer_where)

@@ -26,7 +26,7 @@ LABELS = {
     "acceptance_rate": "acceptance rate (vLLM per-position)", "n_alpha": "n-alpha (given reached)",
 }
 # which per-depth count a metric's mean is over: n-alpha only counts chains that reached the depth
-N_COLUMN = {"n_alpha": "n_reached"}
+N_COLUMN = {"n_alpha": "n_reached", "entropy": "n_entropy"}  # entropy: full rounds only (--full-every)
 TEMPLATE = "plotly_white"
 TITLE_FONT = {"size": 13}
 

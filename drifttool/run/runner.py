@@ -64,8 +64,17 @@ class RunSettings:
            full_every: int = FULL_EVERY) -> RunSettings:
         """Validated settings; each wrong value is one DriftError line naming its CLI option."""
         run_settings(depth, 1 if max_new_tokens is None else max_new_tokens, temperature, seed, keep_rows, limit, sink)
-        if str(device).startswith("cuda") and not torch.cuda.is_available():
+        try:
+            dev = torch.device(str(device))
+        except (RuntimeError, ValueError):
+            raise DriftError(f"--device {device!r}: not a device name (expected cpu, cuda, cuda:N or mps)") from None
+        if dev.type not in ("cpu", "cuda", "mps"):
+            raise DriftError(f"--device {device}: drifttool runs models on cpu, cuda[:N] or mps (a {dev.type} device "
+                             "holds no values to measure)")
+        if dev.type == "cuda" and not torch.cuda.is_available():
             raise DriftError(f"--device {device}: CUDA is not available on this machine")
+        if dev.type == "mps" and not torch.backends.mps.is_available():
+            raise DriftError(f"--device {device}: MPS is not available on this machine")
         check_settings(depth, 1 if max_new_tokens is None else max_new_tokens, mode, temperature, draft_sampling)
         need_int("--full-every", full_every, 0, "a round interval >= 0 (1 = every round, 0 = sampled rows only)")
         if device_map is not None:

@@ -69,15 +69,22 @@ def parse_tree(text: str) -> TreeSpec:
     s = str(text).strip()
     where = f"--tree {text!r}"
     if s.startswith("dynamic"):
+        head, colon, rest = s.partition(":")
+        if head.strip() != "dynamic" or not colon:
+            got = f"kind {head.strip()!r}" if head.strip() != "dynamic" else "no settings"
+            raise DriftError(f"{where}: expected 'dynamic:top_k=K,depth=D,total=N' (got {got})")
         kv = {}
-        for part in filter(None, s.partition(":")[2].split(",")):
+        for part in filter(None, rest.split(",")):
             k, eq, v = part.partition("=")
             try:
-                kv[k.strip()] = int(v)
+                val = int(v)
             except ValueError:
                 raise DriftError(f"{where}: {part!r} must look like name=integer") from None
             if not eq:
                 raise DriftError(f"{where}: {part!r} must look like name=integer")
+            if k.strip() in kv:
+                raise DriftError(f"{where}: {k.strip()!r} is given twice; give each setting once")
+            kv[k.strip()] = val
         unknown = sorted(set(kv) - {"top_k", "depth", "total"})
         if unknown:
             raise DriftError(f"{where}: unknown setting {unknown[0]!r}; expected top_k, depth, total")

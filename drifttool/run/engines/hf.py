@@ -152,6 +152,12 @@ def run_capture(
     models = {d.name: read_drafter(d.path, tgt.shape(), overrides=d.overrides, device=dev, dtype=st.torch_dtype)
               for d in drafters}
     check_same_aux(models)
+    if tree is not None:  # checked before anything is written: a rank no drafter can draft
+        rank = max(max(p) for p in tree.paths) if tree.kind == "static" else tree.top_k - 1
+        for name, m in models.items():
+            if rank >= m.config.draft_vocab_size:
+                raise DriftError(f"--tree: child rank {rank} needs a draft vocabulary of more than {rank} tokens; "
+                                 f"drafter {name!r} has {m.config.draft_vocab_size}")
     tgt.set_aux_layer_ids(next(iter(models.values())).config.input_aux_layer_ids)
     token_ids = {}  # every probe checked before anything is written; the error names the file and the probe
     for probe in suite:
