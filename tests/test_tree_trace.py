@@ -276,3 +276,19 @@ def test_tree_spec_coercions_are_refused(text, why):
 
     with pytest.raises(DriftError, match=why):
         parse_tree(text)
+
+
+def test_check_evaluates_per_depth_masses_on_tree_traces(env, capsys):
+    """Issue 26 (8): `check` said 'no data' for the per-depth masses of a tree trace it could evaluate."""
+    from drifttool.cli import main
+
+    root, m, probes = env
+    out = run_capture(str(m["target"]), [DrafterSpec.parse(f"e3={m['eagle3']}")], str(probes),
+                      str(root / "chk.drift"), max_new_tokens=6, limit=2, progress=False, tree="[(0,), (1,), (0, 0)]")
+    assert main(["check", str(out), "--rule", "sink_mass@depth2>=0", "--rule", "acceptance_length>=1", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    n = read_trace(out).tree_nodes
+    want = float(n[n.depth == 2]["sink_mass"].mean())
+    assert rep["rules"][0]["value"] == pytest.approx(want) and rep["passed"]
+    assert main(["check", str(out), "--rule", "n_alpha@depth2>=0"]) == 2
+    assert "chain statistic" in capsys.readouterr().err

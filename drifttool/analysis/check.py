@@ -113,10 +113,24 @@ class Values:
     def drafters(self) -> list[str]:
         return [s.drafter for s in self.cmp.series]
 
+    def _tree_depth(self, drafter: str, metric: str, depth: int, where: str) -> float:
+        """A tree trace's per-depth value: the mean over every drafted node at that depth (compare's 'all nodes'
+        branch); acceptance definitions of chains do not apply to trees."""
+        n = self.trace.tree_nodes
+        if metric not in n.columns:
+            raise DriftError(f"{where}: {metric!r} is a chain statistic; a tree trace has per-node "
+                             "sink/self/prompt mass, entropy and magnitudes (compare shows trees by branch)")
+        if depth > int(n["depth"].max()):
+            raise DriftError(f"{where}: depth {depth} is beyond the trace's tree depth {int(n['depth'].max())}")
+        sub = n[(n["drafter"].astype(str) == drafter) & (n["depth"] == depth)][metric]
+        return float(sub.mean()) if len(sub) else math.nan
+
     def trend(self, drafter: str, metric: str, depth: int, from_depth: int, where: str) -> dict[str, float]:
         """The paired change of `metric` from `from_depth` to `depth` over groups (analysis.stats.paired)."""
         from .stats import change_between
 
+        if self.trace.is_tree:
+            raise DriftError(f"{where}: depth trends are paired over a chain's depths; a tree trace has none")
         k = self.cmp.depth
         if max(depth, from_depth) > k:
             raise DriftError(f"{where}: depth {max(depth, from_depth)} is beyond the trace's speculation depth K = {k}")
@@ -125,6 +139,8 @@ class Values:
 
     def get(self, drafter: str, metric: str, depth: int | None, where: str) -> float:
         label = next(s.label for s in self.cmp.series if s.drafter == drafter)
+        if metric in PER_DEPTH and self.trace.is_tree:
+            return self._tree_depth(drafter, metric, depth, where)
         if metric in PER_DEPTH:
             k = self.cmp.depth
             if depth > k:
