@@ -292,3 +292,11 @@ def test_check_evaluates_per_depth_masses_on_tree_traces(env, capsys):
     assert rep["rules"][0]["value"] == pytest.approx(want) and rep["passed"]
     assert main(["check", str(out), "--rule", "n_alpha@depth2>=0"]) == 2
     assert "chain statistic" in capsys.readouterr().err
+
+
+def test_dynamic_tree_node_bound_is_the_candidate_count():
+    """Issue 26 (8): total=10^9 was refused as needing 10^9 positions; a k=2, depth=3 tree has 2 + 2*4 candidates."""
+    from drifttool.run.tree import parse_tree
+
+    assert parse_tree("dynamic:top_k=2,depth=3,total=1000000000").max_nodes == 10
+    assert parse_tree("dynamic:top_k=4,depth=5,total=16").max_nodes == 15

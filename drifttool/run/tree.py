@@ -40,7 +40,10 @@ class TreeSpec:
     @property
     def max_nodes(self) -> int:
         """Upper bound on the draft nodes of one round (the positions a round can reach)."""
-        return len(self.paths) if self.kind == "static" else self.total - 1
+        if self.kind == "static":
+            return len(self.paths)
+        # EAGLE's dynamic tree keeps the best total - 1 of its k + (depth - 1) k^2 candidates (_dynamic_tree)
+        return min(self.total - 1, self.top_k + (self.depth - 1) * self.top_k**2)
 
     def to_dict(self) -> dict:
         if self.kind == "static":
