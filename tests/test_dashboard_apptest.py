@@ -174,3 +174,22 @@ def test_server_warm_up_never_raises_on_a_bad_trace(monkeypatch, tmp_path):
     (bad / "manifest.json").write_text("{not json")
     monkeypatch.setattr(sys, "argv", [str(APP), str(bad)])
     warm(APP)  # the page reports it (test_bad_traces_*); the server keeps starting
+
+
+def test_depth_page_population_toggle(monkeypatch, dash_traces):
+    """The Depth page redraws over prefix-correct rounds (chain still right up to the depth) with their n."""
+    from drifttool.trace.reader import read_trace
+
+    at = _app(monkeypatch, dash_traces["a"])
+    at.switch_page("app_pages/depth.py").run()
+    at.radio(key="depth_population").set_value(
+        "prefix-correct rounds (chain still right up to the depth)").run()
+    assert not at.exception
+    table = at.dataframe[0].value
+    r = read_trace(dash_traces["a"]).rounds
+    for (series, depth), n in table.set_index(["series", "depth"])["n_rounds"].items():
+        if series in ("e3", "e31"):
+            rr = r[r.drafter.astype(str) == series]
+            assert n == int((rr.accepted >= depth - 1).sum()), (series, depth)
+    trends = at.dataframe[1].value
+    assert set(trends["population"]) == {"prefix_correct"} and "mde" in trends.columns
