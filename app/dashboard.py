@@ -26,6 +26,7 @@ PAGES = [
     ("magnitudes.py", "Magnitudes", "magnitudes"),
     ("rejection.py", "What predicts rejection", "rejection"),
     ("trees.py", "Draft trees", "trees"),
+    ("training.py", "Across training", "training"),
 ]
 
 st.set_page_config(page_title="drifttool", layout="wide")

@@ -112,6 +112,11 @@ class Trace:
         cmp = self.comparison(*others)
         return pd.concat([cmp.acceptance_differences(), cmp.trend_differences()], ignore_index=True)
 
+    def training(self, *others: Trace) -> pd.DataFrame:
+        """A checkpoint-series trace (capture --drafter-series): per variant x step x depth, acceptance,
+        sink / self mass and fed-back RMS (analysis.training); empty for other traces."""
+        return self.comparison(*others).training()
+
     def findings(self, *others: Trace) -> list[str]:
         """The sentences `compare` ends with: what is detected, what is underpowered, with n groups and MDE."""
         from .analysis.report_stats import findings
@@ -193,6 +198,12 @@ class _Plots:
         from . import plots
 
         return plots.context_curves(self._view(others).by_context, metric)
+
+    def training(self, *others: Trace, metric: str = "acceptance_rate", depth: int = 1):
+        """A metric at one depth against the checkpoint's training step (checkpoint-series traces)."""
+        from .plots import training_curves
+
+        return training_curves(self._view(others).training, metric, depth)
 
     def predictors(self, *others: Trace, metric: str = "self_mass"):
         from . import plots

@@ -36,7 +36,13 @@ def _no_hf_progress_bars() -> None:
 @app.command()
 def capture(
     target: str = typer.Option(..., "--target", help="HF target model folder"),
-    drafter: list[str] = typer.Option(..., "--drafter", help="[NAME=]DIR[?flag=value&...]; repeat for several"),
+    drafter: list[str] = typer.Option([], "--drafter", help="[NAME=]DIR[?flag=value&...]; repeat for several"),
+    drafter_series: list[str] = typer.Option(
+        [], "--drafter-series", help="a folder of step-N checkpoints (step-N/, checkpoint-N/, epoch_E_step_N/; one "
+                                     "drafter or one folder per variant each): one drafter per checkpoint, named "
+                                     "VARIANT@STEP, for drift across training"),
+    series_keep: int | None = typer.Option(None, "--series-keep", min=2,
+                                           help="at most this many evenly spaced checkpoints per variant"),
     probes: str = typer.Option(..., "--probes", help="probe suite (JSONL), or a bundled suite by name: long_code, "
                                                      "agent_traces, doc_qa, short_chat, quick, real/long_code, ..."),
     out: str = typer.Option(..., "--out", help="trace folder NAME.drift"),
@@ -78,6 +84,13 @@ def capture(
 
     common = parse_overrides(override)
     specs = [DrafterSpec.parse(d, common) for d in drafter]
+    if drafter_series:  # one drafter per checkpoint, named VARIANT@STEP (run/series.py)
+        from .run.series import series_specs
+
+        for root in drafter_series:
+            specs += [DrafterSpec(name, path, dict(common)) for name, path in series_specs(root, series_keep)]
+    if not specs:
+        raise DriftError("capture: no drafter; give --drafter DIR (repeatable) or --drafter-series DIR")
     if not Path(probes).exists():  # a bundled suite by name: --probes long_code, --probes real/doc_qa
         from .demo import bundled_suite
 

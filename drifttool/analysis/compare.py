@@ -330,6 +330,12 @@ class Comparison:
 
         return top_positions(self.heads(), self.rounds, depth, k)
 
+    def training(self) -> pd.DataFrame:
+        """Per variant x checkpoint step x depth, for a checkpoint-series trace (analysis.training); else empty."""
+        from .training import training_curves
+
+        return training_curves(self)
+
     def statistics_json(self, rec) -> dict:
         """Paired trends, drafter differences, their power, and the populations and groups they rest on."""
         from . import stats
@@ -359,6 +365,7 @@ class Comparison:
             "notes": self.notes, "summary": rec(self.summary()), "per_depth": rec(self.per_depth()),
             "per_depth_prefix_correct": rec(self.per_depth(population="prefix_correct")),
             "statistics": self.statistics_json(rec),
+            "training": rec(self.training()),
             "by_context": rec(self.by_context().astype({"context_bucket": str})), "predictors": rec(self.predictors()),
             "long_context_decay": {"trend": rec(decay_table(self, breakeven)), "by_context": rec(context_curve(self))},
             "trained_window": {"windows": windows(self), "any_beyond": any_beyond(self),

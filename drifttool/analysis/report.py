@@ -225,8 +225,9 @@ def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool =
     print_acceptance(c, s)
     print_drift(c, s)
     print_per_depth(c, cmp)
-    from .report_stats import findings, print_between, print_depth_changes, print_verdicts
+    from .report_stats import findings, print_between, print_depth_changes, print_training, print_verdicts
 
+    print_training(c, cmp)
     tr, ad = cmp.trends(), cmp.acceptance_differences()
     print_depth_changes(c, cmp, tr)
     print_verdicts(c, cmp, tr)

@@ -193,3 +193,24 @@ def findings(cmp: Comparison, tr: pd.DataFrame | None = None, ad: pd.DataFrame |
                        f"{', '.join(sorted(set(under.series)))} — the MDE exceeds the quantity itself, so "
                        "'no change' would not be a finding.")
     return out
+
+
+def print_training(c: Console, cmp: Comparison) -> None:
+    """A checkpoint-series trace: acceptance, sink and self mass and fed-back RMS per variant against the step."""
+    from .training import training_table
+
+    curves = cmp.training()
+    if curves.empty:
+        return
+    k = cmp.depth
+    t = _table(f"Across training checkpoints (all rounds; self mass and layer-input RMS at depth {k})", "variant",
+               "step", "acc.\nlength", "acc.\nrate d1", "sink d1", f"self d{k}", f"rms_in\nd{k}", "groups")
+    last = None
+    for r in training_table(curves, k).itertuples(index=False):
+        if last is not None and r.variant != last:
+            t.add_section()
+        last = r.variant
+        t.add_row(r.variant, str(r.step), f"{r.mean_acceptance_length:.2f}", f"{r.acceptance_d1:.3f}",
+                  f"{r.sink_d1:.3f}", f"{getattr(r, f'self_d{k}'):.3f}", f"{getattr(r, f'rms_in_d{k}'):.2f}",
+                  str(r.groups))
+    c.print(t)

@@ -274,6 +274,13 @@ class View:
         return Comparison(self._cmp.series, self._dd, self._cmp.rounds, []).trends()
 
     @cached_property
+    def training(self) -> pd.DataFrame:
+        """Checkpoint-series curves (analysis.training) over the selected prompts; empty for other traces."""
+        from .training import training_curves
+
+        return training_curves(Comparison(self._cmp.series, self._dd, self._cmp.rounds, []))
+
+    @cached_property
     def by_context(self) -> pd.DataFrame:
         if self._dd.empty:
             return pd.DataFrame(columns=["series", "context_bucket", "depth"])

@@ -33,6 +33,7 @@ from .drilldown import attention_row_heatmap, sink_slots
 from .heads import head_diff_heatmap, head_heatmaps, head_matrix, where_attention
 from .magnitudes import NONE_FLAGGED, aux_rms, massive_flags
 from .rejection import correlation_table, predictor_correlations, predictor_curves
+from .training import training_curves
 from .trees import tree_depth_curves, tree_layout, tree_round_figure
 
 __all__ = [
@@ -41,6 +42,6 @@ __all__ = [
     "bucket_order", "context_curves", "context_summary", "correlation_table", "depth_curves", "drafter_kind",
     "feature_rms", "grid", "head_diff_heatmap", "head_heatmaps", "head_matrix", "label", "log_range",
     "massive_flags", "metric_by_depth", "metric_by_trace", "predictor_correlations", "predictor_curves",
-    "series_colors", "series_style", "series_styles", "sink_slots", "split_label", "tree_depth_curves",
+    "series_colors", "series_style", "series_styles", "sink_slots", "split_label", "training_curves", "tree_depth_curves",
     "tree_layout", "tree_round_figure", "where_attention",
 ]
