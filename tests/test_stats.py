@@ -225,3 +225,20 @@ def test_entropy_carries_its_own_n(tmp_path):
     assert plots.N_COLUMN["entropy"] == "n_entropy"
     fig = plots.metric_by_depth(pdp, ["entropy"], "entropy")
     assert any("only n=" in (t.hovertemplate or "") for t in fig.data)  # 12 < 20 rounds: drawn as small-n
+
+
+def test_series_of_another_probe_suite_are_not_paired(tmp_path):
+    """The same group id in another suite is another document: no group-by-group pairing across suites."""
+    rng = np.random.default_rng(5)
+    a, groups = _spec(rng, effect=0.01)
+    b, _ = _spec(rng, effect=0.0)
+    pa = write_trace(tmp_path / "a.drift", {"e3": a}, K, groups=groups)
+    pb = write_trace(tmp_path / "b.drift", {"e31": b}, K, groups=groups)
+    m = json.loads((pb / "manifest.json").read_text())
+    m["capture"]["probes"] = {"sha256": "another-suite"}
+    (pb / "manifest.json").write_text(json.dumps(m))
+    cmp = Comparison.of([read_trace(pa), read_trace(pb)])
+    assert cmp.acceptance_differences().empty and cmp.trend_differences().empty
+    assert any("mixed probe suites" in n for n in cmp.notes)
+    same = Comparison.of([read_trace(pa), read_trace(write_trace(tmp_path / "c.drift", {"e31": b}, K, groups=groups))])
+    assert len(same.acceptance_differences()) == 1

@@ -214,17 +214,30 @@ class Comparison:
 
         return depth_trends(self.depths, self.mode, populations=populations or POPULATIONS)
 
+    def paired_with_baseline(self) -> list[str]:
+        """Series that can be paired with the baseline group by group: captured on the same probe suite (the same
+        group id in another suite is another document)."""
+        if self.baseline is None:
+            return []
+        suite = {s.label: (s.trace.manifest["capture"].get("probes") or {}).get("sha256") for s in self.series}
+        return [x for x in suite if suite[x] == suite[self.baseline]]
+
     def trend_differences(self, populations=None) -> pd.DataFrame:
         from .stats import POPULATIONS, trend_differences
 
-        if self.baseline is None:
+        keep = self.paired_with_baseline()
+        if len(keep) < 2:
             return pd.DataFrame()
-        return trend_differences(self.depths, self.mode, self.baseline, populations=populations or POPULATIONS)
+        d = self.depths[self.depths["series"].isin(keep)]
+        return trend_differences(d, self.mode, self.baseline, populations=populations or POPULATIONS)
 
     def acceptance_differences(self) -> pd.DataFrame:
         from .stats import acceptance_differences
 
-        return acceptance_differences(self.rounds, self.baseline) if self.baseline is not None else pd.DataFrame()
+        keep = self.paired_with_baseline()
+        if len(keep) < 2:
+            return pd.DataFrame()
+        return acceptance_differences(self.rounds[self.rounds["series"].isin(keep)], self.baseline)
 
     def per_depth(self, df: pd.DataFrame | None = None, by: tuple[str, ...] = (),
                   population: str = "all") -> pd.DataFrame:

@@ -102,7 +102,7 @@ def crossing(fit: dict[str, float], level: float, lo: float, hi: float,
         return None, "trend not falling: no crossing"
     e = (level - a) / b
     if e > 62:
-        return None, "crossing beyond 2^62 tokens"
+        return None, "trend too flat to cross break-even at any real context length"
     at = float(2.0 ** e)
     if at <= lo:
         if above:
