@@ -205,6 +205,22 @@ def predictors(cmp: Comparison) -> None:
         print(f"| {r.series} | {r.metric} | {r['mean']:+.2f} | {r['min']:+.2f} … {r['max']:+.2f} |")
 
 
+def budget() -> None:
+    """The shipped drafters' training budget and held-out quality, from their report.json."""
+    from drifttool.zoo import MODELS_DIR
+
+    reps = {v: json.loads((MODELS_DIR / "smollm2" / v / "report.json").read_text()) for v in ("eagle3", "eagle3.1")}
+    r = reps["eagle3"]
+    acc = " / ".join(f"{reps[v]['heldout_top1_per_step'][0]:.2f} ({v})" for v in reps)
+    window = TRAINED_WINDOW  # the drafter config's trained_window
+    print(f"Shipped drafters (their report.json): {r['cache_tokens']:,} cached training tokens in "
+          f"{r['cache_conversations']:,} conversations, {r['train_tokens_seen']:,} seen per variant in {r['steps']} "
+          f"steps ({r['train_seconds'] / 60:.0f} min of training on 2 shared CPU cores), trained window {window}; "
+          f"held-out teacher-forced depth-1 agreement with the target {acc} over {r['heldout_positions']:,} "
+          "positions.")
+    print()
+
+
 def settings(root: Path) -> None:
     """What the sample traces were captured with, read from their manifests and prompts tables."""
     caps, gen = [], []
@@ -238,6 +254,7 @@ def readme(root: Path, out: Path) -> None:
 def main(root: str = "sample_traces") -> None:
     pd.set_option("display.width", 200)
     np.seterr(all="ignore")
+    budget()
     settings(Path(root))
     per_suite(Path(root))
     detected, tests = trends(Path(root))
