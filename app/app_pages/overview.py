@@ -7,10 +7,16 @@ import streamlit as st
 st.title("Overview")
 v = dashlib.view()
 dashlib.notes(v)
+lines = v.verdict
+if lines:
+    st.subheader("In short")
+    st.markdown("\n".join(f"- {x}" for x in lines))
+    st.caption("Acceptance length against the EAGLE-3 series, paired over groups (source documents) with a sign-flip "
+               "test and its minimum detectable effect; depth trends with the same statistics are on the Depth page.")
 st.subheader("Series")
 st.caption("One series per (trace, drafter). Overrides show checkpoint value -> value used.")
 dashlib.table(v.info.drop(columns=["path"]), "series")
-st.subheader("Acceptance and drift (95% CI over prompts)")
+st.subheader("Acceptance and drift (95% CI over groups; none below 6 groups)")
 st.caption("drift score = mean self mass over depths 2..K; feature growth = RMS(layer input) at depth K / depth 1; "
            "sink retention = sink mass at depth K / depth 1, left empty when the depth-1 sink mass is below 0.001 "
            "(no sink to retain).")
@@ -28,5 +34,6 @@ dashlib.table(v.summary, "summary", column_order=[*(c for c in first if c in v.s
     "drift_score": st.column_config.ProgressColumn("drift_score", format="%.3f", min_value=0.0, max_value=1.0,
                                                    help="mean self mass over depths 2..K; bar: 0 .. 1")})
 st.subheader("Prompts")
-dashlib.table(v.prompts[["series", "prompt_id", "tags", "prompt_len", "n_generated", "n_rounds", "accepted_total",
-                         "mean_acceptance_length"]], "prompts")
+dashlib.table(v.prompts[[c for c in ("series", "prompt_id", "group", "tags", "prompt_len", "max_new_tokens",
+                                     "n_generated", "n_rounds", "accepted_total", "mean_acceptance_length")
+                          if c in v.prompts]], "prompts")

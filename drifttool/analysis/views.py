@@ -128,7 +128,10 @@ def prompt_frame(cmp: Comparison) -> pd.DataFrame:
     parts = []
     for s in cmp.series:
         p = s.trace.table("prompts")
-        parts.append(p[p["drafter"] == s.drafter].assign(series=s.label))
+        p = p[p["drafter"] == s.drafter].assign(series=s.label)
+        if "group" not in p.columns:  # traces captured before groups were recorded: the prompt id's line id
+            p["group"] = p["prompt_id"].astype(str).map(s.trace.groups)
+        parts.append(p)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["series", "prompt_id", "tags"])
 
 
@@ -272,6 +275,17 @@ class View:
         if self._dd.empty:
             return pd.DataFrame()
         return Comparison(self._cmp.series, self._dd, self._cmp.rounds, []).trends()
+
+    @cached_property
+    def verdict(self) -> list[str]:
+        """The Overview's "In short": groups and prompts, and acceptance length against the EAGLE-3 series with its
+        test and power (report_stats.findings; rounds only, so the first page stays light)."""
+        from .report_stats import findings
+
+        if self._cmp.rounds.empty:
+            return []
+        return [self._cmp.groups_note().split(";")[0] + "."] + findings(
+            self._cmp, tr=pd.DataFrame(), ad=self._cmp.acceptance_differences())
 
     @cached_property
     def training(self) -> pd.DataFrame:
