@@ -190,9 +190,9 @@ def test_sink_spec_parse():
 def test_attention_api_errors(target):
     d = make_drafter(target, 4, 2, seed=7)
     res, cap, _ = run_eager(target, d, prompt(7, 6), mnt=4)
-    with pytest.raises(ValueError, match="depth"):
+    with pytest.raises(DriftError, match="depth"):
         cap.attention(0, K + 1)
-    with pytest.raises(ValueError, match="round"):
+    with pytest.raises(DriftError, match="round"):
         cap.attention(len(res.rounds) + 5, 1)
-    with pytest.raises(ValueError, match="keep_qk"):
+    with pytest.raises(DriftError, match="keep_qk"):
         Capture(d).attention(0, 1)
