@@ -7,7 +7,6 @@ from __future__ import annotations
 import pandas as pd
 
 from ..run.series import SERIES_NAME
-from .compare import Comparison
 
 CURVE_METRICS = ("acceptance_rate", "n_alpha", "sink_mass", "self_mass", "rms_in")
 
@@ -18,13 +17,13 @@ def split_series(label: str) -> tuple[str, int] | None:
     return (m.group("variant"), int(m.group("step"))) if m else None
 
 
-def is_series(cmp: Comparison) -> bool:
+def is_series(cmp) -> bool:
     steps = [split_series(s.label) for s in cmp.series]
     return sum(x is not None for x in steps) >= 2
 
 
-def training_curves(cmp: Comparison) -> pd.DataFrame:
-    """One row per variant x step x depth: CURVE_METRICS (means over all rounds) and n_rounds, plus the
+def training_curves(cmp) -> pd.DataFrame:
+    """`cmp`: a Comparison. One row per variant x step x depth: CURVE_METRICS (means over all rounds) and n_rounds, plus the
     checkpoint's mean acceptance length and groups; empty when the trace is no checkpoint series."""
     if not is_series(cmp):
         return pd.DataFrame(columns=["variant", "step", "depth", *CURVE_METRICS])
