@@ -222,3 +222,44 @@ def test_every_page_renders_in_chromium(server, tmp_path):
     assert not errors, errors
     assert seen["boxes"] > 20 and seen["colours"] > 20, seen  # the checks saw the charts' titles and series
     assert not problems, "\n".join(problems)
+
+
+SERIES = REPO / "sample_traces" / "training" / "smollm2-ci-series.drift"
+
+
+def test_training_page_renders_the_checkpoint_series(tmp_path):
+    """The Across training page on the bundled checkpoint-series trace: four charts, one line per variant."""
+    _require_browser()
+    if not SERIES.is_dir():
+        pytest.skip(f"{SERIES} not in this checkout")
+    from playwright.sync_api import sync_playwright
+
+    port = _free_port()
+    log = tmp_path / "streamlit.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "drifttool.cli", "dashboard", str(SERIES), "--port", str(port)],
+                                stdout=out, stderr=subprocess.STDOUT, env=child_env(), cwd=REPO,
+                                start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc, log)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1700})
+                page.goto(f"{url}/training", wait_until="domcontentloaded")
+                page.wait_for_function(READY, arg=["Across training", 4, 0], timeout=180_000)
+                assert page.locator("[data-testid='stException']").count() == 0
+                lines = page.evaluate(COLOURS)
+                assert all({n for n, _ in chart} == {"eagle3", "eagle3.1"} for chart in lines), lines
+                page.screenshot(path=str(tmp_path / "training.png"), full_page=True)
+                if UPDATE:
+                    shutil.copy(tmp_path / "training.png", REPO / "docs" / "dashboard" / "training.png")
+            finally:
+                browser.close()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
