@@ -16,7 +16,7 @@ if [ "${DRIFTTOOL_SKIP_PANDAS2:-0}" != "1" ]; then
   PYTHONPATH=.pandas2 python -c "import pandas; assert pandas.__version__ == '2.2.3', pandas.__version__"
   PYTHONPATH=.pandas2 python -m pytest -x -W error::FutureWarning tests/test_views_lazy.py tests/test_compare.py \
     tests/test_where_attention.py tests/test_readme_results.py tests/test_decay_overrun.py \
-    tests/test_views_numbers.py tests/test_tree_numbers.py
+    tests/test_views_numbers.py tests/test_tree_numbers.py tests/test_stats.py
 fi
 if [ "${DRIFTTOOL_SKIP_VLLM:-0}" != "1" ]; then
   bash scripts/test_vllm.sh

@@ -44,7 +44,7 @@ def _spec(rng: np.random.Generator, effect: float, noise: float = 0.01) -> tuple
 
 def _raw(path: Path, table: str) -> pd.DataFrame:
     files = sorted((path / table).glob("*.parquet"))
-    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True).astype({"prompt_id": str})
+    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True).astype({"prompt_id": str, "drafter": str})
 
 
 def _groups(path: Path) -> dict[str, str]:
