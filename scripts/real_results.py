@@ -251,6 +251,25 @@ def readme(root: Path, out: Path) -> None:
     out.write_text(text[:a] + "\n" + buf.getvalue().strip() + "\n" + text[b:])
 
 
+def series(root: Path) -> None:
+    """Drift across training: the checkpoint-series trace per variant and step (descriptive: 3 CI prompts)."""
+    from drifttool.analysis.training import training_table
+
+    p = root / "training" / "smollm2-ci-series.drift"
+    if not p.is_dir():
+        return
+    cmp = Comparison.of([read_trace(p)])
+    k = cmp.depth
+    t = training_table(cmp.training(), k)
+    print(f"\nAcross training (`{p.relative_to(root.parent) if root.parent != Path('.') else p}`, the CI prompts: "
+          f"{int(t.groups.max())} groups, descriptive):")
+    print(f"\n| drafter | step | mean acc. length | acc. rate d1 | sink mass d1 | self mass d{k} | rms_in d{k} |")
+    print("|---|---|---|---|---|---|---|")
+    for r in t.itertuples(index=False):
+        print(f"| {r.variant} | {r.step} | {r.mean_acceptance_length:.2f} | {r.acceptance_d1:.3f} | {r.sink_d1:.3f} | "
+              f"{getattr(r, f'self_d{k}'):.3f} | {getattr(r, f'rms_in_d{k}'):.2f} |")
+
+
 def main(root: str = "sample_traces") -> None:
     pd.set_option("display.width", 200)
     np.seterr(all="ignore")
@@ -260,6 +279,7 @@ def main(root: str = "sample_traces") -> None:
     detected, tests = trends(Path(root))
     between(Path(root))
     sentences(Path(root), detected, tests)
+    series(Path(root))
     cmp = pooled(Path(root))
     window(cmp)
     where(cmp)

@@ -166,15 +166,15 @@ def test_assumed_window_is_said_and_trained_window_option_splits(tmp_path):
 
 
 def test_shipped_drafters_state_their_trained_window():
-    """The bundled SmolLM2 drafters were trained on 2048-position conversations; config max positions 8192."""
+    """The bundled SmolLM2 drafters were trained on 4096-position conversations; config max positions 8192."""
     from drifttool.model.ckpt_config import normalise_config
     from drifttool.zoo import MODELS_DIR
 
     for v in ("eagle3", "eagle3.1"):
         p = MODELS_DIR / "smollm2" / v
         cfg = normalise_config(json.loads((p / "config.json").read_text()), p, None)
-        assert cfg.trained_window == 2048 and cfg.max_position_embeddings == 8192
-        assert dc.trained_window(cfg.to_dict())["window"] == 2048
+        assert cfg.trained_window == 4096 and cfg.max_position_embeddings == 8192
+        assert dc.trained_window(cfg.to_dict())["window"] == 4096
 
 
 def test_trained_window_override_reaches_capture_column(tmp_path):

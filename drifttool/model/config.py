@@ -122,7 +122,7 @@ def trained_window(drafter: dict[str, Any]) -> dict[str, Any]:
     In order: an explicit `trained_window` (config key or override), `rope_scaling.original_max_position_embeddings`
     (the length before a RoPE extension), else `max_position_embeddings`, which is only an *assumption*: drafters
     are often trained far shorter than the position range their config allows (the bundled SmolLM2 drafters:
-    2048 of 8192), so `assumed` is True and reports say so."""
+    4096 of 8192), so `assumed` is True and reports say so."""
     rs = drafter.get("rope_scaling") or {}
     explicit = _length(drafter.get("trained_window"), "trained_window")
     mpe = _length(drafter.get("max_position_embeddings"), "max_position_embeddings")
