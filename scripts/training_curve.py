@@ -26,7 +26,7 @@ def main(curves: str = "runs/real/train/curves.jsonl", drafters: str = "runs/rea
             continue
         e = r["eval"]
         tok, el = tokens.get(r["step"], (None, None))
-        f = lambda v: " / ".join(f"{x:.3f}" for x in e[v]["heldout_top1_per_step"])  # noqa: E731
+        f = lambda v, e=e: " / ".join(f"{x:.3f}" for x in e[v]["heldout_top1_per_step"])  # noqa: E731
         print(f"| {r['step']} | {tok:,} | {el / 60:.0f} min | {f('eagle3')} | {f('eagle3.1')} | "
               f"{e['eagle3']['heldout_positions']:,} |" if tok else
               f"| {r['step']} | - | - | {f('eagle3')} | {f('eagle3.1')} | {e['eagle3']['heldout_positions']:,} |")
