@@ -185,12 +185,10 @@ def change_between(depths: pd.DataFrame, metric: str, d_from: int, d_to: int) ->
     return paired((w[d_to] - w[d_from]).dropna().to_numpy())
 
 
-def depth_trends(depths: pd.DataFrame, mode: str, metrics=TREND_METRICS, populations=POPULATIONS,
-                 depth_list: list[int] | None = None) -> pd.DataFrame:
-    """Per population x series x metric x depth (> the metric's base depth): the paired change statistics."""
-    rows = []
-    if depths.empty:
-        return pd.DataFrame()
+def _walk(depths: pd.DataFrame, mode: str, metrics, populations, every_depth: bool):
+    """(population, metric, d0, depth, group means, group changes) for each population x metric x depth beyond
+    the metric's first one: every depth of the trace (`every_depth`: rows for depths a population lacks) or only
+    the depths the population has."""
     for pop in populations:
         sub = depths[population_mask(depths, pop, mode).to_numpy()]
         for metric in metrics:
@@ -198,21 +196,28 @@ def depth_trends(depths: pd.DataFrame, mode: str, metrics=TREND_METRICS, populat
                 continue
             means = group_depth_means(sub, metric)
             d0 = base_depth(metric)
-            ks = sorted(int(x) for x in depths["depth"].unique() if x > d0) if depth_list is None else depth_list
-            labels = list(dict.fromkeys(depths["series"]))
-            for k in ks:
-                ch = _changes(means, metric, k)
-                for label in labels:
-                    c = ch[ch["series"] == label]
-                    st = paired(c["change"].to_numpy())
-                    base = float(c["base"].mean()) if len(c) else np.nan
-                    at_k = means[(means.series == label) & (means.depth == k) & means.group.isin(c.group)]
-                    rows.append({"population": pop, "series": label, "metric": metric, "from_depth": d0,
-                                 "depth": k, "base_value": base, "change": st["mean"], "change_lo": st["lo"],
-                                 "change_hi": st["hi"], "p": st["p"], "sd": st["sd"], "mde": st["mde"],
-                                 "n_groups": st["n"], "n_prompts": int(at_k["prompts"].sum()),
-                                 "n_rounds": int(at_k["rounds"].sum()),
-                                 "verdict": verdict(st["mean"], st["p"], st["mde"], base)})
+            have = (depths if every_depth else means)["depth"].unique()
+            for k in sorted(int(x) for x in have if x > d0):
+                yield pop, metric, d0, k, means, _changes(means, metric, k)
+
+
+def depth_trends(depths: pd.DataFrame, mode: str, metrics=TREND_METRICS, populations=POPULATIONS) -> pd.DataFrame:
+    """Per population x series x metric x depth (> the metric's base depth): the paired change statistics."""
+    rows = []
+    if depths.empty:
+        return pd.DataFrame()
+    labels = list(dict.fromkeys(depths["series"]))
+    for pop, metric, d0, k, means, ch in _walk(depths, mode, metrics, populations, every_depth=True):
+        for label in labels:
+            c = ch[ch["series"] == label]
+            st = paired(c["change"].to_numpy())
+            base = float(c["base"].mean()) if len(c) else np.nan
+            at_k = means[(means.series == label) & (means.depth == k) & means.group.isin(c.group)]
+            rows.append({"population": pop, "series": label, "metric": metric, "from_depth": d0, "depth": k,
+                         "base_value": base, "change": st["mean"], "change_lo": st["lo"], "change_hi": st["hi"],
+                         "p": st["p"], "sd": st["sd"], "mde": st["mde"], "n_groups": st["n"],
+                         "n_prompts": int(at_k["prompts"].sum()), "n_rounds": int(at_k["rounds"].sum()),
+                         "verdict": verdict(st["mean"], st["p"], st["mde"], base)})
     return pd.DataFrame(rows)
 
 
@@ -223,31 +228,23 @@ def trend_differences(depths: pd.DataFrame, mode: str, baseline: str, metrics=TR
     rows = []
     if depths.empty:
         return pd.DataFrame()
-    for pop in populations:
-        sub = depths[population_mask(depths, pop, mode).to_numpy()]
-        for metric in metrics:
-            if metric not in sub.columns:
+    for pop, metric, d0, k, _, ch in _walk(depths, mode, metrics, populations, every_depth=False):
+        ch = ch.set_index(["series", "group"])
+        if baseline not in ch.index.get_level_values(0):
+            continue
+        b = ch.loc[baseline]
+        for label in ch.index.get_level_values(0).unique():
+            if label == baseline:
                 continue
-            means = group_depth_means(sub, metric)
-            d0 = base_depth(metric)
-            for k in sorted(int(x) for x in means["depth"].unique() if x > d0):
-                ch = _changes(means, metric, k).set_index(["series", "group"])
-                if baseline not in ch.index.get_level_values(0):
-                    continue
-                b = ch.loc[baseline]
-                for label in ch.index.get_level_values(0).unique():
-                    if label == baseline:
-                        continue
-                    o = ch.loc[label]
-                    common = o.index.intersection(b.index)
-                    diff = (o.loc[common, "change"] - b.loc[common, "change"]).to_numpy()
-                    st = paired(diff)
-                    base = float(b.loc[common, "base"].mean()) if len(common) else np.nan
-                    rows.append({"population": pop, "series": label, "baseline": baseline, "metric": metric,
-                                 "from_depth": d0, "depth": k, "base_value": base, "difference": st["mean"],
-                                 "difference_lo": st["lo"], "difference_hi": st["hi"], "p": st["p"], "sd": st["sd"],
-                                 "mde": st["mde"], "n_groups": st["n"],
-                                 "verdict": verdict(st["mean"], st["p"], st["mde"], base)})
+            o = ch.loc[label]
+            common = o.index.intersection(b.index)
+            st = paired((o.loc[common, "change"] - b.loc[common, "change"]).to_numpy())
+            base = float(b.loc[common, "base"].mean()) if len(common) else np.nan
+            rows.append({"population": pop, "series": label, "baseline": baseline, "metric": metric,
+                         "from_depth": d0, "depth": k, "base_value": base, "difference": st["mean"],
+                         "difference_lo": st["lo"], "difference_hi": st["hi"], "p": st["p"], "sd": st["sd"],
+                         "mde": st["mde"], "n_groups": st["n"],
+                         "verdict": verdict(st["mean"], st["p"], st["mde"], base)})
     return pd.DataFrame(rows)
 
 
