@@ -8,6 +8,7 @@ traces are covered by the AppTest suite (test_dashboard_apptest.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -125,8 +126,15 @@ def server(request, dash_traces, tmp_path_factory):
         traces = []  # what a new user sees: `drifttool dashboard` with no argument
     else:
         traces = [str(SAMPLE if SAMPLE.is_dir() else dash_traces["a"])]
+    with _dashboard(traces, tmp_path_factory.mktemp("dashlog")) as url:
+        yield view, url, traces
+
+
+@contextlib.contextmanager
+def _dashboard(traces: list[str], logdir: Path):
+    """`drifttool dashboard TRACES` on a free port until healthy; yields its URL, stops it afterwards."""
     port = _free_port()
-    log = tmp_path_factory.mktemp("dashlog") / "streamlit.log"
+    log = logdir / "streamlit.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "drifttool.cli", "dashboard", *traces, "--port", str(port)],
@@ -134,7 +142,7 @@ def server(request, dash_traces, tmp_path_factory):
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, proc, log)
-        yield view, url, traces
+        yield url
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -234,15 +242,7 @@ def test_training_page_renders_the_checkpoint_series(tmp_path):
         pytest.skip(f"{SERIES} not in this checkout")
     from playwright.sync_api import sync_playwright
 
-    port = _free_port()
-    log = tmp_path / "streamlit.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "drifttool.cli", "dashboard", str(SERIES), "--port", str(port)],
-                                stdout=out, stderr=subprocess.STDOUT, env=child_env(), cwd=REPO,
-                                start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(url, proc, log)
+    with _dashboard([str(SERIES)], tmp_path) as url:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
             try:
@@ -257,9 +257,3 @@ def test_training_page_renders_the_checkpoint_series(tmp_path):
                     shutil.copy(tmp_path / "training.png", REPO / "docs" / "dashboard" / "training.png")
             finally:
                 browser.close()
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
