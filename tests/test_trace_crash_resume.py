@@ -33,8 +33,25 @@ WALL = ("wall_s", "draft_s", "verify_s")  # wall-clock columns: differ run to ru
 SIGNALS = {"int": signal.SIGINT, "term": signal.SIGTERM}
 
 
+# The real CLI in a child, whose trace writer waits (up to 5 min) after committing its first shard, so the signal
+# always lands on a run that is still going: on an idle machine the tiny run otherwise finished before the
+# parent, busy building the reference, got to look (CI saw rc 0 instead of 130).
+PAUSED_CLI = """
+import sys, time
+from drifttool.trace.writer import TraceWriter
+_add = TraceWriter.add
+def add(self, *a, **k):
+    _add(self, *a, **k)
+    if len(self.manifest["shards"]) == 1:
+        time.sleep(300)
+TraceWriter.add = add
+from drifttool.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def start_capture(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "drifttool.cli", *args], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-c", PAUSED_CLI, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=child_env())
 
 
