@@ -1,7 +1,7 @@
-"""Packaging hook (the project's metadata is in pyproject.toml): the wheel also carries the dashboard (app/)
-and the bundled probe suites (probes/), copied in as package data under drifttool/_app and drifttool/_probes,
-so `pip install drifttool` has `drifttool dashboard` and `drifttool demo`. An editable install reads them from
-the checkout instead."""
+"""Packaging hook (the project's metadata is in pyproject.toml): the wheel also carries the bundled probe
+suites (probes/), copied in as package data under drifttool/_probes, so `pip install drifttool` has `drifttool
+demo`. An editable install reads them from the checkout instead. (The dashboard is the drifttool.dashboard
+package, in the wheel as any other module.)"""
 
 import shutil
 from pathlib import Path
@@ -10,7 +10,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-DATA_DIRS = {"app": "_app", "probes": "_probes"}
+DATA_DIRS = {"probes": "_probes"}
 
 
 class BuildPy(build_py):

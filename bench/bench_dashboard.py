@@ -5,7 +5,7 @@ plus the figure builders of every page.
 
 Without traces it uses sample_traces/*.drift. It also writes (with the trace writer) a synthetic trace whose
 depths table has --rows rows (two drafters, K=8) and times it the same way; --rows 0 skips it. The bar
-(DESIGN.md): first render of the sample traces under 3 s; the `overview` column is that page's share."""
+(the project's speed bar): first render of the sample traces under 3 s; the `overview` column is that page's share."""
 
 from __future__ import annotations
 

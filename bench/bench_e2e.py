@@ -37,6 +37,7 @@ from drifttool.run.hooks import Capture
 from drifttool.trace.writer import TraceWriter
 
 dcap = importlib.import_module("drifttool.run.engines.hf")  # the module (the package exports a function of that name)
+drafters_mod = importlib.import_module("drifttool.run.drafters")  # where every engine reads its drafters
 PARTS = ("target", "drafter", "capture", "tables", "trace write", "load")
 
 
@@ -84,8 +85,8 @@ def instrument() -> Timers:
         t.wrap(dcap, fn, "tables")
     for fn in ("__init__", "add", "finish"):
         t.wrap(TraceWriter, fn, "trace write")
-    for fn in ("load_target", "read_drafter"):
-        t.wrap(dcap, fn, "load")
+    t.wrap(dcap, "load_target", "load")
+    t.wrap(drafters_mod, "read_drafter", "load")
     return t
 
 

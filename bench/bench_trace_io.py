@@ -21,8 +21,8 @@ from _common import median, print_table
 
 from drifttool.run.hooks import HEAD_FIELDS, RoundCapture
 from drifttool.run.loop import RoundRecord
+from drifttool.run.records import prompt_tables
 from drifttool.trace import TraceWriter, read_table
-from drifttool.trace.records import prompt_tables
 
 K = 8
 

@@ -16,6 +16,7 @@ _LAZY = {
     "LiveCapture": ".api",
     "Trace": ".api",
     "capture": ".api",
+    "capture_run": ".api",
     "compare_many": ".api",
     "load": ".api",
     "load_drafter": ".model.checkpoint",
@@ -38,6 +39,7 @@ __all__ = [
     "LiveCapture",
     "Trace",
     "capture",
+    "capture_run",
     "compare_many",
     "load",
     "DrafterConfig",
@@ -81,7 +83,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .api import LiveCapture, Trace, capture, capture_tree, compare_many, load
+    from .api import LiveCapture, Trace, capture, capture_run, capture_tree, compare_many, load
     from .model.checkpoint import load_drafter, save_drafter
     from .model.config import DrafterConfig
     from .model.drafter import Eagle3Drafter

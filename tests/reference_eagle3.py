@@ -1,4 +1,4 @@
-"""An independent EAGLE-3 / EAGLE-3.1 reference forward, written from SPEC §2-§5 in plain torch.
+"""An independent EAGLE-3 / EAGLE-3.1 reference forward, written from docs/eagle3.md §2-§5 in plain torch.
 
 No drifttool imports, no KV cache: every depth recomputes the whole sequence of drafter slots with eager
 attention. Weights live in a plain dict with this module's own names (see `WEIGHT_NAMES`); the parity
@@ -102,7 +102,7 @@ def apply_rope(x: torch.Tensor, positions: list[int], freqs: list[float], scale:
 
 
 def combine(w: dict[str, Any], c: RefConfig, feats: torch.Tensor) -> torch.Tensor:
-    """SPEC §2: aux target features [T, A*Ht] -> drafter hidden [T, H]."""
+    """docs/eagle3.md §2: aux target features [T, A*Ht] -> drafter hidden [T, H]."""
     if c.fc_norm:
         parts = [rms_norm(feats[:, i * c.target_hidden : (i + 1) * c.target_hidden], w["fc_norm"][i], c.eps)
                  for i in range(c.num_aux)]
@@ -123,7 +123,7 @@ class RefOut:
 
 def layer(w: dict[str, Any], c: RefConfig, ids: list[int], xs: torch.Tensor, positions: list[int],
           allowed: torch.Tensor | None = None) -> RefOut:
-    """SPEC §3 over every slot at once. `allowed` [T, T] bool (query, key); default: by position, causal
+    """docs/eagle3.md §3 over every slot at once. `allowed` [T, T] bool (query, key); default: by position, causal
     and inside the sliding window if any."""
     t = len(ids)
     e = rms_norm(w["embed"][torch.tensor(ids)], w["in_ln"], c.eps)
@@ -169,7 +169,7 @@ def draft_to_target(w: dict[str, Any], draft_ids: torch.Tensor) -> torch.Tensor:
 
 def chain(w: dict[str, Any], c: RefConfig, ctx_ids: list[int], ctx_feats: torch.Tensor, fed_ids: list[int],
           depth: int) -> list[RefOut]:
-    """SPEC §4 chain, recomputed from scratch at every depth.
+    """docs/eagle3.md §4 chain, recomputed from scratch at every depth.
 
     ctx_ids[t] is the token paired with target feature t (token t+1 of the sequence) at position t;
     depth k >= 2 appends a slot holding fed_ids[k-2] with the previous depth's fed-back tensor at

@@ -10,6 +10,7 @@ import pytest
 from synth_trace import write_trace
 
 from drifttool.analysis.compare import Comparison
+from drifttool.analysis.export import comparison_json
 from drifttool.analysis.metrics import ACCEPTANCE_DEFINITIONS, acceptance
 from drifttool.trace.reader import read_trace
 
@@ -72,7 +73,7 @@ def test_compare_shows_every_definition_by_name(tmp_path):
     assert pdp["acceptance_rate"].tolist() == pytest.approx(ref["per_position_rate"])
     assert pdp["n_alpha"].tolist() == pytest.approx(ref["n_alpha"])
 
-    js = json.loads(json.dumps(cmp.to_json(), default=str))
+    js = json.loads(json.dumps(comparison_json(cmp), default=str))
     assert [d["name"] for d in js["acceptance_definitions"].values()] == list(NAMES)
     assert set(ACCEPTANCE_DEFINITIONS) <= set(js["summary"][0])
 

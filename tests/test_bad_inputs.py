@@ -27,12 +27,12 @@ from drifttool.cli import main
 from drifttool.errors import DriftError
 from drifttool.model.tiny import tiny_target
 from drifttool.run.engines.hf import DrafterSpec, run_capture
+from drifttool.run.records import _empty_tables
 from drifttool.trace.reader import read_manifest, read_table
-from drifttool.trace.records import _empty_tables
 from drifttool.trace.schema import TABLES
 from drifttool.trace.writer import TraceWriter
 
-APP = Path(__file__).resolve().parent.parent / "app"
+APP = Path(__file__).resolve().parent.parent / "drifttool" / "dashboard"
 
 
 # --- fixtures: tiny models, broken copies, traces -------------------------------------------------------------
@@ -350,11 +350,10 @@ def test_disk_full_keeps_completed_shards(env, monkeypatch, capsys):
 
 @pytest.fixture
 def dash(env, monkeypatch):
-    """app/dashlib with the dashboard's command line naming every fixture trace (as `drifttool dashboard` does)."""
+    """drifttool.dashboard.lib with the dashboard's command line naming every fixture trace (as `drifttool dashboard` does)."""
     pytest.importorskip("streamlit")
-    monkeypatch.syspath_prepend(str(APP))
     monkeypatch.setattr(sys, "argv", ["dashboard.py", *map(str, env["traces"].values())])
-    import dashlib
+    from drifttool.dashboard import lib as dashlib
 
     return dashlib
 
@@ -412,8 +411,8 @@ def test_zero_round_trace_in_the_dashboard(env, monkeypatch):
     pytest.importorskip("streamlit")
     from streamlit.testing.v1 import AppTest
 
-    monkeypatch.setattr(sys, "argv", [str(APP / "dashboard.py"), str(env["traces"]["norounds"])])
-    at = AppTest.from_file(str(APP / "dashboard.py"), default_timeout=60)
+    monkeypatch.setattr(sys, "argv", [str(APP / "app.py"), str(env["traces"]["norounds"])])
+    at = AppTest.from_file(str(APP / "app.py"), default_timeout=60)
     at.run()
     assert not at.exception and not at.error
     assert any("no drafted rounds" in w.value for w in at.warning)

@@ -1,5 +1,5 @@
 """Capture's recomputed attention rows (q rows x final key cache, one batched softmax per round) equal the
-eager attention probabilities of the same drafter on the same chain (SPEC §7, bar: 1e-5 in fp32), for every
+eager attention probabilities of the same drafter on the same chain (docs/eagle3.md §7, bar: 1e-5 in fp32), for every
 round, depth and head, GQA included; region bookkeeping (sink / draft / own / prompt) checked against the
 eager rows and, with keys forced to zero (uniform attention), against slot counts by hand."""
 
@@ -16,8 +16,8 @@ from drifttool.errors import DriftError
 from drifttool.model.tiny import tiny_target
 from drifttool.run.hooks import Capture
 from drifttool.run.loop import speculate
-from drifttool.run.sinks import SinkSpec
-from drifttool.trace.records import prompt_tables
+from drifttool.run.records import prompt_tables
+from drifttool.trace.sinks import SinkSpec
 
 ATOL = 1e-5
 K = 4

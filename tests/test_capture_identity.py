@@ -12,7 +12,7 @@ from _capture_fixtures import TINY, prompt
 from drifttool.model.tiny import tiny_drafter, tiny_target
 from drifttool.run.hooks import Capture
 from drifttool.run.loop import speculate, teacher_forcing_data
-from drifttool.run.sinks import SinkSpec
+from drifttool.trace.sinks import SinkSpec
 
 TIMING = ("draft_s", "verify_s")
 

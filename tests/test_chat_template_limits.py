@@ -11,8 +11,8 @@ import time
 import pytest
 
 from drifttool.errors import DriftError
-from drifttool.run import chat
-from drifttool.run.chat import ChatTemplate, load_template
+from drifttool.model import chat
+from drifttool.model.chat import ChatTemplate, load_template
 
 MSG = [{"role": "user", "content": "hello there"}]
 

@@ -81,7 +81,7 @@ def test_series_capture_compare_notebook_and_page(tmp_path, capsys, monkeypatch)
 
     from streamlit.testing.v1 import AppTest
 
-    app = Path(__file__).resolve().parent.parent / "app" / "dashboard.py"
+    app = Path(__file__).resolve().parent.parent / "drifttool" / "dashboard" / "app.py"
     monkeypatch.setattr(sys, "argv", [str(app), str(out)])
     at = AppTest.from_file(str(app), default_timeout=120)
     at.run()

@@ -144,7 +144,7 @@ def test_module_entry_point():
 
 
 def test_zoo_help_and_bare_zoo_print_help_without_building(monkeypatch, capsys):
-    import drifttool.zoo.build as zbuild
+    import training.build as zbuild
 
     monkeypatch.setattr(zbuild, "main", lambda argv: (_ for _ in ()).throw(AssertionError("build started")))
     for argv in (["zoo"], ["zoo", "--help"], ["zoo", "-h"]):

@@ -13,7 +13,7 @@ pytest.importorskip("streamlit")
 pytest.importorskip("plotly")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-APP = Path(__file__).resolve().parent.parent / "app" / "dashboard.py"
+APP = Path(__file__).resolve().parent.parent / "drifttool" / "dashboard" / "app.py"
 SERIES = ["e3", "e31", "e3post"]
 # page file -> (minimum plotly charts, minimum dataframes)
 PAGES = {"depth": (4, 1), "heads": (2, 1), "context": (2, 1), "drilldown": (1, 1), "magnitudes": (3, 1),
@@ -132,8 +132,7 @@ def test_many_traces_open_on_the_first_with_a_selector(monkeypatch, dash_traces,
 
 
 def test_default_selection_rule():
-    sys.path.insert(0, str(APP.parent))
-    import dashlib
+    from drifttool.dashboard import lib as dashlib
 
     assert dashlib.default_selection([3]) == [0]
     assert dashlib.default_selection([2, 1]) == [0, 1]  # a 2-trace comparison stays whole
@@ -142,17 +141,17 @@ def test_default_selection_rule():
 
 
 def test_server_warm_up_fills_what_the_first_page_reads(monkeypatch, dash_traces):
-    """drifttool.dashboard_serve.warm reads the traces and aggregates the default view before a browser asks:
+    """drifttool.dashboard.serve.warm reads the traces and aggregates the default view before a browser asks:
     the first page of a fresh session then aggregates nothing (its _view call is a cache hit)."""
     import streamlit as st
 
-    from drifttool.dashboard_serve import warm
+    from drifttool.dashboard.serve import warm
 
     st.cache_resource.clear()
     st.cache_data.clear()
     monkeypatch.setattr(sys, "argv", [str(APP), str(dash_traces["a"]), str(dash_traces["b"])])
-    warm(APP)
-    import dashlib
+    warm()
+    from drifttool.dashboard import lib as dashlib
 
     calls = []
     real = dashlib.build_view
@@ -167,13 +166,13 @@ def test_server_warm_up_fills_what_the_first_page_reads(monkeypatch, dash_traces
 
 
 def test_server_warm_up_never_raises_on_a_bad_trace(monkeypatch, tmp_path):
-    from drifttool.dashboard_serve import warm
+    from drifttool.dashboard.serve import warm
 
     bad = tmp_path / "bad.drift"
     bad.mkdir()
     (bad / "manifest.json").write_text("{not json")
     monkeypatch.setattr(sys, "argv", [str(APP), str(bad)])
-    warm(APP)  # the page reports it (test_bad_traces_*); the server keeps starting
+    warm()  # the page reports it (test_bad_traces_*); the server keeps starting
 
 
 def test_depth_page_population_toggle(monkeypatch, dash_traces):

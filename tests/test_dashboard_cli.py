@@ -12,8 +12,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_command_is_local_headless_and_passes_only_the_traces(tmp_path):
     cmd = cli.dashboard_command([str(tmp_path / "a.drift"), "b.drift"], 8600)
-    # `streamlit run` through drifttool.dashboard_serve (which also reads the traces before a browser asks)
-    assert cmd[1:3] == ["-m", "drifttool.dashboard_serve"] and cmd[3] == str(REPO / "app" / "dashboard.py")
+    # `streamlit run` through drifttool.dashboard.serve (which also reads the traces before a browser asks)
+    assert cmd[1:3] == ["-m", "drifttool.dashboard.serve"] and cmd[3] == str(REPO / "drifttool" / "dashboard" / "app.py")
     opts = dict(zip(cmd[4:cmd.index("--"):2], cmd[5:cmd.index("--"):2]))
     assert opts["--server.address"] == "127.0.0.1" and opts["--server.port"] == "8600"
     assert opts["--server.headless"] == "true" and opts["--browser.gatherUsageStats"] == "false"
@@ -24,13 +24,13 @@ def test_command_is_local_headless_and_passes_only_the_traces(tmp_path):
 def test_missing_app_and_bad_port_are_one_line_errors(monkeypatch, tmp_path, capsys):
     assert cli.main(["dashboard", "--port", "70000"]) == 2
     assert "--port 70000" in capsys.readouterr().err
-    import drifttool.dashboard_cmd as dcmd
+    import drifttool.dashboard.command as dcmd
 
-    monkeypatch.setattr(dcmd, "__file__", str(tmp_path / "drifttool" / "dashboard_cmd.py"))
+    monkeypatch.setattr(dcmd, "__file__", str(tmp_path / "drifttool" / "dashboard" / "command.py"))
     try:
         cli.dashboard_command([], 8501)
     except DriftError as e:
-        assert "dashboard app not found" in str(e) and str(tmp_path / "app" / "dashboard.py") in str(e)
+        assert "dashboard app not found" in str(e) and str(tmp_path / "drifttool" / "dashboard" / "app.py") in str(e)
     else:
         raise AssertionError("expected DriftError")
 

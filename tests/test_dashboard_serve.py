@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import threading
 
-from drifttool import dashboard_serve
+from drifttool.dashboard import serve as dashboard_serve
 
 
 def test_heavy_imports_happen_before_the_warm_up_thread(monkeypatch, tmp_path, capsys):

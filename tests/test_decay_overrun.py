@@ -12,6 +12,7 @@ from synth_trace import write_trace
 
 from drifttool.analysis import decay as dc
 from drifttool.analysis.compare import Comparison
+from drifttool.analysis.export import comparison_json
 from drifttool.trace.reader import read_trace
 
 
@@ -63,7 +64,7 @@ def test_decay_table_on_synthetic_trace(tmp_path):
     assert user["breakeven_source"].startswith("user")
     cc = dc.context_curve(cmp)
     assert cc["acceptance_length"].tolist() == pytest.approx([12 - 0.5 * j for j in range(6, 14)])
-    js = cmp.to_json(breakeven=6.0)["long_context_decay"]
+    js = comparison_json(cmp, breakeven=6.0)["long_context_decay"]
     assert js["trend"][0]["breakeven_context"] == pytest.approx(4096)
 
 
@@ -109,7 +110,7 @@ def test_overrun_split_has_rows_inside_and_beyond(overrun_trace):
     assert (split["window"] == 64).all() and split["drafts"].sum() == len(cmp.rounds)
     for col in ("mean_acceptance_length", "drift_score", "feature_growth", "iid_acceptance_length"):
         assert col in split.columns
-    js = cmp.to_json()["trained_window"]
+    js = comparison_json(cmp)["trained_window"]
     assert js["any_beyond"] and {r["side"] for r in js["split"]} == {"inside", "beyond"}
 
     from rich.console import Console

@@ -18,7 +18,7 @@ CASE = Case("eagle3-growth", "speculators", hidden=32, heads=4, kv_heads=2, targ
 def _amplifying_weights(target):
     """Random weights, except a SwiGLU MLP that adds c*s*m^2*tanh(s*m/2) ~ sign(m) along m = the normalised
     residual (gate = s[I; -I], up = [I; -I], down = c[I, -I], plus noise): every depth pushes the
-    residual further along itself, as trained EAGLE-3 drafters are observed to (SPEC §8)."""
+    residual further along itself, as trained EAGLE-3 drafters are observed to (docs/eagle3.md §8)."""
     w = CASE.weights(target.input_embeddings())
     h = CASE.hidden
     g = torch.Generator().manual_seed(0)

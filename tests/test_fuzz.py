@@ -25,8 +25,8 @@ from drifttool.errors import DriftError
 from drifttool.run.hooks import RoundCapture
 from drifttool.run.loop import RoundRecord
 from drifttool.run.probes import load_suite
+from drifttool.run.records import prompt_tables, row_samples
 from drifttool.trace.reader import read_trace
-from drifttool.trace.records import prompt_tables, row_samples
 from drifttool.trace.schema import TABLES
 from drifttool.trace.writer import TraceWriter
 

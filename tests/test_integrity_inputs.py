@@ -18,7 +18,7 @@ from drifttool.cli import main
 from drifttool.errors import DriftError
 from drifttool.run.engines.hf import DrafterSpec, run_capture
 from drifttool.run.probes import load_suite
-from drifttool.run.sinks import SinkSpec
+from drifttool.trace.sinks import SinkSpec
 
 ZOO = Path(dt.__file__).resolve().parent / "zoo" / "models" / "plain"
 

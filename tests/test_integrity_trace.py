@@ -18,6 +18,7 @@ from synth_trace import write_trace
 
 import drifttool as dt
 from drifttool.analysis.compare import Comparison
+from drifttool.analysis.export import comparison_json
 from drifttool.analysis.views import build_view, load_trace
 from drifttool.cli import main
 from drifttool.errors import DriftError
@@ -25,7 +26,7 @@ from drifttool.trace.compact import compact_trace
 from drifttool.trace.reader import read_manifest, read_table, read_trace
 from drifttool.trace.writer import TraceWriter
 
-APP = Path(__file__).resolve().parent.parent / "app"
+APP = Path(__file__).resolve().parent.parent / "drifttool" / "dashboard"
 
 
 def one_line_error(argv: list[str], capsys, *fragments: str) -> str:
@@ -122,8 +123,8 @@ def test_dashboard_skips_a_typed_bad_trace_and_keeps_the_others(dash_traces, tmp
     bad = tmp_path / "strings.drift"
     shutil.copytree(dash_traces["b"], bad)
     rewrite(bad / "depths" / "merged-001.parquet", lambda df: df.__setitem__("sink_mass", df["sink_mass"].astype(str)))
-    monkeypatch.setattr(sys, "argv", [str(APP / "dashboard.py"), str(dash_traces["a"]), str(bad)])
-    at = AppTest.from_file(str(APP / "dashboard.py"), default_timeout=120)
+    monkeypatch.setattr(sys, "argv", [str(APP / "app.py"), str(dash_traces["a"]), str(bad)])
+    at = AppTest.from_file(str(APP / "app.py"), default_timeout=120)
     at.run()
     assert not at.exception
     assert [e.value for e in at.error] and all("strings.drift" in e.value and "'sink_mass'" in e.value
@@ -142,7 +143,7 @@ def test_nonfinite_magnitudes_are_one_note(tmp_path, capsys):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # any numpy RuntimeWarning fails the test
         cmp = Comparison.of([read_trace(t)])
-        js = cmp.to_json()
+        js = comparison_json(cmp)
     notes = [n for n in js["notes"] if "non-finite" in n]
     assert len(notes) == 1 and "depths.rms_in" in notes[0], js["notes"]
     assert main(["compare", str(t)]) == 0
@@ -196,8 +197,8 @@ def test_dashboard_given_one_trace_twice(dash_traces, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
     a = str(dash_traces["a"])
-    monkeypatch.setattr(sys, "argv", [str(APP / "dashboard.py"), a, a])
-    at = AppTest.from_file(str(APP / "dashboard.py"), default_timeout=120)
+    monkeypatch.setattr(sys, "argv", [str(APP / "app.py"), a, a])
+    at = AppTest.from_file(str(APP / "app.py"), default_timeout=120)
     at.run()
     assert not at.exception and [e.value for e in at.error] == [f"Trace skipped: {a}: given twice; shown once"]
     at.switch_page("app_pages/overview.py").run()
@@ -285,8 +286,8 @@ def test_drilldown_with_broken_rows_shows_one_error(dash_traces, tmp_path, monke
     assert files
     for f in files:
         f.write_bytes(b"garbage")
-    monkeypatch.setattr(sys, "argv", [str(APP / "dashboard.py"), str(t)])
-    at = AppTest.from_file(str(APP / "dashboard.py"), default_timeout=120)
+    monkeypatch.setattr(sys, "argv", [str(APP / "app.py"), str(t)])
+    at = AppTest.from_file(str(APP / "app.py"), default_timeout=120)
     at.run()
     at.switch_page("app_pages/drilldown.py").run()
     assert not at.exception

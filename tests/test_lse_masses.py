@@ -21,9 +21,9 @@ from drifttool.model.tiny import tiny_target
 from drifttool.run import attention_stats as stats
 from drifttool.run.hooks import Capture
 from drifttool.run.loop import speculate
+from drifttool.run.records import prompt_tables
 from drifttool.run.runner import RunSettings
-from drifttool.run.sinks import SinkSpec
-from drifttool.trace.records import prompt_tables
+from drifttool.trace.sinks import SinkSpec
 
 K, W = 4, 6
 MLA = {"q_lora_rank": 16, "kv_lora_rank": 12, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 6}

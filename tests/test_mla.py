@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 import drifttool
 from drifttool.model.tiny import tiny_target
 from drifttool.run.hooks import Capture
-from drifttool.run.sinks import SinkSpec
+from drifttool.trace.sinks import SinkSpec
 
 DEPTH, N_CTX, VOCAB, H = 4, 7, 64, 32
 MLA = {"q_lora_rank": 16, "kv_lora_rank": 12, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 6}

@@ -11,20 +11,21 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
 from drifttool.model.target import load_target
 from drifttool.zoo import MODELS_DIR
-from drifttool.zoo.real_features import write_shard
-from drifttool.zoo.tf_features import batch_features
+from training.real_features import write_shard
+from training.tf_features import batch_features
 
 TARGET = MODELS_DIR / "plain" / "target"
 AUX = [1, 2, 3]
 TRAIN = """
 import sys
-from drifttool.zoo.train_real import RealArgs, train
+from training.train_real import RealArgs, train
 train(RealArgs(features=sys.argv[1], work=sys.argv[2], out=sys.argv[3], target_dir=sys.argv[4], minutes=float(sys.argv[5]),
                ckpt_minutes=0.02, batch_tokens=256, hidden_size=128, num_attention_heads=4, num_key_value_heads=4,
                head_dim=32, intermediate_size=352, draft_vocab_size=512, aux_layer_ids=[1, 2, 3], trained_window=128),
@@ -69,7 +70,8 @@ def test_trainer_killed_and_resumed(tmp_path):
     save_file({"d2t": torch.zeros(512, dtype=torch.long), "t2d": t2d, "coverage": torch.tensor(0.25)},
               str(work / "vocab.safetensors"))  # a fixed draft vocab: the first 512 ids
     cmd = [sys.executable, "-c", TRAIN, str(feats), str(work), str(out), str(TARGET)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    repo = str(Path(__file__).resolve().parents[1])  # training/ is project tooling, imported from the checkout
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
     p = subprocess.Popen([*cmd, "5"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                          start_new_session=True)
     t0 = time.monotonic()

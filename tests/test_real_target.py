@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from drifttool.run.probes import parse_line
-from drifttool.zoo import real_probes, ship_real, smollm2
+from drifttool.zoo import smollm2
+from training import real_probes, ship_real
 
 # Greedy fp32 on CPU is deterministic on one machine; across CPUs, BLAS reduction order can flip a near-tie
 # argmax and with it one round's acceptance, so the tolerances allow a little slack.
@@ -36,7 +37,7 @@ def test_natural_attention_sink(target_dir):
     """Mean attention on position 0 (queries >= 16) in some layer >= 3 is far above uniform (1/L)."""
     from transformers import AutoModelForCausalLM
 
-    from drifttool.zoo.data import held_out_paths
+    from training.data import held_out_paths
 
     model = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32, attn_implementation="eager")
     from tokenizers import Tokenizer

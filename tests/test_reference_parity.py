@@ -1,5 +1,5 @@
 """drifttool's drafter, loaded from every real checkpoint layout, equals an independent reference
-(tests/reference_eagle3.py) at every depth of the chain; ttt_forward equals the chain (SPEC §5 masking);
+(tests/reference_eagle3.py) at every depth of the chain; ttt_forward equals the chain (docs/eagle3.md §5 masking);
 save_drafter round-trips."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def _setup(case: Case, tmp_path, **load_kw):
 
 
 def _features(target, case: Case, tokens: torch.Tensor) -> torch.Tensor:
-    """SPEC §1 independently: HF hidden_states[idx] (input of layer idx), concatenated low -> high."""
+    """docs/eagle3.md §1 independently: HF hidden_states[idx] (input of layer idx), concatenated low -> high."""
     with torch.no_grad():
         hs = target.model(input_ids=tokens[None], output_hidden_states=True).hidden_states
     return torch.cat([hs[i][0] for i in case.aux_ids()], dim=-1).float()
@@ -90,7 +90,7 @@ def test_chain_matches_reference(case, attn_impl, tmp_path):
     tokens = torch.randint(0, case.vocab, (N_CTX + 1,), generator=g)
     fed_ids = torch.randint(0, case.vocab, (DEPTH,), generator=g).tolist()
     feats = _features(target, case, tokens[:N_CTX])
-    # the Target wrapper's features are SPEC §1's
+    # the Target wrapper's features are docs/eagle3.md §1's
     target.reset()
     torch.testing.assert_close(target.forward(tokens[:N_CTX]).features.float(), feats, atol=1e-6, rtol=0)
 
@@ -111,7 +111,7 @@ def test_chain_matches_reference(case, attn_impl, tmp_path):
 @pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[4]], ids=lambda c: c.name)
 def test_ttt_forward_equals_chain(case, tmp_path):
     """Step k at slot t of ttt_forward == the chain that prefilled slots 0..t and fed back k times with
-    the shifted ids: proves the SPEC §5 mask (causal step-0 keys + same-slot keys of steps 1..k)."""
+    the shifted ids: proves the docs/eagle3.md §5 mask (causal step-0 keys + same-slot keys of steps 1..k)."""
     target, w, drafter, _ = _setup(case, tmp_path)
     t_len, steps, batch = 7, 3, 2
     g = torch.Generator().manual_seed(7)

@@ -11,8 +11,8 @@ from _capture_fixtures import build_models, prompt, write_probes
 from drifttool import plots
 from drifttool.dtypes import dtype_name
 from drifttool.run.engines.hf import DrafterSpec, run_capture
-from drifttool.run.sinks import SinkSpec
 from drifttool.trace.reader import read_manifest, read_trace
+from drifttool.trace.sinks import SinkSpec
 
 
 @pytest.fixture(scope="module")

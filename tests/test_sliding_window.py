@@ -21,7 +21,7 @@ from drifttool.model.tiny import tiny_target
 from drifttool.run.engines.hf import DrafterSpec, run_capture
 from drifttool.run.hooks import Capture
 from drifttool.run.loop import speculate
-from drifttool.run.sinks import SinkSpec
+from drifttool.trace.sinks import SinkSpec
 
 W = 4
 N_CTX, DEPTH = 9, 5

@@ -9,10 +9,10 @@ import torch
 
 import drifttool
 from drifttool.run.hooks import Capture
-from drifttool.run.sinks import SinkSpec
 from drifttool.run.tree import parse_tree
 from drifttool.run.tree_capture import TreeCapture
 from drifttool.run.tree_loop import speculate_tree
+from drifttool.trace.sinks import SinkSpec
 
 
 @pytest.mark.parametrize(

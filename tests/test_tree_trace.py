@@ -171,7 +171,7 @@ def test_dashboard_trees_page(env, monkeypatch):
     path = root / "t.drift"
     if not path.exists():
         test_tree_trace_tables(env)
-    app = Path(__file__).resolve().parent.parent / "app" / "dashboard.py"
+    app = Path(__file__).resolve().parent.parent / "drifttool" / "dashboard" / "app.py"
     monkeypatch.setattr(sys, "argv", [str(app), str(path)])
     at = AppTest.from_file(str(app), default_timeout=120)
     at.run()

@@ -224,7 +224,7 @@ def test_windowed_drafter_replay_agrees_beyond_its_window(models, windowed, tmp_
 def test_replay_that_ignores_the_window_is_flagged(models, windowed, tmp_path, monkeypatch, capsys):
     """vLLM runs the windowed drafter; the replay is made to attend the whole context (what drifttool did
     before it read the window): the prompts are flagged in the manifest, by info and on stderr."""
-    import drifttool.run.engines.vllm.engine as eng
+    import drifttool.run.drafters as eng  # where every engine reads its drafters
 
     target, root, dirs, prompts, probes = models
     real = eng.read_drafter

@@ -57,10 +57,11 @@ def test_wheel_installs_and_serves_the_dashboard(tmp_path, dash_traces):
           src], cwd=tmp_path)
     whl = next((tmp_path / "dist").glob("drifttool-*.whl"))
     names = zipfile.ZipFile(whl).namelist()
-    for need in ("drifttool/_app/dashboard.py", "drifttool/_app/app_pages/depth.py", "drifttool/_probes/quick.jsonl",
+    for need in ("drifttool/dashboard/app.py", "drifttool/dashboard/app_pages/depth.py", "drifttool/_probes/quick.jsonl",
                  "drifttool/_probes/real/long_code.jsonl", "drifttool/zoo/models/sink/eagle3/config.json"):
         assert need in names, need
     assert not any("__pycache__" in n for n in names)
+    assert not any(n.startswith("drifttool/_app/") for n in names)  # the dashboard is a package, not a copy
     meta = zipfile.ZipFile(whl).read(next(n for n in names if n.endswith("METADATA"))).decode()
     assert "License-Expression: Apache-2.0" in meta
 
@@ -76,7 +77,7 @@ def test_wheel_installs_and_serves_the_dashboard(tmp_path, dash_traces):
                cwd=tmp_path)
     file_, probes, script, torch_v = out.split()
     assert "site-packages" in file_ and str(REPO) not in file_
-    assert probes.endswith("drifttool/_probes") and script.endswith("drifttool/_app/dashboard.py")
+    assert probes.endswith("drifttool/_probes") and script.endswith("drifttool/dashboard/app.py")
     assert torch_v.startswith("2.13.0") and "+cu" not in torch_v
 
     # the installed dashboard, started from outside the checkout, serves a page

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from drifttool.zoo.ckpt import load_ckpt, save_ckpt
-from drifttool.zoo.drafters import VARIANTS, DrafterShape, variant_drafters
-from drifttool.zoo.schedule import Budget, adamw, warmup_cosine
+from training.ckpt import load_ckpt, save_ckpt
+from training.drafters import VARIANTS, DrafterShape, variant_drafters
+from training.schedule import Budget, adamw, warmup_cosine
 
 
 def test_warmup_cosine_endpoints():

@@ -6,10 +6,10 @@ import json
 
 import torch
 
-from drifttool.zoo import build as zbuild
-from drifttool.zoo import data as zdata
-from drifttool.zoo.train_drafter import DrafterSpec
-from drifttool.zoo.train_target import TargetSpec
+from training import build as zbuild
+from training import data as zdata
+from training.train_drafter import DrafterSpec
+from training.train_target import TargetSpec
 
 
 def test_held_out_modules_never_train():

@@ -1,4 +1,4 @@
-"""Train tiny EAGLE-3 / 3.1 drafters against a tiny target in seconds (SPEC §5 TTT, soft CE vs the
+"""Train tiny EAGLE-3 / 3.1 drafters against a tiny target in seconds (docs/eagle3.md §5 TTT, soft CE vs the
 target's distribution), for tests that need an imperfect but non-trivial drafter."""
 
 from __future__ import annotations

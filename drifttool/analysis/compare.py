@@ -15,10 +15,13 @@ import pandas as pd
 
 from ..errors import DriftError
 from ..trace.reader import TraceData, group_of_id
+from ..trace.schema import HEAD_METRICS
 from .metrics import acceptance, cluster_mean, context_bucket, spearman
 
-DEPTH_METRICS = ("sink_mass", "self_mass", "prompt_mass", "draft_mass", "own_mass", "entropy", "rms_in", "rms_pre",
-                 "rms_post")
+# the per-depth statistics, in the order tables show them: the three regions first, then every other head metric
+# (trace/schema.HEAD_METRICS), then the fed-back magnitudes
+_FIRST = ("sink_mass", "self_mass", "prompt_mass")
+DEPTH_METRICS = (*_FIRST, *(m for m in HEAD_METRICS if m not in _FIRST), "rms_in", "rms_pre", "rms_post")
 PREDICTORS = ("sink_mass", "self_mass", "rms_in")
 # the depths columns Comparison.summary reads (a view of a large trace reads only these for its first page)
 SUMMARY_DEPTHS = ["prompt_id", "depth", "self_mass", "rms_in", "sink_mass"]
@@ -348,54 +351,3 @@ class Comparison:
         from .training import training_curves
 
         return training_curves(self)
-
-    def statistics_json(self, rec) -> dict:
-        """Paired trends, drafter differences, their power, and the populations and groups they rest on."""
-        from . import stats
-
-        return {"groups": self.groups_note(), "mode": self.mode, "baseline": self.baseline,
-                "populations": stats.POPULATION_TEXT, "trends": rec(self.trends()),
-                "trend_differences": rec(self.trend_differences()),
-                "acceptance_differences": rec(self.acceptance_differences()),
-                "method": stats.__doc__.strip()}
-
-    def _where_json(self, rec) -> dict:
-        try:
-            return {"by_depth": rec(self.where()),
-                    "top_positions": {d: rec(self.top_positions(d)) for d in (1, self.depth)}}
-        except DriftError as e:  # the heads table is unreadable: the other statistics still stand
-            return {"error": str(e)}
-
-    def to_json(self, breakeven: float | None = None) -> dict:
-        from .decay import any_beyond, context_curve, decay_table, window_split, windows
-        from .metrics import ACCEPTANCE_DEFINITIONS
-
-        def rec(df: pd.DataFrame) -> list[dict]:
-            return df.replace({np.nan: None}).to_dict(orient="records")
-
-        return {
-            "series": [{"label": s.label, "trace": str(s.trace.path), "drafter": s.drafter} for s in self.series],
-            "notes": self.notes, "summary": rec(self.summary()), "per_depth": rec(self.per_depth()),
-            "per_depth_prefix_correct": rec(self.per_depth(population="prefix_correct")),
-            "statistics": self.statistics_json(rec),
-            "training": rec(self.training()),
-            "by_context": rec(self.by_context().astype({"context_bucket": str})), "predictors": rec(self.predictors()),
-            "long_context_decay": {"trend": rec(decay_table(self, breakeven)), "by_context": rec(context_curve(self))},
-            "trained_window": {"windows": windows(self), "any_beyond": any_beyond(self),
-                               "split": rec(window_split(self))},
-            "where_attention": self._where_json(rec),
-            "acceptance_definitions": ACCEPTANCE_DEFINITIONS,
-            "definitions": {
-                "drift_score": "mean self mass (draft + own slot attention) over depths 2..K",
-                "feature_growth": "RMS of the drafter layer input at depth K / at depth 1",
-                "acceptance_rate": "vLLM per-position rate: fraction of chains with depth d accepted",
-                "n_alpha": "EAGLE n-alpha: acceptance at depth d among chains whose depths < d were accepted",
-                "al_per_doubling": "least-squares slope of acceptance length vs log2(context length)",
-                "breakeven_al": "1 + K * c, c = drafter step cost / target verify cost (rounds.draft_s / K over "
-                                "rounds.verify_s); speculation pays while acceptance length exceeds it",
-                "breakeven_context": "context length where the fitted acceptance-length trend crosses breakeven_al",
-                "trained_window": "--trained-window, else the drafter config's trained_window, else "
-                                  "rope_scaling.original_max_position_embeddings, else max_position_embeddings "
-                                  "(assumed: true); a round is beyond when its deepest query position >= it",
-            },
-        }

@@ -21,16 +21,14 @@ trained far shorter than their position range. A round is *beyond* the window wh
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..model.config import trained_window
 from ..trace.positions import query_position
-
-if TYPE_CHECKING:  # decay reads a Comparison; compare.to_json reads decay: no import cycle at run time
-    from .compare import Comparison
+from .compare import Comparison
 
 SIDES = ("inside", "beyond")
 
@@ -227,7 +225,7 @@ def window_split(cmp: Comparison) -> pd.DataFrame:
             continue
         d = depths[depths["_beyond"] == val].drop(columns="_beyond")
         # the same statistics over one side of the window
-        sub = type(cmp)(cmp.series, d, r, [], cmp.trained_window)
+        sub = Comparison(cmp.series, d, r, [], cmp.trained_window)
         s = sub.summary()
         s = s[s["drafts"] > 0]
         s.insert(1, "side", side)

@@ -12,12 +12,11 @@ from typing import Any
 
 from ..errors import DriftError
 from ..trace.reader import TraceData
-from .compare import Comparison
+from .compare import DEPTH_METRICS, Comparison
 from .stats import change_between, groups_needed, mde, paired
 
 _TREND = re.compile(r"^\s*([a-z_]+)\s*@\s*depth\s*(\d+)\s*-\s*depth\s*(\d+)\s*$")
-TREND_OK = ("sink_mass", "self_mass", "prompt_mass", "draft_mass", "own_mass", "rms_in", "rms_pre", "rms_post",
-            "entropy")
+TREND_OK = DEPTH_METRICS
 
 
 def plan_study(traces: list[TraceData], metric: str, effect: float, population: str = "all") -> list[dict[str, Any]]:

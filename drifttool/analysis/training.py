@@ -1,20 +1,14 @@
 """Drift across training: the per-checkpoint statistics of a checkpoint-series trace (drafters named
-`VARIANT@STEP`, see run/series.py) lined up against the training step: mean acceptance length, per-depth
+`VARIANT@STEP`, see trace/series_names.py) lined up against the training step: mean acceptance length, per-depth
 acceptance, sink / self mass and fed-back (layer-input) RMS per depth."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from ..run.series import SERIES_NAME
+from ..trace.series_names import split_series
 
 CURVE_METRICS = ("acceptance_rate", "n_alpha", "sink_mass", "self_mass", "rms_in")
-
-
-def split_series(label: str) -> tuple[str, int] | None:
-    """'eagle3@400' (or 'trace:eagle3@400') -> ('eagle3', 400); None for a series that is not a checkpoint."""
-    m = SERIES_NAME.match(label.rsplit(":", 1)[-1])
-    return (m.group("variant"), int(m.group("step"))) if m else None
 
 
 def is_series(cmp) -> bool:

@@ -16,13 +16,13 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from ..trace.check import check_files, read_tokens
+from ..trace.footers import check_files, read_tokens
 from ..trace.reader import TraceData, member
+from ..trace.schema import HEAD_METRICS, MEASURED_MASSES
 from ..trace.summary import CATEGORIES
 from .compare import SUMMARY_DEPTHS, Comparison, series_table
 from .metrics import context_bucket
 
-HEAD_METRICS = ("sink_mass", "draft_mass", "own_mass", "self_mass", "prompt_mass", "entropy")
 # read and validated at load: what the first page (overview) needs (None: every column); the rest is read by
 # the page that shows it
 FIRST_PAGE = {"prompts": None, "rounds": None, "depths": ["drafter", *SUMMARY_DEPTHS]}
@@ -61,7 +61,7 @@ class LoadedTrace(TraceData):
         entropies), from the head summary table."""
         h = self.table("head_summary")
         out = h[["drafter", "prompt_id", "depth", "head"]].copy()
-        for c in ("sink_mass", "draft_mass", "own_mass", "entropy"):
+        for c in (*MEASURED_MASSES, "entropy"):
             out[c] = h[f"{c}_sum"]
         out["self_mass"] = h["draft_mass_sum"] + h["own_mass_sum"]
         out["prompt_mass"] = h["n"] - h["sink_mass_sum"] - h["draft_mass_sum"] - h["own_mass_sum"]

@@ -30,7 +30,7 @@ class HookPoint(nn.Identity):
 
 
 class RMSNorm(nn.Module):
-    """Statistics in fp32, cast back, then the weight (SPEC §3)."""
+    """Statistics in fp32, cast back, then the weight (docs/eagle3.md §3)."""
 
     def __init__(self, dim: int, eps: float):
         super().__init__()

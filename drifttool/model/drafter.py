@@ -2,7 +2,7 @@
 
 Named hook points (identity modules) expose every tensor drifttool measures; attaching hooks never
 changes outputs. Three ways to run it: `forward` with a KV cache (the real chain, vLLM semantics),
-the same with given tokens (teacher-forced), and `ttt_forward` (SPEC §5 training-time test).
+the same with given tokens (teacher-forced), and `ttt_forward` (docs/eagle3.md §5 training-time test).
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ class Eagle3Drafter(nn.Module):
         self.layer.self_attn.attn_impl = impl
 
     def combine(self, features: torch.Tensor) -> torch.Tensor:
-        """Aux target features [..., A*Ht] -> drafter hidden [..., H] (SPEC §2); identity without aux features."""
+        """Aux target features [..., A*Ht] -> drafter hidden [..., H] (docs/eagle3.md §2); identity without aux features."""
         if not self.config.num_aux:
             return features
         ht = self.config.target_hidden_size
@@ -177,7 +177,7 @@ class Eagle3Drafter(nn.Module):
         out = attn.attend(q, kk, vv, mask, causal=mask is None and t > 1 and start == 0)
         return self.head(self.layer.finish(r0, out))
 
-    # -- training-time test (SPEC §5) ---------------------------------------------------------
+    # -- training-time test (docs/eagle3.md §5) ---------------------------------------------------------
     def ttt_forward(
         self, input_ids: torch.Tensor, features: torch.Tensor, steps: int, logits: bool = True
     ) -> list[DraftStep]:

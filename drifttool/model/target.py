@@ -146,13 +146,13 @@ class TargetBase:
 
     def render_chat(self, messages: list[dict]) -> str:
         """Chat messages as text through the target's own chat template (fallback: a plain role format)."""
-        from ..run.chat import fallback_render
+        from .chat import fallback_render
 
         return self.chat_template.render(messages) if self.chat_template is not None else fallback_render(messages)
 
     @property
     def chat_format(self) -> str:
-        from ..run.chat import FALLBACK
+        from .chat import FALLBACK
 
         return self.chat_template.label if self.chat_template is not None else FALLBACK
 
@@ -344,7 +344,7 @@ def load_target(
         from tokenizers import Tokenizer
 
         tok = TextTokenizer(Tokenizer.from_file(str(p / "tokenizer.json")))
-    from ..run.chat import load_template
+    from .chat import load_template
 
     t = Target(model, aux_layer_ids, tok, name=str(p))
     t.chat_template = load_template(p)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from ..trace.positions import query_position
 from .base import (
     TEMPLATE,
 )
@@ -20,7 +21,7 @@ def sink_slots(sink: dict | None, context_len: int, slot_tokens: Sequence[int],
     unknown for p = 0 (so only the recorded slots can mark position 0 for a `tok:` sink)."""
     if recorded is not None and not isinstance(recorded, float):  # NaN: a shard from before the column
         return sorted(int(p) for p in recorded if p < context_len)
-    from ..run.sinks import SinkSpec
+    from ..trace.sinks import SinkSpec
 
     ids = [-1] + [int(t) for t in list(slot_tokens)[: max(context_len - 1, 0)]]
     return SinkSpec.from_dict(sink).positions_in(ids[:context_len])
@@ -50,7 +51,7 @@ def attention_row_heatmap(row: np.ndarray, slot_tokens: Sequence[int], context_l
         fig.add_trace(go.Scatter(x=list(sinks), y=[0.3] * len(sinks), mode="markers", name="sink slots",
                                  marker={"symbol": "triangle-down", "size": 10, "color": "#2ca02c"},
                                  hovertemplate="sink slot %{x}<extra></extra>"))
-    q = [context_len - 1 + j for j in range(k)]
+    q = [query_position(context_len, d) for d in range(1, k + 1)]
     fig.add_trace(go.Scatter(x=q, y=np.arange(1, k + 1), mode="markers", name="query slot",
                              marker={"symbol": "x-thin-open", "size": 9, "color": "#17becf", "line": {"width": 2}},
                              hovertemplate="query of depth %{y} at slot %{x}<extra></extra>"))

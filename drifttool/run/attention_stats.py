@@ -26,6 +26,16 @@ from einops import rearrange
 # top key's weight is exp(0)); top_pos = the key slot it sits on (slot t holds token t+1's pair at position t)
 HEAD_FIELDS = ("sink_mass", "draft_mass", "own_mass", "entropy", "max_prob", "top_pos")
 HIDDEN_FIELDS = ("rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post", "l2_post", "massive")
+MASS_FIELDS = HEAD_FIELDS[:3]  # every round (from the lse); the others on full rounds only (else NaN / -1)
+
+
+def head_fields(heads) -> dict:
+    """HEAD_FIELDS [..., len(HEAD_FIELDS)] as named arrays [...], with the two masses derived from them: self
+    (draft + own) and prompt (the rest). Chains and trees shape their tables from this one reading."""
+    f = {name: heads[..., i] for i, name in enumerate(HEAD_FIELDS)}
+    f["self_mass"] = f["draft_mass"] + f["own_mass"]
+    f["prompt_mass"] = 1.0 - f["sink_mass"] - f["draft_mass"] - f["own_mass"]
+    return f
 
 
 def massive(x: torch.Tensor) -> torch.Tensor:

@@ -19,9 +19,9 @@ import torch
 from torch import nn
 
 from ..errors import DriftError
+from ..trace.sinks import SinkSpec
 from . import attention_stats as stats
-from .attention_stats import HEAD_FIELDS, HIDDEN_FIELDS, massive  # noqa: F401 - re-exported (public names)
-from .sinks import SinkSpec
+from .attention_stats import HEAD_FIELDS, HIDDEN_FIELDS, MASS_FIELDS, massive  # noqa: F401 - re-exported (public names)
 
 
 @dataclass
@@ -278,7 +278,7 @@ class Capture:
         host = packed.cpu().numpy()  # the one host transfer of the round
         o1 = heads.numel()
         # checked on the host copy (no extra device sync); entropy / max_prob are NaN by design on lse rounds
-        checked = host if full else np.concatenate([host[:o1].reshape(-1, 6)[:, :3].ravel(), host[o1:]])
+        checked = host if full else np.concatenate([host[:o1].reshape(-1, len(HEAD_FIELDS))[:, :len(MASS_FIELDS)].ravel(), host[o1:]])
         if not np.isfinite(checked).all():
             raise DriftError(
                 f"drafter activations: NaN or inf in round {record.round} (attention or hidden states "

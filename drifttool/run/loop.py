@@ -1,6 +1,6 @@
 """The speculative loop: chain drafting to depth K, verification, bonus token, drafter KV refresh.
 
-Slot t of the drafter pairs token t+1 with target feature t at position t (SPEC §4). A round starts by
+Slot t of the drafter pairs token t+1 with target feature t at position t (docs/eagle3.md §4). A round starts by
 running the slots committed since the last round with target features (prefill / refresh, overwriting
 any draft slots there), then drafts depths 2..K from the fed-back tensor, then verifies."""
 
@@ -13,10 +13,11 @@ from typing import Protocol
 
 import torch
 
-from ..argcheck import need_int, need_number, token_ids
 from ..errors import DriftError
 from ..model.drafter import DraftStep, Eagle3Drafter, KVCache
 from ..model.target import Target
+from ..trace.positions import query_position
+from .argcheck import need_int, need_number, token_ids
 from .verify import greedy_accept, rejection_sample
 
 MODES = ("generate", "teacher-forced")
@@ -189,7 +190,7 @@ def refresh(drafter: Eagle3Drafter, cache: KVCache, next_ids, start: int, feats:
 def draft_chain(drafter: Eagle3Drafter, cache: KVCache, step: DraftStep, n: int, depth: int, first_input: int,
                 pick, forced: list[int] | None = None) -> tuple[list[int], list, list[int]]:
     """Draft depths 1..K from the refreshed step: depth k+1 is fed depth k's draft (teacher forcing: the true
-    token forced[n+k]) with the drafter's own fed-back tensor at position n-1+k. pick(logits) -> (token, its
+    token forced[n+k]) with the drafter's own fed-back tensor at its query slot (trace/positions.py). pick(logits) -> (token, its
     draft distribution or None). Returns (drafts, their distributions, the ids fed at depths 1..K)."""
     dev = drafter.lm_head.weight.device
     drafts, dprobs, fed = [], [], [first_input]
@@ -201,7 +202,7 @@ def draft_chain(drafter: Eagle3Drafter, cache: KVCache, step: DraftStep, n: int,
             break
         nxt = forced[n + k] if forced is not None else tok
         fed.append(nxt)
-        step = drafter(torch.tensor([[nxt]], device=dev), step.feedback, torch.tensor([[n - 1 + k]], device=dev),
+        step = drafter(torch.tensor([[nxt]], device=dev), step.feedback, torch.tensor([[query_position(n, k + 1)]], device=dev),
                        cache, hidden_is_feature=False)
     return drafts, dprobs, fed
 

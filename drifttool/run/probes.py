@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..argcheck import is_int
 from ..errors import DriftError
-from .chat import check_messages
+from ..model.chat import check_messages
+from .argcheck import is_int
 
 KINDS = ("text", "messages", "token_ids", "source")
 

@@ -1,6 +1,6 @@
 """One capture run, whatever the engine: the settings validated once (`RunSettings`), and the shared body
 (trace writer and its lock -> resume bookkeeping -> progress -> SIGTERM as Ctrl-C at a shard boundary).
-An engine (capture.run_capture: drifttool's own loop; engines.vllm: a real vLLM run replayed) supplies the
+An engine (engines/: `hf`, drifttool's own loop; `vllm`, a real vLLM run replayed) supplies the
 models, the manifest's engine entries and "run this work item -> shards"."""
 
 from __future__ import annotations
@@ -16,13 +16,15 @@ from typing import Any
 
 import torch
 
-from ..argcheck import need_int, run_settings
 from ..dtypes import dtype_name
 from ..errors import DriftError
+from ..trace.sinks import SinkSpec
 from ..trace.writer import TraceWriter
+from .argcheck import need_int, run_settings
+from .drafters import DrafterSpec, check_drafters
 from .hooks import FULL_EVERY
 from .loop import check_settings
-from .sinks import SinkSpec
+from .probes import Probe, load_suite
 
 WINDOW_NOTE = ("a drafter with a sliding window W (drafters[].sliding_window) attends slots p with q - W < p <= q; "
                "masses are over those slots, so sink positions outside the window get zero mass "
@@ -125,18 +127,14 @@ def settings_of(settings: RunSettings | None, settings_kw: dict[str, Any], who: 
     return settings if settings is not None else RunSettings.of(**settings_kw)
 
 
-def check_drafters(drafters: list) -> None:
-    if not drafters:
-        raise DriftError("--drafter: give at least one drafter checkpoint folder")
-    names = [d.name for d in drafters]
-    if len(set(names)) != len(names):
-        raise DriftError(f"--drafter: duplicate drafter names {names}; name them NAME=DIR")
-
-
-def check_same_aux(models: dict) -> None:
-    aux = {tuple(m.config.input_aux_layer_ids) for m in models.values()}
-    if len(aux) > 1:
-        raise DriftError(f"--drafter: drafters disagree on eagle_aux_hidden_state_layer_ids {sorted(aux)}; capture them separately")
+def begin(settings: RunSettings | None, settings_kw: dict[str, Any], drafters: list[DrafterSpec], probes: str,
+          who: str) -> tuple[RunSettings, list[Probe]]:
+    """What every engine's run does first, before anything is loaded or written: the settings checked once, the
+    drafter specs checked as a set, the probe suite read (and cut to `limit`)."""
+    st = settings_of(settings, settings_kw, who)
+    check_drafters(drafters)
+    suite = load_suite(probes)
+    return st, suite[:st.limit] if st.limit is not None else suite
 
 
 def prompt_seed(seed: int, prompt_id: str) -> int:
@@ -150,23 +148,23 @@ class Interrupts:
     one between a rename and its bookkeeping would leave the shard half moved."""
 
     def __init__(self) -> None:
-        self.depth = 0
+        self.nesting = 0
         self.pending = False
 
     def handler(self, signum, frame) -> None:
-        if self.depth:
+        if self.nesting:
             self.pending = True
             return
         raise KeyboardInterrupt
 
     @contextmanager
     def held(self):
-        self.depth += 1
+        self.nesting += 1
         try:
             yield
         finally:
-            self.depth -= 1
-        if not self.depth and self.pending:  # only after a clean commit; an error in it propagates as is
+            self.nesting -= 1
+        if not self.nesting and self.pending:  # only after a clean commit; an error in it propagates as is
             self.pending = False
             raise KeyboardInterrupt
 

@@ -13,9 +13,9 @@ import re
 from pathlib import Path
 
 from ..errors import DriftError
+from ..trace.series_names import series_name
 
 _LAST_INT = re.compile(r"(\d+)(?!.*\d)")
-SERIES_NAME = re.compile(r"^(?P<variant>.+)@(?P<step>\d+)$")
 
 
 def step_of(name: str) -> int | None:
@@ -61,5 +61,5 @@ def series_specs(root: str | Path, keep: int | None = None) -> list[tuple[str, s
         if keep and len(items) > keep:
             idx = sorted({round(i * (len(items) - 1) / (keep - 1)) for i in range(keep)}) if keep > 1 else [-1]
             items = [items[i] for i in idx]
-        out += [(f"{v}@{s}", str(p)) for s, p in items]
+        out += [(series_name(v, s), str(p)) for s, p in items]
     return out

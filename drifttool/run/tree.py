@@ -16,6 +16,7 @@ import torch
 
 from ..errors import DriftError
 from ..model.drafter import DraftStep, Eagle3Drafter, KVCache
+from ..trace.positions import query_position
 
 KINDS = ("static", "dynamic")
 
@@ -211,7 +212,7 @@ class _Drafting:
                 a = self.par[a]
         ids = torch.tensor([[self.tok[u] for u in nodes]], device=dev)
         hid = torch.stack([self.fb[self.par[u]] for u in nodes])[None]
-        pos = torch.tensor([[self.n - 1 + self.dep[u] for u in nodes]], device=dev)
+        pos = torch.tensor([[query_position(self.n, self.dep[u] + 1) for u in nodes]], device=dev)
         step = self.d(ids, hid, pos, self.cache, hidden_is_feature=False, mask=None if mask.all() else mask)
         for j, u in enumerate(nodes):
             self.logits[u] = step.logits[0, j]

@@ -17,12 +17,12 @@ from einops import rearrange
 from torch import nn
 
 from ..errors import DriftError
+from ..trace.sinks import SinkSpec
 from . import attention_stats as stats
 from .hooks import DrafterAdapter, tap
-from .sinks import SinkSpec
 
 # per query row and head: sink / ancestors before the row's own slot / own slot, entropy, largest weight, its slot
-TREE_HEAD_FIELDS = ("sink_mass", "draft_mass", "own_mass", "entropy", "max_prob", "top_pos")
+TREE_HEAD_FIELDS = stats.HEAD_FIELDS  # a tree node's query row carries what a chain's depth row does
 
 
 @dataclass

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..argcheck import need_int, need_number, token_ids
 from ..errors import DriftError
 from ..model.drafter import Eagle3Drafter
 from ..model.target import Target
+from .argcheck import need_int, need_number, token_ids
 from .loop import check_prompt, refresh
 from .tree import DraftTree, TreeSpec, draft_tree, greedy_walk, sampled_walk, tree_mask
 

@@ -10,6 +10,15 @@ from __future__ import annotations
 SCHEMA_VERSION = 3  # 2: draft-tree tables (TREE_TABLES); 3: compact layout (see above)
 
 KEY = ["drafter", "prompt_id", "round"]
+
+# The per-head attention quantities, named once for every stage: the capture measures MEASURED_MASSES and the
+# entropy (run/attention_stats.HEAD_FIELDS); the derived masses are functions of them, computed on read. A new
+# per-head metric is an entry here, its computation there and its label (plots/base.LABELS).
+MEASURED_MASSES = ("sink_mass", "draft_mass", "own_mass")
+DERIVED_MASSES = {"self_mass": ("draft_mass", "own_mass"), "prompt_mass": ("sink_mass", "draft_mass", "own_mass")}
+MASSES = (*MEASURED_MASSES, *DERIVED_MASSES)
+HEAD_METRICS = (*MASSES, "entropy")
+MAGNITUDES = ("rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post", "l2_post")  # per depth: the drafter's hidden
 # string columns stored dictionary-encoded (read as pandas categoricals): few distinct values, many rows
 DICT_COLUMNS = ("drafter", "prompt_id", "tags")
 
@@ -22,10 +31,9 @@ TABLES: dict[str, list[str]] = {
     "rounds": [*KEY, "context_len", "depth", "accepted", "bonus", "beyond_window"],
     # one row per round x depth: head-mean attention masses + hidden magnitudes + acceptance
     "depths": [*KEY, "depth", "context_len", "position", "input_id", "draft_id", "target_id", "match", "reached",
-               "accepted", "sink_mass", "draft_mass", "own_mass", "self_mass", "prompt_mass", "entropy",
-               "rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post", "l2_post", "massive", "beyond_window"],
+               "accepted", *HEAD_METRICS, *MAGNITUDES, "massive", "beyond_window"],
     # one row per round x depth x head
-    "heads": [*KEY, "depth", "head", "sink_mass", "draft_mass", "own_mass", "self_mass", "prompt_mass", "entropy"],
+    "heads": [*KEY, "depth", "head", *HEAD_METRICS],
     # one row per round x aux chunk: the depth-1 slot's captured target feature before/after fc_norm
     "aux": [*KEY, "chunk", "layer_id", "rms_before", "rms_after", "massive"],
 }
@@ -33,8 +41,8 @@ TABLES: dict[str, list[str]] = {
 # Pure functions of stored columns: computed on read (float32, like the capture's own arithmetic); a trace that
 # stores them (schema 1) keeps its stored values.
 DERIVED: dict[str, dict[str, tuple[str, ...]]] = {
-    "depths": {"self_mass": ("draft_mass", "own_mass"), "prompt_mass": ("sink_mass", "draft_mass", "own_mass")},
-    "heads": {"self_mass": ("draft_mass", "own_mass"), "prompt_mass": ("sink_mass", "draft_mass", "own_mass")},
+    "depths": DERIVED_MASSES,
+    "heads": DERIVED_MASSES,
 }
 STORED: dict[str, list[str]] = {t: [c for c in cols if c not in DERIVED.get(t, {})] for t, cols in TABLES.items()}
 
@@ -57,7 +65,7 @@ OPTIONAL: dict[str, list[str]] = {"prompts": ["group", "max_new_tokens"],
 # per-round heads table. entropy_n counts the finite entropies summed (entropy may be NaN on unsampled rounds);
 # max_n counts the rounds with a recorded maximum (0 in traces without heads.max_prob/top_pos), and pos0..other
 # count those maxima by the kind of key slot holding them (analysis.where_attention defines the kinds).
-HEAD_SUMMARY = ["drafter", "prompt_id", "depth", "head", "n", "sink_mass_sum", "draft_mass_sum", "own_mass_sum",
+HEAD_SUMMARY = ["drafter", "prompt_id", "depth", "head", "n", *(f"{m}_sum" for m in MEASURED_MASSES),
                 "entropy_sum", "entropy_n", "max_prob_sum", "max_n", "pos0", "early", "recent", "self", "other"]
 SUMMARIES: dict[str, list[str]] = {"head_summary": HEAD_SUMMARY}
 
@@ -73,10 +81,8 @@ ROWS_INDEX = [*KEY, "context_len", "tensor", "slot_tokens"]
 TREE_TABLES: dict[str, list[str]] = {
     # one row per round x tree node (the root excluded)
     "tree_nodes": [*KEY, "node", "parent", "depth", "rank", "draft_id", "target_id", "match", "main_path", "accepted",
-                   "fed", "logp", "score", "context_len", "position", "sink_mass", "draft_mass", "own_mass",
-                   "self_mass", "prompt_mass", "entropy", "rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post",
-                   "l2_post", "massive", "beyond_window"],
+                   "fed", "logp", "score", "context_len", "position", *HEAD_METRICS, *MAGNITUDES, "massive",
+                   "beyond_window"],
     # one row per round x tree node x head
-    "tree_heads": [*KEY, "node", "depth", "head", "sink_mass", "draft_mass", "own_mass", "self_mass", "prompt_mass",
-                   "entropy", "max_prob", "top_pos"],
+    "tree_heads": [*KEY, "node", "depth", "head", *HEAD_METRICS, "max_prob", "top_pos"],
 }

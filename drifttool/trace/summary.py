@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .schema import HEAD_SUMMARY
+from .schema import HEAD_SUMMARY, MEASURED_MASSES
 
 RECENT = 16  # context slots counted as "recent" (the last 16 before the chain)
 EARLY = 4  # positions 1..3 are "early" (StreamingLLM keeps 4 sink tokens)
@@ -34,7 +34,7 @@ def head_summary(heads: pd.DataFrame, rounds: pd.DataFrame | None) -> pd.DataFra
     f64 = lambda c: heads[c].to_numpy(np.float64, na_value=np.nan)  # noqa: E731
     out = pd.DataFrame({k: heads[k] for k in _KEYS})
     out["n"] = np.ones(len(heads), np.int64)
-    for c in ("sink_mass", "draft_mass", "own_mass"):
+    for c in MEASURED_MASSES:
         out[f"{c}_sum"] = f64(c)
     ent = f64("entropy")
     fin = np.isfinite(ent)

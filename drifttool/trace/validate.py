@@ -11,9 +11,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import DriftError
+from .schema import MAGNITUDES, MASSES
 
-_MASSES = ("sink_mass", "draft_mass", "own_mass", "self_mass", "prompt_mass")
-_MAGNITUDES = ("rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post", "l2_post", "rms_before", "rms_after")
+_MASSES = MASSES
+_MAGNITUDES = (*MAGNITUDES, "rms_before", "rms_after")
 _INTS = ("round", "depth", "context_len", "position", "input_id", "draft_id", "target_id", "head", "chunk",
          "layer_id", "prompt_len", "n_generated", "n_rounds", "accepted_total", "bonus", "attn_window_start",
          "node", "parent", "rank")

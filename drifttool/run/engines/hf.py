@@ -1,11 +1,10 @@
 """drifttool's own engine: probes x drafters through the speculative loop with the capture hooks, one shard per
-prompt (the run's shared body: runner.py); the manifest is trace/manifest.py's."""
+prompt (the run's shared body: runner.py); the manifest is run/manifest.py's."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,51 +12,19 @@ import pandas as pd
 from torch import nn
 
 from ...errors import DriftError
-from ...model.checkpoint import read_drafter
 from ...model.config import trained_window
 from ...model.drafter import Eagle3Drafter
 from ...model.target import Target, load_target
-from ...trace.manifest import build_manifest, drafter_identity  # noqa: F401 - drafter_identity re-exported
-from ...trace.records import add_rows, prompt_row, prompt_tables
+from ...trace.sinks import SinkSpec
+from ..drafters import DrafterSpec, load_drafters, parse_overrides  # noqa: F401 - DrafterSpec, parse_overrides public here too
 from ..hooks import Capture
 from ..loop import check_prompt, positions_needed, speculate, teacher_forcing_data
-from ..probes import Probe, check_text_length, load_suite
-from ..runner import RunSettings, check_drafters, check_same_aux, prompt_seed, settings_of, write_run
-from ..sinks import SinkSpec
+from ..manifest import build_manifest, drafter_identity  # noqa: F401 - drafter_identity re-exported
+from ..probes import Probe, check_text_length
+from ..records import add_rows, prompt_row, prompt_tables
+from ..runner import RunSettings, begin, prompt_seed, write_run
 from ..tree import TreeSpec, parse_tree
 from .hf_tree import capture_tree_prompt
-
-
-@dataclass
-class DrafterSpec:
-    """`[NAME=]DIR[?flag=value&flag=value]` on the command line."""
-
-    name: str
-    path: str
-    overrides: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, text: str, common: dict[str, str] | None = None) -> DrafterSpec:
-        name, path = (text.split("=", 1) if "=" in text.split("?", 1)[0] else (None, text))
-        path, _, query = path.partition("?")
-        ov = dict(common or {})
-        for kv in filter(None, query.split("&")):
-            k, eq, v = kv.partition("=")
-            if not eq:
-                raise DriftError(f"--drafter {text}: override {kv!r} must look like flag=value")
-            ov[k] = v
-        p = Path(path)
-        return cls(name or (p.name + ("+" + "+".join(f"{k}={v}" for k, v in ov.items()) if ov else "")), path, ov)
-
-
-def parse_overrides(items: list[str]) -> dict[str, str]:
-    out = {}
-    for kv in items or []:
-        k, eq, v = kv.partition("=")
-        if not eq or not k:
-            raise DriftError(f"--override {kv!r}: expected flag=value, e.g. norm_output=true")
-        out[k.strip()] = v.strip()
-    return out
 
 
 def capture_one(
@@ -132,16 +99,12 @@ def run_capture(
     drafters then run on its last device. `tree` (run/tree.py: static rank paths or dynamic:top_k=..,depth=..,
     total=..): draft trees instead of chains; the depth is then the tree's depth bound. `compact`: merge the
     shards into one file per table when the capture finishes (trace.compact)."""
-    st = settings_of(settings, settings_kw, "run_capture")  # before anything is loaded or written
+    st, suite = begin(settings, settings_kw, drafters, probes, "run_capture")  # before anything is loaded
     if tree is not None:
         tree = parse_tree(tree) if isinstance(tree, str) else tree
         if st.mode != "generate":
             raise DriftError("--tree: trees are verified by the target (--mode generate only)")
         st = dataclasses.replace(st, depth=tree.max_depth)
-    check_drafters(drafters)
-    suite = load_suite(probes)
-    if st.limit is not None:
-        suite = suite[:st.limit]
     from ...model.hub import resolve
 
     # hub ids become their cached snapshot folders here, so identity, tokenizer copy and manifest see files
@@ -149,9 +112,7 @@ def run_capture(
     tgt = load_target(tgt_path or target, device=st.device, dtype=st.torch_dtype, device_map=st.device_map)
     dev = drafter_device(tgt, st.device, st.device_map)
     drafters = [DrafterSpec(d.name, str(resolve(d.path, "drafter")), d.overrides) for d in drafters]
-    models = {d.name: read_drafter(d.path, tgt.shape(), overrides=d.overrides, device=dev, dtype=st.torch_dtype)
-              for d in drafters}
-    check_same_aux(models)
+    models = load_drafters(drafters, tgt.shape(), dev, st.torch_dtype)
     if tree is not None:  # checked before anything is written: a rank no drafter can draft
         rank = max(max(p) for p in tree.paths) if tree.kind == "static" else tree.top_k - 1
         for name, m in models.items():

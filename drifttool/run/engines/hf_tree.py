@@ -1,5 +1,5 @@
 """The `hf` engine with draft trees (`capture --tree`): every drafter on one prompt through the tree loop with a
-TreeCapture; the shard's tables (trace/tree_records)."""
+TreeCapture; the shard's tables (run/tree_records)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from ...errors import DriftError
 from ...model.config import trained_window
 from ...model.drafter import Eagle3Drafter
 from ...model.target import Target
-from ...trace.records import prompt_row
-from ...trace.tree_records import tree_prompt_tables
+from ...trace.sinks import SinkSpec
 from ..probes import Probe
+from ..records import prompt_row
 from ..runner import prompt_seed
-from ..sinks import SinkSpec
 from ..tree import TreeSpec
 from ..tree_capture import TreeCapture
 from ..tree_loop import speculate_tree
+from ..tree_records import tree_prompt_tables
 
 
 def capture_tree_prompt(

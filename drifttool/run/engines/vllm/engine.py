@@ -22,18 +22,19 @@ from typing import Any
 import torch
 
 from ....errors import DriftError
-from ....model.checkpoint import detect_layout, read_drafter, save_drafter
+from ....model.checkpoint import detect_layout, save_drafter
 from ....model.config import trained_window
 from ....model.drafter import Eagle3Drafter
-from ....trace.manifest import build_manifest
-from ....trace.records import add_rows, prompt_row, prompt_tables
+from ...drafters import DrafterSpec, load_drafters
 from ...hooks import Capture
 from ...loop import positions_needed
-from ...probes import Probe, load_suite
-from ...runner import RunSettings, check_drafters, check_same_aux, prompt_seed, settings_of, write_run
-from ..hf import DrafterSpec
+from ...manifest import build_manifest
+from ...probes import Probe
+from ...records import add_rows, prompt_row, prompt_tables
+from ...runner import RunSettings, begin, prompt_seed, write_run
 from .crosscheck import check_acceptance, metrics_delta, spec_metrics, tolerance, verdict
-from .launch import engine_args, first_line, import_vllm, shutdown, start_llm
+from .launch import engine_args as llm_engine_args
+from .launch import first_line, import_vllm, parse_vllm_args, shutdown, start_llm
 from .recorder import VllmRecorder
 from .replay import replay_prompt
 from .target_info import TargetInfo
@@ -168,7 +169,7 @@ def run_drafter(
     prompts = checked_prompts(run.target, todo, run.settings)
     st = run.settings
     with vllm_checkpoint(spec, drafter) as draft_dir:
-        kw = engine_args(run.vllm, run.target_path, draft_dir, st.depth, st.dtype, st.seed, run.engine_kwargs)
+        kw = llm_engine_args(run.vllm, run.target_path, draft_dir, st.depth, st.dtype, st.seed, run.engine_kwargs)
         llm = start_llm(run.vllm, kw, run.target_path, spec.path)
         rec = VllmRecorder(llm, store_device=st.device).attach()
         try:
@@ -209,6 +210,7 @@ def run_capture_vllm(
     progress: bool = True,
     extra_manifest: dict[str, Any] | None = None,
     vllm_kwargs: dict[str, Any] | None = None,
+    engine_args: list[str] | None = None,
     **settings_kw: Any,
 ) -> Path:
     """Like `run_capture`, but vLLM runs the speculative decoding; returns the trace path.
@@ -216,22 +218,14 @@ def run_capture_vllm(
     `settings` is a checked `RunSettings`, or give its keywords (`depth=8`, `max_new_tokens`, `dtype`, `device`,
     `sink`, `seed`, `keep_rows`, `temperature`, `limit`, ...; see `RunSettings.of`). One vLLM engine per drafter;
     shards are keyed `DRAFTER:PROMPT`. `dtype` applies to vLLM and to the replay drafter, `device` to the replay
-    drafter. `vllm_kwargs` go to `vllm.LLM` (they may not contradict launch.REQUIRED_ARGS)."""
-    st = settings_of(settings, settings_kw, "run_capture_vllm")
-    check_drafters(drafters)
+    drafter. `vllm_kwargs` (or `engine_args`, `--vllm-arg` strings KEY=VALUE) go to `vllm.LLM` (they may not
+    contradict launch.REQUIRED_ARGS)."""
+    st, suite = begin(settings, settings_kw, drafters, probes, "run_capture_vllm")
+    llm_kwargs = {**parse_vllm_args(engine_args or []), **(vllm_kwargs or {})}
     check_vllm_settings(st, target)
     vllm = import_vllm()
-    suite = load_suite(probes)
-    if st.limit is not None:
-        suite = suite[: st.limit]
     info = TargetInfo(target)
-    models = {
-        d.name: read_drafter(
-            d.path, info.shape(), overrides=d.overrides, device=st.device, dtype=st.torch_dtype
-        )
-        for d in drafters
-    }
-    check_same_aux(models)
+    models = load_drafters(drafters, info.shape(), st.device, st.torch_dtype)
     info.set_aux_layer_ids(next(iter(models.values())).config.input_aux_layer_ids)  # as the manifest records
     for name, m in models.items():
         if m.config.mla:
@@ -240,7 +234,7 @@ def run_capture_vllm(
                 "vLLM 0.32 does not serve MLA EAGLE-3 heads (it reads a deepseek_v3 draft config as "
                 "DeepSeek MTP and has no Eagle3 model for it); use --engine hf"
             )
-    run = VllmRun(vllm, info, str(target), st, dict(vllm_kwargs or {}))
+    run = VllmRun(vllm, info, str(target), st, llm_kwargs)
     manifest = build_manifest(
         info, str(target), models, capture_settings(run, probes, len(suite), drafters), extra_manifest
     )

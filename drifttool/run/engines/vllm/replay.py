@@ -12,6 +12,7 @@ import torch
 
 from ....errors import DriftError
 from ....model.drafter import DraftStep, Eagle3Drafter, KVCache
+from ....trace.positions import query_position
 from ...hooks import Capture
 from ...loop import RoundRecord, refresh
 from .recorder import Proposal, Verify
@@ -115,8 +116,8 @@ def replay_chain(
     fed, mine = [], [int(drafter.draft_to_target(step.logits[0, -1].argmax()))]
     for k in range(2, depth + 1):
         st = prop.steps[k - 1]
-        if int(st.pos[0]) != n - 2 + k:
-            raise align_error(f"draft step {k} at position {int(st.pos[0])}, expected {n - 2 + k}")
+        if int(st.pos[0]) != query_position(n, k):
+            raise align_error(f"draft step {k} at position {int(st.pos[0])}, expected {query_position(n, k)}")
         h = st.hidden[:1].to(dev)
         stats.feedback(step.feedback[0, -1], h[0])
         fed.append(int(st.ids[0]))

@@ -35,7 +35,7 @@ class TargetInfo(TargetBase):
             from tokenizers import Tokenizer
 
             self.tokenizer = Tokenizer.from_file(str(p / "tokenizer.json"))
-        from ...chat import load_template
+        from ....model.chat import load_template
 
         self.chat_template = load_template(p)
         self.aux_layer_ids = default_aux_layer_ids(self.num_layers)

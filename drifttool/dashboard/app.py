@@ -1,0 +1,48 @@
+"""drifttool dashboard: the script `drifttool dashboard` has Streamlit run (through drifttool.dashboard.serve);
+from a checkout also `streamlit run app/dashboard.py -- A.drift B.drift`.
+
+Reads only the trace folders named on the command line (default: every sample_traces/*.drift). The sidebar
+picks which of them the pages show: all of them when they hold at most 6 series together, else the first.
+Every page (app_pages/*.py) is registered here with st.navigation, so each visit runs this script first
+(loading, filters), then the page. The folder is app_pages/, not pages/: a folder named pages/ next to the
+entry script switches Streamlit to its legacy multipage mode, which runs page files without this entry (no
+loading, no filters)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from drifttool.dashboard import lib
+
+PAGES_DIR = Path(__file__).resolve().parent / "app_pages"
+PAGES = [
+    ("overview.py", "Overview", "overview"),
+    ("depth.py", "Depth", "depth"),
+    ("heads.py", "Heads", "heads"),
+    ("context.py", "Context length", "context"),
+    ("drilldown.py", "Prompt drill-down", "drilldown"),
+    ("magnitudes.py", "Magnitudes", "magnitudes"),
+    ("rejection.py", "What predicts rejection", "rejection"),
+    ("trees.py", "Draft trees", "trees"),
+    ("training.py", "Across training", "training"),
+]
+
+
+def main() -> None:
+    """One script run: page config, navigation, the traces and the sidebar filters, then the chosen page."""
+    st.set_page_config(page_title="drifttool", layout="wide")
+    nav = st.navigation([st.Page(PAGES_DIR / f, title=t, url_path=u, default=(i == 0))
+                         for i, (f, t, u) in enumerate(PAGES)])
+    keys = lib.load_traces()
+    if keys:
+        lib.sidebar_filters(keys)
+    try:
+        nav.run()
+    finally:
+        lib.fill_notes()
+
+
+if __name__ == "__main__":  # Streamlit runs this file as __main__
+    main()

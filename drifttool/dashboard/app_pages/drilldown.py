@@ -1,0 +1,44 @@
+"""Prompt drill-down: one sampled round's full head-mean attention rows (depth x slot) and its chain."""
+
+import streamlit as st
+
+from drifttool import plots
+from drifttool.analysis.views import round_detail, token_decoder
+from drifttool.dashboard import lib
+from drifttool.errors import DriftError
+
+st.title("Prompt drill-down")
+v = lib.view()
+c1, c2, c3 = st.columns(3)
+series = c1.selectbox("Series", v.series, key="dd_series")
+trace, drafter = v.trace_of(series)
+ids = sorted(v.prompts.loc[v.prompts["series"] == series, "prompt_id"].unique())
+if not ids:
+    st.info("No prompt passes the current filters.")
+    st.stop()
+pid = c2.selectbox("Prompt", ids, key="dd_prompt")
+try:
+    idx = trace.rows_index()
+except DriftError as e:  # a damaged rows_index/: one line, the other pages keep working
+    st.error(str(e))
+    st.stop()
+sampled = sorted(idx.loc[(idx["drafter"] == drafter) & (idx["prompt_id"] == pid), "round"].astype(int))
+if not sampled:
+    st.info("No attention rows were sampled for this prompt (capture with --keep-rows N).")
+    st.stop()
+rnd = c3.selectbox("Sampled round", sampled, key="dd_round")
+try:
+    row, slots = trace.attention_row(drafter, pid, rnd)
+    decode = token_decoder(trace)
+except DriftError as e:  # missing, corrupt or linked-out rows/ file: checked at every read
+    st.error(str(e))
+    st.stop()
+hit = idx.loc[(idx["drafter"] == drafter) & (idx["prompt_id"] == pid) & (idx["round"] == rnd)].iloc[0]
+ctx = int(hit["context_len"])
+recorded = hit.get("sink_slots")  # absent in traces from before the column
+sinks = plots.sink_slots(trace.manifest["capture"].get("sink"), ctx, slots, recorded)
+lib.chart(plots.attention_row_heatmap(row, slots, ctx, sinks, decode,
+                                          title=f"{series} / {pid} / round {rnd}: head-mean attention"),
+              "attention rows")
+st.caption("Green triangles: sink slots; shaded: the chain's own draft slots; crosses: each depth's query slot.")
+lib.table(round_detail(trace, drafter, pid, rnd), "round detail")

@@ -1,0 +1,239 @@
+"""Dashboard plumbing shared by the pages: which traces to read, cached loading/aggregation, the shared
+filters (kept in st.session_state), and chart/table widgets with export buttons. Layout only: every
+figure comes from drifttool.plots, every table from drifttool.analysis.views."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from drifttool.analysis.views import Filters, LoadedTrace, View, build_view, load_trace
+from drifttool.errors import DriftError
+
+REPO = Path(__file__).resolve().parents[2]  # a checkout's root (drifttool/dashboard/lib.py)
+SAMPLES = REPO / "sample_traces"
+FILTER_KEYS = ("flt_prompts", "flt_tags", "flt_depth", "flt_heads")
+# Show every given trace at once only while they hold at most this many series together; else the first trace
+# (a selector adds the others). 24 series on one chart is a hairball, 3-6 reads at a glance.
+MAX_DEFAULT_SERIES = 6
+
+
+def trace_paths(argv: list[str] | None = None) -> list[Path]:
+    """The trace folders named on the command line, else every sample_traces/*.drift. Nothing else is read."""
+    args = [a for a in (sys.argv[1:] if argv is None else argv) if a.strip()]
+    return [Path(a) for a in args] if args else sorted(SAMPLES.glob("*.drift"))
+
+
+def _key(p: Path) -> tuple[str, float]:
+    mf = p / "manifest.json"
+    try:
+        return (str(p.resolve()), mf.stat().st_mtime)
+    except OSError:
+        return (str(p.resolve()), -1.0)
+
+
+def confine(path: str | Path, given: list[Path] | None = None) -> Path:
+    """`path` if it is one of the trace folders the dashboard was given and nothing in it links outside it;
+    else DriftError. The loader reads nothing else: the dashboard reads only the folders it was given."""
+    p = Path(path).resolve()
+    if p not in {q.resolve() for q in (trace_paths() if given is None else given)}:
+        raise DriftError(f"{path}: not one of the trace folders this dashboard was given; refused")
+    if p.is_dir():
+        for f in p.rglob("*"):
+            if f.is_symlink() and not f.resolve().is_relative_to(p):
+                raise DriftError(f"{f}: a link to {f.resolve()}, outside the trace folder {p}; refused")
+    return p
+
+
+@st.cache_resource(show_spinner=False, max_entries=32)
+def _load(path: str, mtime: float) -> LoadedTrace:
+    """Read + validate one trace; keyed by path and manifest mtime, so a rewritten trace is reloaded.
+    A resource (shared, not copied): the tables are read-only, and cache_data would unpickle every trace on
+    every call."""
+    confine(path)
+    return load_trace(path)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _check(path: str, mtime: float) -> str | None:
+    """None when the trace loads (warming `_load`), else the one-line reason."""
+    try:
+        _load(path, mtime)
+    except DriftError as e:
+        return str(e)
+    except Exception as e:  # noqa: BLE001 - never show a stack trace for a bad file
+        return f"{path}: {type(e).__name__}: {e}"
+    return None
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _options(keys: tuple[tuple[str, float], ...]) -> dict:
+    """Filter choices over all loaded traces: probe ids, tags, max depth, head indices."""
+    traces = [_load(*k) for k in keys]
+    prompts = pd.concat([t.prompts for t in traces], ignore_index=True)
+    return {
+        "prompts": sorted(prompts["prompt_id"].astype(str).unique()),
+        "tags": sorted({x for s in prompts["tags"].dropna() for x in str(s).split(",") if x}),
+        "depth": max(int(t.manifest["capture"].get("depth", 1)) for t in traces),
+        "heads": sorted({int(h) for t in traces for h in t.table("head_summary", ["head"])["head"].unique()}),
+        "names": [t.name for t in traces],
+    }
+
+
+@st.cache_resource(show_spinner="Aggregating traces...", max_entries=16)
+def _view(keys: tuple[tuple[str, float], ...], f: Filters) -> View:
+    """Shared across reruns and sessions (read-only): each table is aggregated once per traces + filters."""
+    return build_view([_load(*k) for k in keys], f)
+
+
+def load_traces() -> list[tuple[str, float]]:
+    """Check every trace once (cached by path + manifest mtime); each failure is one st.error line.
+    Then the sidebar's trace selector decides which of them the pages show (st.session_state.trace_keys)."""
+    keys, errors = checked_traces()
+    for err in errors:
+        st.error(f"Trace skipped: {err}")
+    st.session_state["trace_keys"] = trace_selector(keys) if keys else []
+    return st.session_state["trace_keys"]
+
+
+def checked_traces() -> tuple[list[tuple[str, float]], list[str]]:
+    """(keys of the given traces that load, in order; one reason per trace that does not or is given twice)."""
+    keys, errors = [], []
+    for p in trace_paths():
+        k = _key(p)
+        err = f"{p}: given twice; shown once" if k in keys else _check(*k)
+        if err:
+            errors.append(err)
+        else:
+            keys.append(k)
+    return keys, errors
+
+
+def default_selection(n_series: list[int]) -> list[int]:
+    """Indices of the traces shown first: all of them while they hold <= MAX_DEFAULT_SERIES series together,
+    else only the first (one trace = one target x suite, all its drafters)."""
+    if not n_series:
+        return []
+    return list(range(len(n_series))) if sum(n_series) <= MAX_DEFAULT_SERIES else [0]
+
+
+def trace_label(t: LoadedTrace) -> str:
+    """'name (suite, N drafters[, mode])' for the trace selector."""
+    from drifttool.analysis.compare import suite_name
+
+    cap = t.manifest["capture"]
+    mode = "" if cap.get("mode", "generate") == "generate" else f", {cap.get('mode')}"
+    return f"{t.name} ({suite_name(t)}, {len(t.manifest['drafters'])} drafters{mode})"
+
+
+def trace_selector(keys: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """Sidebar multiselect of the loaded traces (default: see default_selection); returns the chosen keys."""
+    if len(keys) == 1:
+        return keys
+    traces = [_load(*k) for k in keys]
+    labels = [trace_label(t) for t in traces]
+    if len(set(labels)) < len(labels):  # same folder name in two places: tell them apart by their parent folder
+        labels = [f"{lab} in {t.path.parent}" for lab, t in zip(labels, traces)]
+    if "flt_traces" not in st.session_state or not set(st.session_state["flt_traces"]) <= set(labels):
+        st.session_state["flt_traces"] = [labels[i] for i in default_selection([len(t.manifest["drafters"])
+                                                                                 for t in traces])]
+    sb = st.sidebar
+    sb.header("Traces")
+    chosen = sb.multiselect("Traces shown", labels, key="flt_traces", placeholder="pick one or more traces")
+    sb.caption(f"{len(keys)} traces loaded. Each chart draws one colour per drafter (EAGLE-3 blue, EAGLE-3.1 "
+               "vermillion, what-if green dashed) and one marker per trace. Compare drafters within one suite; "
+               "add traces of other suites to compare suites.")
+    return [keys[labels.index(c)] for c in chosen]
+
+
+def sidebar_filters(keys: list[tuple[str, float]]) -> None:
+    """Probe / tag / depth / head filters in the sidebar; values persist in st.session_state across pages."""
+    o = _options(tuple(keys))
+    sb = st.sidebar
+    sb.header("Filters")
+    sb.multiselect("Probes", o["prompts"], key="flt_prompts", placeholder="all probes")
+    sb.multiselect("Tags (any of)", o["tags"], key="flt_tags", placeholder="all tags")
+    k = o["depth"]
+    if k > 1:
+        sb.slider("Depth range", 1, k, value=st.session_state.get("flt_depth", initial_filters(k).depth_range), key="flt_depth")
+    sb.multiselect("Heads", o["heads"], key="flt_heads", placeholder="all heads")
+    sb.caption(f"showing {len(keys)} trace(s): " + ", ".join(o["names"]))
+
+
+def initial_filters(depth: int) -> Filters:
+    """What a fresh session filters by: everything, depths 1..K (the slider's start) when K > 1."""
+    return Filters((), (), (1, depth) if depth > 1 else None, ())
+
+
+def warm() -> None:
+    """Fill the shared caches a fresh session's first page reads: every given trace, then the default
+    selection's view under the initial filters. Run by the server process before a browser asks
+    (drifttool/dashboard/serve.py); a trace that fails is skipped here and reported by the page."""
+    keys, _ = checked_traces()
+    if keys:
+        shown = [keys[i] for i in default_selection([len(_load(*k).manifest["drafters"]) for k in keys])]
+        _view(tuple(shown), initial_filters(_options(tuple(shown))["depth"]))
+
+
+def filters() -> Filters:
+    s = st.session_state
+    d = s.get("flt_depth")
+    return Filters(tuple(s.get("flt_prompts") or ()), tuple(s.get("flt_tags") or ()),
+                   tuple(d) if d else None, tuple(int(h) for h in s.get("flt_heads") or ()))
+
+
+def view() -> View:
+    """The current view (all traces, current filters); stops the page with a message when there is none."""
+    keys = st.session_state.get("trace_keys") or []
+    if not keys:
+        if st.session_state.get("flt_traces") == []:
+            st.info("No trace selected: pick one under Traces in the sidebar.")
+        else:
+            st.info(f"No trace to show. Run `drifttool dashboard A.drift [B.drift ...]`, or put traces in {SAMPLES}.")
+        st.stop()
+    f = filters()
+    try:
+        return _view(tuple(keys), f)
+    except DriftError as e:
+        st.error(str(e))
+        st.stop()
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower() or "chart"
+
+
+def chart(fig, name: str) -> None:
+    """A plotly chart (modebar PNG export) plus a self-contained HTML download."""
+    slug = _slug(name)
+    st.plotly_chart(fig, key=f"chart_{slug}", theme=None, config={
+        "displaylogo": False, "toImageButtonOptions": {"format": "png", "filename": slug, "scale": 2}})
+    st.download_button("Download chart (HTML)", lambda: fig.to_html(include_plotlyjs=True, full_html=True),
+                       file_name=f"{slug}.html", mime="text/html", key=f"html_{slug}", on_click="ignore")
+
+
+def table(df: pd.DataFrame, name: str, **kw) -> None:
+    """A dataframe plus a CSV download."""
+    slug = _slug(name)
+    st.dataframe(df, hide_index=True, key=f"table_{slug}", **kw)
+    st.download_button("Download table (CSV)", lambda: df.to_csv(index=False), file_name=f"{slug}.csv",
+                       mime="text/csv", key=f"csv_{slug}", on_click="ignore")
+
+
+def notes(v: View) -> None:
+    """Reserve the notes' place at the top of the page; `fill_notes` (the entry script, after the page ran)
+    writes them there, so a non-finite-value note covers every column the page read, not only the first page's."""
+    st.session_state["_notes_slot"] = (st.container(), v)
+
+
+def fill_notes() -> None:
+    slot, v = st.session_state.pop("_notes_slot", (None, None))
+    if slot is None:
+        return
+    with slot:
+        for n in v.notes:
+            (st.error if n.startswith("FLAGGED") else st.warning)(n)

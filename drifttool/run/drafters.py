@@ -1,0 +1,68 @@
+"""Which drafters a run loads: `[NAME=]DIR[?flag=value&...]` specs, checked as a set (names unique, one aux-layer
+convention) and loaded against the target's shape. Every engine loads its drafters here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..errors import DriftError
+from ..model.checkpoint import read_drafter
+from ..model.drafter import Eagle3Drafter
+from ..model.target import TargetShape
+
+
+@dataclass
+class DrafterSpec:
+    """`[NAME=]DIR[?flag=value&flag=value]` on the command line."""
+
+    name: str
+    path: str
+    overrides: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str, common: dict[str, str] | None = None) -> DrafterSpec:
+        name, path = (text.split("=", 1) if "=" in text.split("?", 1)[0] else (None, text))
+        path, _, query = path.partition("?")
+        ov = dict(common or {})
+        for kv in filter(None, query.split("&")):
+            k, eq, v = kv.partition("=")
+            if not eq:
+                raise DriftError(f"--drafter {text}: override {kv!r} must look like flag=value")
+            ov[k] = v
+        p = Path(path)
+        return cls(name or (p.name + ("+" + "+".join(f"{k}={v}" for k, v in ov.items()) if ov else "")), path, ov)
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    out = {}
+    for kv in items or []:
+        k, eq, v = kv.partition("=")
+        if not eq or not k:
+            raise DriftError(f"--override {kv!r}: expected flag=value, e.g. norm_output=true")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def check_drafters(drafters: list) -> None:
+    if not drafters:
+        raise DriftError("--drafter: give at least one drafter checkpoint folder")
+    names = [d.name for d in drafters]
+    if len(set(names)) != len(names):
+        raise DriftError(f"--drafter: duplicate drafter names {names}; name them NAME=DIR")
+
+
+def check_same_aux(models: dict) -> None:
+    aux = {tuple(m.config.input_aux_layer_ids) for m in models.values()}
+    if len(aux) > 1:
+        raise DriftError(f"--drafter: drafters disagree on eagle_aux_hidden_state_layer_ids {sorted(aux)}; capture them separately")
+
+
+def load_drafters(specs: list[DrafterSpec], shape: TargetShape, device: str, dtype: torch.dtype,
+                  ) -> dict[str, Eagle3Drafter]:
+    """Every spec's drafter built for the target's shape, by name; they must agree on the aux layers."""
+    models = {d.name: read_drafter(d.path, shape, overrides=d.overrides, device=device, dtype=dtype) for d in specs}
+    check_same_aux(models)
+    return models
