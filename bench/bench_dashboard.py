@@ -3,9 +3,10 @@ plus the figure builders of every page.
 
     python bench/bench_dashboard.py [TRACE.drift ...] [--rows 1000000] [--heads 2]
 
-Without traces it uses sample_traces/*.drift. It also writes (with the trace writer) a synthetic trace whose
-depths table has --rows rows (two drafters, K=8) and times it the same way; --rows 0 skips it. The bar
-(the project's speed bar): first render of the sample traces under 3 s; the `overview` column is that page's share."""
+Without traces it uses sample_traces/*.drift. It also writes (drifttool.trace.synthetic, through the trace
+writer) a synthetic trace whose depths table has --rows rows (two drafters, K=8) and times it the same way;
+--rows 0 skips it. The bar (the project's speed bar): first render of the sample traces under 3 s; the `overview`
+column is that page's share."""
 
 from __future__ import annotations
 
@@ -23,43 +24,30 @@ sys.path.insert(0, str(REPO))
 
 from drifttool import plots  # noqa: E402
 from drifttool.analysis.views import build_view, load_trace  # noqa: E402
-from drifttool.trace.writer import TraceWriter  # noqa: E402
+from drifttool.trace import synthetic  # noqa: E402
+from drifttool.trace.synthetic import Shard  # noqa: E402
 
 K = 8
-AUX = 3
+AUX_LAYERS = [2, 16, 29]
 
 
-def _prompt_tables(name: str, pid: str, rounds: int, heads: int, growth: float, rng) -> dict[str, pd.DataFrame]:
+def _drafter_shard(name: str, pid: str, rounds: int, heads: int, growth: float, rng) -> Shard:
     """One prompt's tables for one synthetic drafter: masses drift with depth, RMS grows by `growth` per step."""
     ctx = 512 + np.arange(rounds) * 3
     acc = np.minimum(rng.geometric(0.35, rounds) - 1, K)
-    dep = np.tile(np.arange(1, K + 1), rounds)
-    rep = lambda a: np.repeat(a, K)  # noqa: E731
-    n = rounds * K
-    sink = np.clip(0.6 - 0.04 * dep + rng.normal(0, 0.05, n), 0, 1)
-    selfm = np.where(dep >= 2, np.clip(0.05 * dep + rng.normal(0, 0.03, n), 0, 1 - sink), 0.0)
-    rms = growth ** (dep - 1) * (1 + rng.normal(0, 0.02, n))
-    match = dep <= rep(acc) + (rng.random(n) < 0.2)
-    depths = pd.DataFrame({
-        "drafter": name, "prompt_id": pid, "round": rep(np.arange(rounds)), "depth": dep, "context_len": rep(ctx),
-        "position": rep(ctx) - 2 + dep, "input_id": 0, "draft_id": 0, "target_id": 0, "match": match,
-        "reached": dep <= rep(acc) + 1, "accepted": dep <= rep(acc), "sink_mass": sink, "draft_mass": selfm / 2,
-        "own_mass": selfm / 2, "self_mass": selfm, "prompt_mass": 1 - sink - selfm, "entropy": 2.0 + 0.1 * dep,
-        "rms_in": rms, "l2_in": rms * 16, "rms_pre": rms, "l2_pre": rms * 16, "rms_post": np.ones(n),
-        "l2_post": np.full(n, 16.0), "massive": False, "beyond_window": False,
-    })
-    hd = depths.loc[depths.index.repeat(heads), ["drafter", "prompt_id", "round", "depth", "sink_mass", "draft_mass",
-                                                  "own_mass", "self_mass", "prompt_mass", "entropy"]]
-    hd.insert(4, "head", np.tile(np.arange(heads), n))
-    rounds_df = pd.DataFrame({"drafter": name, "prompt_id": pid, "round": np.arange(rounds), "context_len": ctx,
-                              "depth": K, "accepted": acc, "bonus": 0, "beyond_window": False})
-    aux = pd.DataFrame({"drafter": name, "prompt_id": pid, "round": np.repeat(np.arange(rounds), AUX),
-                        "chunk": np.tile(np.arange(AUX), rounds), "layer_id": np.tile([2, 16, 29], rounds),
-                        "rms_before": rng.lognormal(0, 0.3, rounds * AUX), "rms_after": 1.0, "massive": False})
-    prompts = pd.DataFrame([{"drafter": name, "prompt_id": pid, "tags": "synthetic", "prompt_len": 512,
-                             "n_generated": int((acc + 1).sum()), "n_rounds": rounds, "accepted_total": int(acc.sum()),
-                             "mean_acceptance_length": float(1 + acc.mean()), "wall_s": 0.0}])
-    return {"prompts": prompts, "rounds": rounds_df, "depths": depths, "heads": hd.reset_index(drop=True), "aux": aux}
+    dep = np.arange(1, K + 1)[None, :]
+    shape = (rounds, K)
+    sink = np.clip(0.6 - 0.04 * dep + rng.normal(0, 0.05, shape), 0, 1)
+    selfm = np.where(dep >= 2, np.clip(0.05 * dep + rng.normal(0, 0.03, shape), 0, 1 - sink), 0.0)
+    rms = growth ** (dep - 1) * (1 + rng.normal(0, 0.02, shape))
+    match = dep <= acc[:, None] + (rng.random(shape) < 0.2)
+    return synthetic.chain_tables(
+        name, pid, acc, K, context=ctx, heads=heads,
+        head_values={"sink_mass": sink, "draft_mass": selfm / 2, "own_mass": selfm / 2, "entropy": 2.0 + 0.1 * dep},
+        depth_values={"match": match, "rms_in": rms, "l2_in": rms * 16, "rms_pre": rms, "l2_pre": rms * 16,
+                      "l2_post": 16.0},
+        aux={"layer_id": AUX_LAYERS, "rms_before": rng.lognormal(0, 0.3, (rounds, len(AUX_LAYERS)))},
+        prompt={"tags": "synthetic"})
 
 
 def write_synthetic(path: Path, rows: int, heads: int, prompts: int = 50, seed: int = 0, compact: bool = True) -> Path:
@@ -68,19 +56,9 @@ def write_synthetic(path: Path, rows: int, heads: int, prompts: int = 50, seed: 
     rng = np.random.default_rng(seed)
     per_prompt = max(1, rows // (2 * prompts * K))
     drafters = {"syn_e3": 1.3, "syn_e31": 1.0}
-    manifest = {
-        "drafters": [{"name": n, "layout": "synthetic", "variant": n, "flags": {}, "overrides": {}, "config_hash": n}
-                     for n in drafters],
-        "capture": {"depth": K, "mode": "generate", "sink": {"first_n": 4, "positions": [], "token_ids": []},
-                    "probes": {"sha256": "synthetic"}},
-        "target": {"config_hash": "synthetic"},
-    }
-    w = TraceWriter(path, manifest, overwrite=True)
-    for i in range(prompts):
-        parts = [_prompt_tables(n, f"s{i}", per_prompt, heads, g, rng) for n, g in drafters.items()]
-        w.add(f"s{i}", {t: pd.concat([p[t] for p in parts], ignore_index=True) for t in parts[0]})
-    w.finish(compact=compact)
-    return path
+    shards = ((f"s{i}", synthetic.join(_drafter_shard(n, f"s{i}", per_prompt, heads, g, rng) for n, g in drafters.items()))
+              for i in range(prompts))
+    return synthetic.write(path, synthetic.manifest(drafters, K, heads=heads), shards, compact=compact, overwrite=True)
 
 
 def _timed(fn):

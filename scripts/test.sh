@@ -14,9 +14,10 @@ python -m pytest -x "$@"  # pyproject addopts: -q -rs (counts line + skip reason
 if [ "${DRIFTTOOL_SKIP_PANDAS2:-0}" != "1" ]; then
   rm -rf .pandas2 && python -m pip install -q --target .pandas2 --no-deps "pandas==2.2.3" pytz tzdata
   PYTHONPATH=.pandas2 python -c "import pandas; assert pandas.__version__ == '2.2.3', pandas.__version__"
-  PYTHONPATH=.pandas2 python -m pytest -x -W error::FutureWarning tests/test_views_lazy.py tests/test_compare.py \
-    tests/test_where_attention.py tests/test_readme_results.py tests/test_decay_overrun.py \
-    tests/test_views_numbers.py tests/test_tree_numbers.py tests/test_stats.py
+  PYTHONPATH=.pandas2 python -m pytest -x -W error::FutureWarning tests/analysis/test_views_lazy.py \
+    tests/analysis/test_compare.py tests/analysis/test_where_attention.py tests/faces/test_readme_results.py \
+    tests/analysis/test_decay_overrun.py tests/analysis/test_views_numbers.py tests/analysis/test_tree_numbers.py \
+    tests/analysis/test_stats.py
 fi
 if [ "${DRIFTTOOL_SKIP_VLLM:-0}" != "1" ]; then
   bash scripts/test_vllm.sh

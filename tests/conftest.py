@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import torch
 
 torch.set_num_threads(1)
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pytest  # noqa: E402
-from tiny_training import TinyPair, build_pair  # noqa: E402
+
+from tests.support.tiny_training import TinyPair, build_pair  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -29,6 +28,6 @@ def trained_pair31(tmp_path_factory) -> TinyPair:
 @pytest.fixture(scope="session")
 def dash_traces(tmp_path_factory) -> dict[str, Path]:
     """Dashboard fixture traces: a.drift (e3, e31), b.drift (e3post), bad.drift (malformed), missing path."""
-    from _dash_fixtures import build_dash_traces
+    from tests.support.dash import build_dash_traces
 
     return build_dash_traces(tmp_path_factory.mktemp("dash"))

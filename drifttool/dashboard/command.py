@@ -63,6 +63,6 @@ def origin_guard(host: str, allow_hosts: list[str] | None = None) -> list[str]:
 # Binding to 127.0.0.1 does not stop DNS rebinding (a page on evil.example.com whose name now resolves to
 # 127.0.0.1): Streamlit's own checks refuse a WebSocket whose Host is not a local name, or whose Origin is
 # foreign, so no trace name or number streams to such a page.
-STREAMLIT_MIN = (1, 67)  # the release these options are tested with (tests/test_dashboard_origin.py)
+STREAMLIT_MIN = (1, 67)  # the release these options are tested with (tests/dashboard/test_dashboard_origin.py)
 ORIGIN_GUARD = ["--server.allowedHosts", "localhost", "--server.allowedHosts", "127.0.0.1",
                 "--server.enableCORS", "true", "--server.enableXsrfProtection", "true"]

@@ -188,13 +188,16 @@ def refresh(drafter: Eagle3Drafter, cache: KVCache, next_ids, start: int, feats:
 
 
 def draft_chain(drafter: Eagle3Drafter, cache: KVCache, step: DraftStep, n: int, depth: int, first_input: int,
-                pick, forced: list[int] | None = None) -> tuple[list[int], list, list[int]]:
+                pick, forced: list[int] | None = None, steps: list | None = None) -> tuple[list[int], list, list[int]]:
     """Draft depths 1..K from the refreshed step: depth k+1 is fed depth k's draft (teacher forcing: the true
     token forced[n+k]) with the drafter's own fed-back tensor at its query slot (trace/positions.py). pick(logits) -> (token, its
-    draft distribution or None). Returns (drafts, their distributions, the ids fed at depths 1..K)."""
+    draft distribution or None). Returns (drafts, their distributions, the ids fed at depths 1..K); `steps`, when
+    given, receives each depth's DraftStep (its fed-back tensor is the next depth's layer input)."""
     dev = drafter.lm_head.weight.device
     drafts, dprobs, fed = [], [], [first_input]
     for k in range(1, depth + 1):
+        if steps is not None:
+            steps.append(step)
         tok, probs = pick(step.logits[0, -1])
         drafts.append(tok)
         dprobs.append(probs)

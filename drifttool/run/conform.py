@@ -1,0 +1,320 @@
+"""`drifttool conform`: is the engine running this drafter as it was trained?
+
+Three parts, one report. Static: the checkpoint's config against its weights and each engine's reading of it
+(model/conformance.py). Dynamic: the engine runs the drafter on the probes (greedy, generate mode) and writes a
+trace; drifttool's reference drafter, loaded as the checkpoint declares, is re-run on the engine's own rounds
+(run/follow.py) and its drafts compared per depth, with the fed-back and fc-input RMS of both sides. Diagnosis:
+when they disagree, the reference is re-run under each combination of fc_norm, norm_output, norm_before_fc,
+norm_before_residual, aux-feature order and attention window, and the combination that reproduces the engine
+is named (or none). Training vs serving: the trainer's held-out depth-1 agreement (report.json) against the
+measured depth-1 acceptance, with its interval over prompts."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import DriftError
+from ..model.checkpoint import read_drafter
+from ..model.conformance import Finding, static_findings
+from ..model.target import load_target
+from .drafters import DrafterSpec
+from .follow import VARIED, Followed, committed_sequence, follow, variant
+from .probes import load_suite
+
+AGREE = 0.98  # draft agreement at or above this, over all depths, counts as the same drafter (float noise)
+NAMES = {("fc_norm", False): "fc_norm ignored", ("fc_norm", True): "fc_norm applied with unit weights",
+         ("norm_output", False): "norm_output ignored (pre-norm hidden fed back, as EAGLE-3)",
+         ("norm_output", True): "post-norm hidden fed back (norm_output applied)",
+         ("norm_before_fc", True): "norm_before_fc applied (unit weights)", ("norm_before_fc", False): "norm_before_fc ignored",
+         ("norm_before_residual", True): "norm_before_residual assumed true",
+         ("norm_before_residual", False): "norm_before_residual assumed false"}
+
+
+@dataclass
+class ConformReport:
+    drafter: str
+    engine: str
+    declared: dict[str, Any]
+    findings: list[Finding]
+    trace: str | None = None
+    per_depth: list[dict[str, Any]] = field(default_factory=list)
+    divergence: dict[str, Any] = field(default_factory=dict)
+    diagnosis: dict[str, Any] | None = None
+    training: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def conformant(self) -> bool:
+        bad = [f for f in self.findings if f.severity in ("error", "warning")]
+        agree = self.divergence.get("agreement")  # None: the engine or the reference could not run it
+        return not bad and agree is not None and agree >= AGREE and not (self.training or {}).get("flagged")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["conformant"] = self.conformant
+        return d
+
+
+def _rounds_of(trace, drafter: str) -> dict[str, list[dict]]:
+    """Per prompt, the engine's rounds in order: context length, accepted, bonus, drafts and target ids per depth."""
+    r = trace.rounds
+    r = r[r["drafter"].astype(str) == drafter].sort_values(["prompt_id", "round"])
+    d = trace.depths
+    d = d[d["drafter"].astype(str) == drafter].sort_values(["prompt_id", "round", "depth"])
+    out: dict[str, list[dict]] = {}
+    by = {k: g for k, g in d.groupby([d["prompt_id"].astype(str), "round"], sort=False)}
+    for row in r.itertuples():
+        g = by[(str(row.prompt_id), row.round)]
+        out.setdefault(str(row.prompt_id), []).append({
+            "context_len": int(row.context_len), "accepted": int(row.accepted), "bonus": int(row.bonus),
+            "draft_ids": g["draft_id"].to_numpy(np.int64), "target_ids": g["target_id"].to_numpy(np.int64),
+            "rms_in": g["rms_in"].to_numpy(np.float64)})
+    return out
+
+
+def _features(target, prompt_ids: list[int], rounds: list[dict]) -> tuple[list[int], torch.Tensor]:
+    """The committed sequence (the prompt, the target's first token, each round's commits) and its features."""
+    target.reset()
+    out = target.forward(torch.tensor(prompt_ids))
+    first = int(out.logits[-1].argmax())
+    seq = committed_sequence([*prompt_ids, first], rounds)
+    rest = target.forward(torch.tensor(seq[len(prompt_ids):]))
+    return seq, torch.cat([out.features, rest.features])
+
+
+def _agreement(ref: np.ndarray, eng: np.ndarray) -> float:
+    return float((ref == eng).mean()) if ref.size else float("nan")
+
+
+def _describe(declared: dict[str, Any], combo: dict[str, Any]) -> str:
+    parts = [NAMES.get((k, v), f"{k}={v}") for k, v in combo.items()
+             if k in VARIED and bool(declared.get(k)) != bool(v)]
+    if combo.get("aux_order") == "reversed":
+        parts.append("aux features in reverse order")
+    if combo.get("window") == "off":
+        parts.append("attention window not applied")
+    return "; ".join(parts) or "as declared"
+
+
+def _drafts_of(target, m, prompts, depth: int, order, rounds_per_prompt: int | None) -> np.ndarray:
+    out = []
+    for seq, feats, rounds in prompts.values():
+        ctx = [r["context_len"] for r in rounds][:rounds_per_prompt]
+        out.append(follow(target, m, seq, ctx, depth, feats, order).drafts)
+    return np.concatenate(out)
+
+
+def diagnose(target, drafter, prompts: dict[str, tuple[list[int], torch.Tensor, list[dict]]], depth: int,
+             engine_drafts: np.ndarray, screen: int = 6, finalists: int = 3) -> dict[str, Any]:
+    """Every flag combination (and aux order, window) re-run on the engine's rounds; the best match named.
+    Each combination is screened on the first `screen` rounds of every prompt; the `finalists` best (and the
+    declared reading) are re-run on every round, and the verdict rests on those."""
+    base = {k: bool(getattr(drafter.config, k)) for k in VARIED}
+    a = drafter.config.num_aux
+    orders = {"declared": None, "reversed": list(range(a))[::-1]} if a > 1 else {"declared": None}
+    windows = {"declared": drafter.config.sliding_window}
+    if drafter.config.sliding_window:
+        windows["off"] = None
+    screened_rows = np.concatenate([np.arange(min(screen, len(rr))) + sum(len(x[2]) for x in list(prompts.values())[:i])
+                                    for i, (_, _, rr) in enumerate(prompts.values())])
+    tried = []
+    for vals in itertools.product([False, True], repeat=len(VARIED)):
+        flags = dict(zip(VARIED, vals))
+        if flags["fc_norm"] and flags["norm_before_fc"]:
+            continue
+        for (oname, order), (wname, win) in itertools.product(orders.items(), windows.items()):
+            combo = {**flags, "aux_order": oname, "window": wname}
+            m = variant(drafter, **flags, sliding_window=win)
+            drafts = _drafts_of(target, m, prompts, depth, order, screen)
+            tried.append({**combo, "as": _describe(base, combo), "screened_rounds": int(len(screened_rows)),
+                          "screen_agreement": _agreement(drafts, engine_drafts[screened_rows]), "agreement": None,
+                          "_model": (m, order)})
+    tried.sort(key=lambda t: (-t["screen_agreement"], t["as"] != "as declared"))
+    final = [t for t in tried[:finalists]] + [t for t in tried[finalists:] if t["as"] == "as declared"]
+    for t in final:
+        m, order = t["_model"]
+        t["agreement"] = _agreement(_drafts_of(target, m, prompts, depth, order, None), engine_drafts)
+    for t in tried:
+        t.pop("_model")
+    final.sort(key=lambda t: (-t["agreement"], t["as"] != "as declared"))
+    best = final[0]
+    declared = next(t for t in final if t["as"] == "as declared")
+    if best["agreement"] >= AGREE and best["as"] != "as declared" and best["agreement"] > declared["agreement"]:
+        verdict = f"the engine ran this checkpoint with {best['as']} ({best['agreement']:.1%} of drafts reproduced)"
+    elif declared["agreement"] >= AGREE:
+        verdict = "the engine runs the checkpoint as declared"
+    else:
+        verdict = (f"no combination tried reproduces the engine (best: {best['as']}, {best['agreement']:.1%} of drafts; "
+                   f"as declared {declared['agreement']:.1%})")
+    return {"verdict": verdict, "best": best, "declared": declared, "finalists": final, "tried": tried,
+            "method": f"{len(tried)} combinations screened on the first {screen} rounds of each prompt; the "
+                      f"{finalists} best and the declared reading re-run on all {len(engine_drafts)} rounds"}
+
+
+def training_gap(folder: Path, depth1: dict[str, np.ndarray]) -> dict[str, Any] | None:
+    """The trainer's held-out depth-1 agreement (drifttool's report.json: heldout_top1_per_step) against the
+    measured depth-1 acceptance, with a t-interval over prompts (rounds of one prompt are not independent)."""
+    f = folder / "report.json"
+    if not f.is_file():
+        return None
+    try:
+        trained = float(json.loads(f.read_text())["heldout_top1_per_step"][0])
+    except (ValueError, TypeError, OSError, KeyError, IndexError):
+        return None  # a report.json of another trainer's format: nothing to compare
+    per_prompt = np.array([v.mean() for v in depth1.values() if len(v)])
+    out: dict[str, Any] = {"trained_heldout_depth1": trained, "measured_depth1": float(per_prompt.mean()),
+                           "n_prompts": int(len(per_prompt))}
+    if len(per_prompt) < 6:
+        out.update(flagged=False, note=f"{len(per_prompt)} prompts: too few to judge a gap (needs 6 or more)")
+        return out
+    from scipy import stats
+
+    half = float(stats.t.ppf(0.975, len(per_prompt) - 1) * per_prompt.std(ddof=1) / np.sqrt(len(per_prompt)))
+    lo, hi = out["measured_depth1"] - half, out["measured_depth1"] + half
+    out.update(ci95=[lo, hi], flagged=not lo <= trained <= hi,
+               note="held-out positions are teacher-forced conversations, the probes are another distribution: "
+                    "a gap says to look, not that the engine is wrong")
+    return out
+
+
+def intended_flags(declared: dict[str, Any], findings: list[Finding]) -> dict[str, bool]:
+    """What the trainer meant where an engine reads the checkpoint otherwise: a flag stored in the speculators
+    transformer_layer_config (no engine reads it there), and speculators' own false for an absent
+    norm_before_residual (vLLM assumes true). The reference runs this reading, so the dynamic check shows the
+    engine's misread instead of sharing it."""
+    out: dict[str, bool] = {}
+    for f in findings:
+        if f.code == "flag_not_read" and f.value is not None:
+            out[f.flag] = bool(f.value)
+        elif f.code == "default_differs":
+            out["norm_before_residual"] = False
+    return out
+
+
+def conform(drafter: str, target: str, probes: str, engine: str = "hf", *, depth: int = 4,
+            max_new_tokens: int = 32, limit: int | None = None, engine_overrides: dict[str, str] | None = None,
+            engine_options: dict[str, Any] | None = None, out: str | None = None, device: str = "cpu",
+            dtype: str = "float32", run_diagnosis: bool = True, progress: bool = False) -> ConformReport:
+    """The whole check; see the module docstring. `engine_overrides` make the engine side load the checkpoint
+    differently (`?flag=value` on --drafter: a planted misread to test the diagnosis with)."""
+    from ..model.hub import resolve
+    from ..trace.reader import read_trace
+    from .engines import engine as engine_named
+
+    path = resolve(drafter, "drafter")
+    declared, findings = static_findings(path)
+    rep = ConformReport(str(path), engine, declared, findings)
+    eng = engine_named(engine)
+    with tempfile.TemporaryDirectory() as tmp:
+        trace_dir = out or str(Path(tmp) / "conform.drift")
+        try:
+            t = eng.run(target, [DrafterSpec("engine", str(path), dict(engine_overrides or {}))], probes, trace_dir,
+                        depth=depth, max_new_tokens=max_new_tokens, limit=limit, mode="generate", temperature=0.0,
+                        device=device, dtype=dtype, progress=progress,
+                        **(engine_options or {}))
+        except DriftError as e:
+            rep.notes.append(f"the engine could not run the checkpoint: {e}")
+            return rep
+        rep.trace = str(out) if out else None
+        trace = read_trace(t)
+        rounds = _rounds_of(trace, "engine")
+        aux = trace.aux
+        aux = aux[aux["drafter"].astype(str) == "engine"] if len(aux) else aux
+        tgt = load_target(target, device=device, dtype=dtype)
+        intent = intended_flags(declared, findings)
+        if intent:
+            rep.notes.append("the reference reads the checkpoint as its trainer meant it: " + ", ".join(
+                f"{k}={v}" for k, v in intent.items()) + " (see the findings above)")
+        try:
+            ref = read_drafter(path, tgt.shape(), overrides={k: str(v).lower() for k, v in intent.items()},
+                               device=device, dtype=dtype)
+        except DriftError as e:
+            rep.notes.append(f"the reference cannot load the checkpoint as declared: {e}")
+            return rep
+        tgt.set_aux_layer_ids(ref.config.input_aux_layer_ids)
+        suite = {p.id: p for p in load_suite(probes)}
+        prompts = {}
+        for pid, rr in rounds.items():
+            seq, feats = _features(tgt, suite[pid].tokens(tgt), rr)
+            prompts[pid] = (seq, feats, rr)
+    followed: dict[str, Followed] = {
+        pid: follow(tgt, ref, seq, [r["context_len"] for r in rr], depth, feats) for pid, (seq, feats, rr) in prompts.items()}
+    eng_drafts = np.concatenate([np.stack([r["draft_ids"] for r in rr]) for _, _, rr in prompts.values()])
+    eng_rms = np.concatenate([np.stack([r["rms_in"] for r in rr]) for _, _, rr in prompts.values()])
+    ref_drafts = np.concatenate([f.drafts for f in followed.values()])
+    ref_rms = np.concatenate([f.fed_rms for f in followed.values()])
+    same = ref_drafts == eng_drafts
+    prefix = np.cumprod(same, axis=1).astype(bool)
+    for k in range(depth):
+        reach = prefix[:, k - 1] if k else np.ones(len(same), bool)
+        rep.per_depth.append({
+            "depth": k + 1, "rounds": int(len(same)), "agreement": float(same[:, k].mean()),
+            "agreement_after_agreeing_prefix": float(same[reach, k].mean()) if reach.any() else None,
+            "rounds_with_agreeing_prefix": int(reach.sum()),
+            "engine_layer_input_rms": float(np.nanmean(eng_rms[:, k])), "reference_layer_input_rms": float(ref_rms[:, k].mean())})
+    first = np.where(same.all(1), 0, np.argmin(same, axis=1) + 1)
+    rep.divergence = {"agreement": float(same.mean()), "rounds": int(len(same)),
+                      "rounds_fully_agreeing": int(same.all(1).sum()),
+                      "first_divergence_depth": {str(k): int((first == k).sum()) for k in range(1, depth + 1) if (first == k).any()}}
+    if len(aux):
+        ref_feat = np.concatenate([f.feature_rms for f in followed.values()])
+        rep.divergence["fc_input_rms"] = {
+            "engine": aux.groupby("chunk")["rms_before"].mean().astype(float).round(4).tolist(),
+            "reference": ref_feat.mean(0).round(4).tolist()}
+    if run_diagnosis and same.mean() < AGREE:
+        rep.diagnosis = diagnose(tgt, ref, prompts, depth, eng_drafts)
+    depth1 = {pid: np.array([r["accepted"] >= 1 for r in rr], float) for pid, (_, _, rr) in prompts.items()}
+    rep.training = training_gap(path, depth1)
+    return rep
+
+
+def render(rep: ConformReport) -> str:
+    """The report as text (one screen)."""
+    lines = [f"conform {rep.drafter}  (engine: {rep.engine})", "",
+             f"declared: layout {rep.declared['layout']}; " + ", ".join(
+                 f"{k}={v}" for k, v in rep.declared["flags"].items()) + f"; aux ids {rep.declared['aux_layer_ids']}"
+             + f"; draft vocab {rep.declared['draft_vocab_size']}"]
+    lines.append("static: " + ("clean" if not rep.findings else f"{len(rep.findings)} finding(s)"))
+    for f in rep.findings:
+        lines.append(f"  [{f.severity}] {f.code}: {f.message}")
+        for e, what in f.engines.items():
+            lines.append(f"      {e}: {what}")
+    for n in rep.notes:
+        lines.append(f"note: {n}")
+    if rep.per_depth:
+        d = rep.divergence
+        lines += ["", f"dynamic: {d['rounds']} rounds; reference drafts = engine drafts in {d['agreement']:.1%} "
+                      f"(all depths); {d['rounds_fully_agreeing']} rounds agree at every depth",
+                  "  depth  agree  agree|prefix agreed (rounds)  layer-input RMS engine / reference"]
+        for r in rep.per_depth:
+            ap = "-" if r["agreement_after_agreeing_prefix"] is None else f"{r['agreement_after_agreeing_prefix']:.3f}"
+            lines.append(f"  {r['depth']:>5}  {r['agreement']:.3f}  {ap:>6} ({r['rounds_with_agreeing_prefix']:>4})"
+                         f"              {r['engine_layer_input_rms']:.3f} / {r['reference_layer_input_rms']:.3f}")
+        if d.get("first_divergence_depth"):
+            lines.append("  first divergence at depth: " + ", ".join(f"{k}: {v}" for k, v in d["first_divergence_depth"].items()))
+        if d.get("fc_input_rms"):
+            lines.append(f"  fc input RMS per aux chunk, engine {d['fc_input_rms']['engine']} / reference "
+                         f"{d['fc_input_rms']['reference']}")
+    if rep.diagnosis:
+        dg = rep.diagnosis
+        lines += ["", f"diagnosis: {dg['verdict']}", f"  ({dg['method']})"]
+        for t in dg["finalists"]:
+            lines.append(f"  {t['agreement']:.1%}  {t['as']}")
+    if rep.training:
+        tr = rep.training
+        if "trained_heldout_depth1" in tr:
+            ci = f" (95% CI over {tr['n_prompts']} prompts {tr['ci95'][0]:.3f}-{tr['ci95'][1]:.3f})" if tr.get("ci95") else ""
+            lines += ["", f"training vs serving: held-out depth-1 agreement {tr['trained_heldout_depth1']:.3f}, measured "
+                          f"depth-1 acceptance {tr['measured_depth1']:.3f}{ci}" + ("  GAP" if tr.get("flagged") else "")]
+        if tr.get("note"):
+            lines.append(f"  {tr['note']}")
+    lines += ["", "verdict: " + ("conformant" if rep.conformant else "NOT conformant")]
+    return "\n".join(lines)

@@ -1,0 +1,257 @@
+"""Traces with chosen numbers and no models, written through TraceWriter: for tests, benchmarks and trying the
+dashboard or `drifttool check`.
+
+`chain_tables` shapes one drafter's rounds on one prompt into the tables a chain capture writes, from the numbers
+the caller chose (accepted drafts and context length per round, per-head masses and entropy, hidden magnitudes,
+timings, aux features, the prompt's fields, sampled attention rows); a column no number was chosen for gets a
+plain default. The columns are trace/schema's: every stored column of a table (STORED, in its order), an optional
+one (OPTIONAL) when a number was chosen for it, the per-head metrics by their schema names. Derived columns are
+left to the reader, the per-prompt head summary to the writer. `manifest` holds what the readers need of a
+capture's manifest; `write` writes one shard per prompt (each any number of drafters, `join`ed) through
+TraceWriter, sharded or merged as a capture ends. `write_trace` is the short form: per-drafter numbers over the
+rounds of several prompts, e.g.
+
+    write_trace(Path("try.drift"), {"good": {"accepted": [4, 3, 4, 1]}, "weak": {"accepted": [1, 1, 2, 0]}}, depth=4)
+
+then `drifttool compare try.drift`, `drifttool check try.drift --rule ...` or `drifttool dashboard try.drift`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .positions import query_position
+from .schema import DERIVED, DERIVED_MASSES, KEY, MAGNITUDES, OPTIONAL, ROWS_INDEX, STORED
+from .writer import TraceWriter
+
+__all__ = ["Shard", "chain_tables", "join", "manifest", "write", "write_trace"]
+
+# The per-head numbers a capture measures (the schema's head metrics less the derived masses): chosen per head or
+# per depth; a depth row holds their mean over the heads.
+HEAD_VALUES = [c for c in STORED["heads"] if c not in (*KEY, "depth", "head")]
+# Columns the builder computes from the accepted counts, contexts, depth and head values (never chosen directly).
+_SHAPE = {
+    "rounds": {*KEY, "context_len", "depth", "accepted", "beyond_window"},
+    "depths": {*KEY, "depth", "context_len", "position", "reached", "accepted", "beyond_window", *HEAD_VALUES},
+    "heads": {*KEY, "depth", "head"},
+    "aux": {*KEY, "chunk", "layer_id"},
+    "prompts": {"drafter", "prompt_id", "n_rounds", "accepted_total", "mean_acceptance_length"},
+}
+_DEFAULTS: dict[str, dict[str, Any]] = {
+    "rounds": {"bonus": 0},
+    "depths": {"input_id": 0, "draft_id": 0, "target_id": 0, "massive": False, **dict.fromkeys(MAGNITUDES, 1.0)},
+    "heads": {**dict.fromkeys(HEAD_VALUES, 0.0)},
+    "aux": {"rms_before": 1.0, "rms_after": 1.0, "massive": False},
+    "prompts": {"tags": "", "wall_s": 0.0},
+}
+
+
+@dataclass
+class Shard:
+    """One prompt's tables (any number of drafters) and its sampled attention rows, as TraceWriter.add takes them."""
+
+    tables: dict[str, pd.DataFrame]
+    rows: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _grid(name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """A chosen number as an array of `shape`: a scalar, or an array over its leading axes (per round, per round
+    x depth, ...), repeated over the rest; arrays of size-1 axes broadcast as numpy does."""
+    a = np.asarray(value)
+    if a.ndim < len(shape):
+        a = a.reshape(a.shape + (1,) * (len(shape) - a.ndim))
+    try:
+        return np.array(np.broadcast_to(a, shape))
+    except ValueError:
+        raise ValueError(f"{name}: shape {np.shape(value)} does not fit {shape}") from None
+
+
+def _columns(table: str, chosen: Mapping[str, Any] | None) -> tuple[list[str], dict[str, Any]]:
+    """The table's columns (stored ones, then the optional ones chosen) and the chosen numbers over the defaults;
+    a name the table does not store is refused (a typo would otherwise be a silently default column)."""
+    chosen = dict(chosen or {})
+    optional = [c for c in OPTIONAL.get(table, []) if c in chosen]
+    stored = [c for c in STORED[table] if c not in DERIVED.get(table, {})]
+    unknown = [c for c in chosen if c not in stored and c not in optional or c in _SHAPE[table]]
+    if unknown:
+        raise ValueError(f"table {table!r}: cannot choose {unknown}; chosen columns are among "
+                         f"{[c for c in stored + OPTIONAL.get(table, []) if c not in _SHAPE[table]]}")
+    return stored + optional, {**_DEFAULTS[table], **chosen}
+
+
+def chain_tables(
+    drafter: str, prompt_id: str, accepted: Sequence[int], depth: int, *, context: Sequence[int] | None = None,
+    heads: int = 1, window: int | None = None, head_values: Mapping[str, Any] | None = None,
+    depth_values: Mapping[str, Any] | None = None, round_values: Mapping[str, Any] | None = None,
+    aux: Mapping[str, Any] | None = None, prompt: Mapping[str, Any] | None = None,
+    rows: Mapping[int, np.ndarray] | None = None, slot_tokens: Mapping[int, Sequence[int]] | None = None,
+) -> Shard:
+    """One drafter's rounds 0..R-1 on one prompt (`accepted[r]` drafts of `depth` accepted in round r) as a chain
+    capture's tables. Chosen numbers are scalars or arrays over leading axes (see `_grid`):
+
+    - `context`: context_len per round (default 100, 101, ...); `window`: the trained window (rounds and depth
+      rows at or beyond it are flagged beyond_window; None: none is).
+    - `head_values`: HEAD_VALUES (the measured masses, entropy; default 0) per round x depth, or per round x depth
+      x head for different heads; the heads' optional max_prob / top_pos likewise (written only when chosen).
+    - `depth_values`: the other depth columns (match, default: the accepted drafts; token ids, MAGNITUDES,
+      massive; the optional attn_window_start) per round x depth.
+    - `round_values`: bonus and the optional draft_s / verify_s / full_stats per round.
+    - `aux`: writes the `aux` table: `layer_id` (one per chunk) and rms_before / rms_after / massive per round x
+      chunk. `prompt`: writes the `prompts` row: tags, prompt_len (default the first context), n_generated
+      (default accepted + 1 per round), wall_s and the optional group / max_new_tokens.
+    - `rows`: round -> sampled attention row [depth, slots] (float32), with `slot_tokens` (default 0s) and the
+      default sinks' slots, indexed in `rows_index`."""
+    acc = np.asarray(accepted, np.int64)
+    n_r, k, n_h = len(acc), int(depth), int(heads)
+    ctx = np.asarray(100 + np.arange(n_r) if context is None else context, np.int64)
+    rnd, dep = np.arange(n_r), np.arange(1, k + 1)
+    pos = query_position(ctx[:, None], dep[None, :])  # [R, K]
+    beyond = (lambda p: p >= window) if window is not None else (lambda p: np.zeros(np.shape(p), bool))
+    tables: dict[str, pd.DataFrame] = {}
+
+    cols, val = _columns("rounds", round_values)
+    shape = {"drafter": drafter, "prompt_id": prompt_id, "round": rnd, "context_len": ctx, "depth": k,
+             "accepted": acc, "beyond_window": beyond(query_position(ctx, k))}
+    tables["rounds"] = pd.DataFrame({c: shape[c] if c in shape else _grid(c, val[c], (n_r,)) for c in cols})
+
+    head_chosen = dict(head_values or {})
+    cols_h, val_h = _columns("heads", head_chosen)
+    per_head = {c: _grid(c, val_h[c], (n_r, k, n_h)) for c in cols_h if c not in _SHAPE["heads"]}
+    per_depth = {c: np.asarray(val_h[c]).mean(-1) if np.ndim(val_h[c]) == 3 else _grid(c, val_h[c], (n_r, k))
+                 for c in HEAD_VALUES}
+    cols, val = _columns("depths", {"match": dep[None, :] <= acc[:, None], **(depth_values or {})})
+    shape = {"drafter": drafter, "prompt_id": prompt_id, "round": np.repeat(rnd, k), "depth": np.tile(dep, n_r),
+             "context_len": np.repeat(ctx, k), "position": pos.ravel(),
+             "reached": (dep[None, :] <= acc[:, None] + 1).ravel(), "accepted": (dep[None, :] <= acc[:, None]).ravel(),
+             "beyond_window": beyond(pos).ravel()}
+    tables["depths"] = pd.DataFrame({c: shape[c] if c in shape else per_depth[c].ravel() if c in per_depth
+                                     else _grid(c, val[c], (n_r, k)).ravel() for c in cols})
+    shape = {"drafter": drafter, "prompt_id": prompt_id, "round": np.repeat(rnd, k * n_h),
+             "depth": np.tile(np.repeat(dep, n_h), n_r), "head": np.tile(np.arange(n_h), n_r * k)}
+    tables["heads"] = pd.DataFrame({c: shape[c] if c in shape else per_head[c].ravel() for c in cols_h})
+
+    if aux is not None:
+        cols, val = _columns("aux", {c: v for c, v in aux.items() if c != "layer_id"})
+        layers = np.asarray(aux["layer_id"], np.int64)
+        n_a = len(layers)
+        shape = {"drafter": drafter, "prompt_id": prompt_id, "round": np.repeat(rnd, n_a),
+                 "chunk": np.tile(np.arange(n_a), n_r), "layer_id": np.tile(layers, n_r)}
+        tables["aux"] = pd.DataFrame({c: shape[c] if c in shape else _grid(c, val[c], (n_r, n_a)).ravel()
+                                      for c in cols})
+    if prompt is not None:
+        base = {"prompt_len": int(ctx[0]) if n_r else 0, "n_generated": int((acc + 1).sum())}
+        cols, val = _columns("prompts", {**base, **prompt})
+        shape = {"drafter": drafter, "prompt_id": prompt_id, "n_rounds": n_r, "accepted_total": int(acc.sum()),
+                 "mean_acceptance_length": float(1 + acc.mean()) if n_r else 1.0}
+        tables["prompts"] = pd.DataFrame([{c: shape[c] if c in shape else val[c] for c in cols}])
+    arrays: dict[str, np.ndarray] = {}
+    if rows:
+        from .sinks import SinkSpec
+
+        first = SinkSpec().first_n
+        index = []
+        for r, row in rows.items():
+            name = f"{drafter}|{prompt_id}|{int(r)}"
+            arrays[name] = np.asarray(row, np.float32)
+            toks = (slot_tokens or {}).get(r)
+            index.append({"drafter": drafter, "prompt_id": prompt_id, "round": int(r), "context_len": int(ctx[r]),
+                          "tensor": name, "slot_tokens": [0] * arrays[name].shape[-1] if toks is None else list(toks),
+                          "sink_slots": np.arange(min(first, int(ctx[r])), dtype=np.int64)})
+        tables["rows_index"] = pd.DataFrame(index, columns=[*ROWS_INDEX, "sink_slots"])
+    return Shard(tables, arrays)
+
+
+def join(parts: Iterable[Shard]) -> Shard:
+    """Several drafters' shards of one prompt as one (tables concatenated in order)."""
+    parts = list(parts)
+    names = list(dict.fromkeys(t for p in parts for t in p.tables))
+    tables = {t: pd.concat([p.tables[t] for p in parts if t in p.tables], ignore_index=True) for t in names}
+    return Shard(tables, {k: v for p in parts for k, v in p.rows.items()})
+
+
+def manifest(drafters: Iterable[str], depth: int, *, mode: str = "generate", window: int | None = None,
+             rope_scaling: dict | None = None, heads: int | None = None, full_every: int | None = None,
+             probes: str = "synthetic") -> dict[str, Any]:
+    """What the readers need of a capture's manifest: per drafter its name (also its variant and config hash),
+    layout `synthetic`, no flags or overrides, `window` as max_position_embeddings, `rope_scaling`, `heads` as
+    num_attention_heads; the capture's depth, mode, default sinks, full_every; stand-in probe and target hashes."""
+    from .sinks import SinkSpec
+
+    def entry(name: str) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": name, "layout": "synthetic", "variant": name, "flags": {}, "overrides": {},
+                             "config_hash": name}
+        extra = {"max_position_embeddings": window, "rope_scaling": rope_scaling, "num_attention_heads": heads}
+        return {**d, **{k: v for k, v in extra.items() if v is not None}}
+
+    capture = {"depth": int(depth), "mode": mode, "sink": SinkSpec().to_dict(), "probes": {"sha256": probes}}
+    if full_every is not None:
+        capture["full_every"] = int(full_every)
+    return {"drafters": [entry(n) for n in drafters], "capture": capture, "target": {"config_hash": "synthetic"}}
+
+
+def write(path, man: dict[str, Any], shards: Iterable[tuple[str, Shard]], compact: bool = True,
+          overwrite: bool = False) -> Path:
+    """Write (prompt id, shard) pairs as they come, one shard per prompt, then finish: merged into one file per
+    table as a capture ends, or left as shards (`compact=False`: tests that damage a shard file need them)."""
+    with TraceWriter(path, man, overwrite=overwrite) as w:
+        for prompt_id, s in shards:
+            w.add(prompt_id, s.tables, s.rows or None)
+        w.finish(compact=compact)
+    return Path(path)
+
+
+def _floats(spec: dict, key: str, default, shape: tuple[int, ...]) -> np.ndarray:
+    """write_trace's reading of a number: numpy broadcasting of a float or array to `shape`."""
+    return np.broadcast_to(np.asarray(spec.get(key, default), float), shape)
+
+
+def write_trace(path: Path, drafters: dict[str, dict], depth: int, window: int = 4096,
+                rope_scaling: dict | None = None, compact: bool = False, groups: dict[str, str] | None = None,
+                mode: str = "generate") -> Path:
+    """drafters: name -> {"accepted": [...] per round, "context": [...] (default 100, 101, ... over the drafter's
+    rounds), "prompt": [...] (default p0, p1, p0, ...), "self_mass": float or per-round list (default 0.2 at
+    depths >= 2, split evenly between its parts), "sink_mass" (default 0.5) / "rms_in" (default the depth) /
+    "entropy" (default 1.0): float or [rounds, depth] array, "draft_s" / "verify_s" (per-round lists, default
+    NaN)}; a round's number within its prompt is its order there. One head (the depth's numbers, max_prob 0.5 on
+    slot 0), one shard per prompt id in sorted order, kept as shards unless `compact`. `groups` (prompt id ->
+    group) writes a prompts table that records them."""
+    k = depth
+    dep = np.arange(1, k + 1)
+    per_drafter = {}
+    for name, spec in drafters.items():
+        acc = np.asarray(spec["accepted"], dtype=np.int64)
+        n = len(acc)
+        sm = _floats(spec, "self_mass", 0.2, (n,))
+        self_mass = np.where(dep[None, :] >= 2, sm[:, None], 0.0)
+        parts = DERIVED_MASSES["self_mass"]
+        per_drafter[name] = {
+            "accepted": acc, "context": np.asarray(spec.get("context", np.arange(100, 100 + n)), dtype=np.int64),
+            "prompt": np.asarray(spec.get("prompt", [f"p{i % 2}" for i in range(n)])),
+            "heads": {"sink_mass": _floats(spec, "sink_mass", 0.5, (n, k)),
+                      **{p: self_mass / len(parts) for p in parts}, "entropy": _floats(spec, "entropy", 1.0, (n, k))},
+            "rms_in": _floats(spec, "rms_in", dep.astype(float), (n, k)),
+            "rounds": {c: np.asarray(spec.get(c, np.full(n, np.nan)), float) for c in ("draft_s", "verify_s")},
+        }
+
+    def shards():
+        for p in sorted({str(x) for d in per_drafter.values() for x in d["prompt"]}):
+            parts = []
+            for name, d in per_drafter.items():
+                sel = d["prompt"] == p
+                if not sel.any():
+                    continue
+                parts.append(chain_tables(
+                    name, p, d["accepted"][sel], k, context=d["context"][sel], window=window,
+                    head_values={**{c: v[sel] for c, v in d["heads"].items()}, "max_prob": 0.5, "top_pos": 0},
+                    depth_values={"rms_in": d["rms_in"][sel]},
+                    round_values={c: v[sel] for c, v in d["rounds"].items()},
+                    prompt=None if groups is None else {"group": groups[p], "prompt_len": 100}))
+            yield p, join(parts)
+
+    return write(path, manifest(drafters, k, mode=mode, window=window, rope_scaling=rope_scaling), shards(),
+                 compact=compact)

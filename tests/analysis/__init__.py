@@ -1,0 +1,1 @@
+"""analysis/: what is read out of traces: statistics, compare, check, decay, views."""

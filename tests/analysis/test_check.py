@@ -1,0 +1,105 @@
+"""`drifttool check`: rule parsing, pass/fail exit codes, baseline comparison, user errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from drifttool.analysis.check import parse_drop, parse_rule, run_check
+from drifttool.cli import main
+from drifttool.errors import DriftError
+from drifttool.trace.reader import read_trace
+from drifttool.trace.synthetic import write_trace
+
+# K = 4. good: AL = 1 + 12/4 = 4.0; weak: AL = 1 + 4/4 = 2.0; self mass 0.2 / 0.5 at depths >= 2
+GOOD = {"accepted": [4, 3, 4, 1], "self_mass": 0.2}
+WEAK = {"accepted": [1, 1, 2, 0], "self_mass": 0.5}
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    d = tmp_path_factory.mktemp("check")
+    cur = write_trace(d / "cur.drift", {"good": GOOD, "weak": WEAK}, depth=4)
+    base = write_trace(d / "base.drift", {"good": {"accepted": [4, 4, 4, 1], "self_mass": 0.2}, "weak": WEAK},
+                       depth=4)  # good's baseline AL = 4.25: the current 4.0 is a 5.9 % drop
+    other = write_trace(d / "k3.drift", {"good": {"accepted": [3, 3]}}, depth=3)
+    return cur, base, other
+
+
+def test_parse_rules():
+    r = parse_rule("acceptance_length>=2.0")
+    assert (r.metric, r.depth, r.op, r.threshold) == ("mean_acceptance_length", None, ">=", 2.0)
+    r = parse_rule(" self_mass @ depth5 <= 0.4 ")
+    assert (r.metric, r.depth, r.op, r.threshold) == ("self_mass", 5, "<=", 0.4)
+    assert parse_rule("draft_acceptance_rate>40%").threshold == pytest.approx(0.4)
+    assert parse_rule("per_position_rate@depth2==1e-1").metric == "acceptance_rate"
+    assert parse_rule("n_alpha@depth1<0.5").holds(0.4) and not parse_rule("al>=2").holds(float("nan"))
+    assert parse_drop("2%") == pytest.approx(0.02) and parse_drop("0.05") == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("acceptance_lenght>=2", "unknown metric 'acceptance_lenght'"),
+    ("acceptance_length=>2", "malformed"),
+    ("acceptance_length>=", "malformed"),
+    ("self_mass<=0.4", "per-depth metric"),
+    ("drift_score@depth2<=0.4", "drop '@depth2'"),
+    ("self_mass@depth0<=0.4", "depths start at 1"),
+])
+def test_rule_errors_name_the_rule(text, msg):
+    with pytest.raises(DriftError) as e:
+        parse_rule(text)
+    assert msg in str(e.value) and repr(text) in str(e.value)
+
+
+def test_run_check_values(traces):
+    cur, base, _ = traces
+    rep = run_check(read_trace(cur), ["al>=3", "self_mass@depth3<=0.4", "n_alpha@depth1>=0.5"])
+    by = {(r["rule"], r["drafter"]): r for r in rep["rules"]}
+    assert by[("al>=3", "good")]["value"] == pytest.approx(4.0) and by[("al>=3", "good")]["passed"]
+    assert by[("al>=3", "weak")]["value"] == pytest.approx(2.0) and not by[("al>=3", "weak")]["passed"]
+    assert by[("self_mass@depth3<=0.4", "weak")]["value"] == pytest.approx(0.5)
+    assert not rep["passed"] and rep["failed"] == 2
+    only = run_check(read_trace(cur), ["al>=3"], drafter="good")
+    assert only["passed"] and [r["drafter"] for r in only["rules"]] == ["good"]
+    with pytest.raises(DriftError, match="depth 9 is beyond"):
+        run_check(read_trace(cur), ["self_mass@depth9<=0.4"])
+    with pytest.raises(DriftError, match="--drafter 'nope'"):
+        run_check(read_trace(cur), ["al>=1"], drafter="nope")
+
+
+def _cli(*args):
+    p = subprocess.run([sys.executable, "-m", "drifttool.cli", "check", *map(str, args)], capture_output=True,
+                       text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_cli_exit_codes(traces):
+    cur, _, _ = traces
+    rc, out, _ = _cli(cur, "--rule", "acceptance_length>=3.0", "--rule", "self_mass@depth2<=0.4")
+    assert rc == 1
+    assert "acceptance_length>=3.0" in out and "FAIL" in out and "PASS" in out and "2 of 4 checks failed" in out
+    rc, out, _ = _cli(cur, "--rule", "acceptance_length>=2.0", "--rule", "self_mass@depth2<=0.6")
+    assert rc == 0 and "all 4 checks passed" in out and "FAIL" not in out
+    rc, out, err = _cli(cur, "--rule", "acceptance_length=>2")
+    assert rc == 2 and out == ""
+    assert err.strip().count("\n") == 0 and "--rule 'acceptance_length=>2': malformed" in err
+
+
+def test_cli_baseline(traces, capsys):
+    cur, base, other = traces
+    assert main(["check", str(cur), "--baseline", str(base), "--max-drop", "2%"]) == 1
+    out = capsys.readouterr().out
+    assert "against baseline" in out and "FAIL" in out
+    assert main(["check", str(cur), "--baseline", str(base), "--max-drop", "10%", "--json",
+                 "--baseline-metric", "mean_acceptance_length", "--baseline-metric", "self_mass@depth2"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    good = next(r for r in rep["baseline"] if r["drafter"] == "good" and r["metric"] == "mean_acceptance_length")
+    assert good["relative_drop"] == pytest.approx((4.25 - 4.0) / 4.25) and good["passed"]
+    assert rep["passed"] and len(rep["baseline"]) == 4
+    assert main(["check", str(cur), "--baseline", str(other)]) == 2  # depth 4 vs 3: not comparable
+    assert "depth" in capsys.readouterr().err
+    assert main(["check", str(cur), "--baseline", str(base), "--max-drop", "lots"]) == 2
+    assert main(["check", str(cur)]) == 2  # nothing to check

@@ -1,0 +1,1 @@
+"""Smoke tests of bench/."""

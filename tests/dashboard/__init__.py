@@ -1,0 +1,1 @@
+"""dashboard/: the Streamlit app, its server and command line."""

@@ -1,0 +1,194 @@
+"""The Streamlit dashboard under streamlit.testing: every page renders on fixture traces without an
+exception, with the expected charts and tables for every series; bad traces become st.error lines."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+pytest.importorskip("plotly")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+APP = Path(__file__).resolve().parents[2] / "drifttool" / "dashboard" / "app.py"
+SERIES = ["e3", "e31", "e3post"]
+# page file -> (minimum plotly charts, minimum dataframes)
+PAGES = {"depth": (4, 1), "heads": (2, 1), "context": (2, 1), "drilldown": (1, 1), "magnitudes": (3, 1),
+         "rejection": (2, 1)}
+
+
+def _app(monkeypatch, *traces: Path) -> AppTest:
+    monkeypatch.setattr(sys, "argv", [str(APP), *map(str, traces)])
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.run()
+    return at
+
+
+def _chart_series(at: AppTest) -> set[str]:
+    names = set()
+    for c in at.get("plotly_chart"):
+        spec = json.loads(c.proto.spec)
+        names |= {t.get("name") for t in spec["data"] if t.get("name")}
+    return names
+
+
+@pytest.fixture(scope="module")
+def app_run(dash_traces, tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    try:
+        at = _app(mp, dash_traces["a"], dash_traces["b"])
+        results = {"overview": (at, at.get("plotly_chart"), list(at.dataframe))}
+        for page in PAGES:
+            at.switch_page(f"app_pages/{page}.py").run()
+            results[page] = (at, list(at.get("plotly_chart")), list(at.dataframe), list(at.exception),
+                             _chart_series(at))
+        yield at, results
+    finally:
+        mp.undo()
+
+
+def test_overview_lists_every_series(app_run):
+    at, _ = app_run
+    at.switch_page("app_pages/overview.py").run()
+    assert not at.exception
+    assert not at.error
+    info = at.dataframe[0].value
+    assert sorted(info["series"]) == sorted(SERIES)
+    assert {"layout", "flags", "overrides", "variant"} <= set(info.columns)
+    assert "norm_output" in info.set_index("series").loc["e3post", "overrides"]
+    summary = at.dataframe[1].value
+    assert sorted(summary["series"]) == sorted(SERIES)
+    assert {"mean_acceptance_length", "al_lo", "al_hi", "drift_score", "drift_lo", "drift_hi"} <= set(summary.columns)
+    assert len(at.get("plotly_chart")) == 0  # the first page draws without plotly (its bars are in the table)
+    assert any(b.label.startswith("Download table") for b in at.get("download_button"))
+
+
+@pytest.mark.parametrize("page", list(PAGES))
+def test_page_renders(app_run, page):
+    _, results = app_run
+    _, charts, frames, exceptions, names = results[page]
+    assert not exceptions, [e.message for e in exceptions]
+    n_charts, n_frames = PAGES[page]
+    assert len(charts) >= n_charts
+    assert len(frames) >= n_frames
+    if page in ("depth", "rejection", "magnitudes"):
+        assert set(SERIES) <= names, names
+
+
+def test_filters_apply_across_pages(app_run):
+    at, _ = app_run
+    at.sidebar.multiselect(key="flt_tags").set_value(["chat"])
+    at.sidebar.slider(key="flt_depth").set_value((2, 3))
+    at.switch_page("app_pages/depth.py").run()
+    assert not at.exception
+    per_depth = at.dataframe[0].value
+    assert set(per_depth["depth"]) == {2, 3}
+    at.switch_page("app_pages/overview.py").run()
+    assert set(at.dataframe[2].value["prompt_id"]) == {"p1", "p3", "p5"}  # the prompts tagged chat
+    assert at.session_state["flt_tags"] == ["chat"]
+
+
+def test_bad_traces_show_errors_not_exceptions(monkeypatch, dash_traces):
+    at = _app(monkeypatch, dash_traces["bad"], dash_traces["missing"], dash_traces["a"])
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == 2
+    assert any("manifest.json" in e and "not valid JSON" in e for e in errors)
+    assert any("not found" in e for e in errors)
+    assert sorted(at.dataframe[0].value["series"]) == ["e3", "e31"]
+
+
+def test_no_loadable_trace_is_a_message(monkeypatch, dash_traces):
+    at = _app(monkeypatch, dash_traces["bad"])
+    assert not at.exception
+    assert len(at.error) == 1
+    assert at.info and "No trace to show" in at.info[0].value
+
+
+def test_many_traces_open_on_the_first_with_a_selector(monkeypatch, dash_traces, tmp_path):
+    """Four traces x 2 drafters (8 series > 6): the pages show the first trace only; the sidebar adds others."""
+    import shutil
+
+    copies = []
+    for i in range(4):
+        shutil.copytree(dash_traces["a"], tmp_path / f"t{i}.drift")
+        copies.append(tmp_path / f"t{i}.drift")
+    at = _app(monkeypatch, *copies)
+    assert not at.exception and not at.error
+    sel = at.sidebar.multiselect(key="flt_traces")
+    assert len(sel.options) == 4 and sel.value == [sel.options[0]] and sel.value[0].startswith("t0 (")
+    assert sorted(at.dataframe[0].value["series"]) == ["e3", "e31"]
+    sel.set_value(sel.options[:2]).run()
+    assert not at.exception
+    assert sorted(at.dataframe[0].value["series"]) == ["t0:e3", "t0:e31", "t1:e3", "t1:e31"]
+    at.switch_page("app_pages/depth.py").run()
+    assert not at.exception and len(at.get("plotly_chart")) >= 3
+    assert _chart_series(at) >= {"t0:e3", "t1:e31"}
+    at.sidebar.multiselect(key="flt_traces").set_value([]).run()
+    assert not at.exception and any("No trace selected" in i.value for i in at.info)
+
+
+def test_default_selection_rule():
+    from drifttool.dashboard import lib as dashlib
+
+    assert dashlib.default_selection([3]) == [0]
+    assert dashlib.default_selection([2, 1]) == [0, 1]  # a 2-trace comparison stays whole
+    assert dashlib.default_selection([3] * 8) == [0]  # the 8 sample traces: one trace, 3 drafters
+    assert dashlib.default_selection([]) == []
+
+
+def test_server_warm_up_fills_what_the_first_page_reads(monkeypatch, dash_traces):
+    """drifttool.dashboard.serve.warm reads the traces and aggregates the default view before a browser asks:
+    the first page of a fresh session then aggregates nothing (its _view call is a cache hit)."""
+    import streamlit as st
+
+    from drifttool.dashboard.serve import warm
+
+    st.cache_resource.clear()
+    st.cache_data.clear()
+    monkeypatch.setattr(sys, "argv", [str(APP), str(dash_traces["a"]), str(dash_traces["b"])])
+    warm()
+    from drifttool.dashboard import lib as dashlib
+
+    calls = []
+    real = dashlib.build_view
+    monkeypatch.setattr(dashlib, "build_view", lambda *a, **k: calls.append(1) or real(*a, **k))
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.run()
+    assert not at.exception and not at.error
+    assert sorted(at.dataframe[0].value["series"]) == sorted(SERIES)
+    assert calls == [], "the first page aggregated again: warm() and the page disagree on the default view"
+    at.slider[0].set_value((1, 2)).run()  # another filter is another view: aggregated now, not before
+    assert calls == [1]
+
+
+def test_server_warm_up_never_raises_on_a_bad_trace(monkeypatch, tmp_path):
+    from drifttool.dashboard.serve import warm
+
+    bad = tmp_path / "bad.drift"
+    bad.mkdir()
+    (bad / "manifest.json").write_text("{not json")
+    monkeypatch.setattr(sys, "argv", [str(APP), str(bad)])
+    warm()  # the page reports it (test_bad_traces_*); the server keeps starting
+
+
+def test_depth_page_population_toggle(monkeypatch, dash_traces):
+    """The Depth page redraws over prefix-correct rounds (chain still right up to the depth) with their n."""
+    from drifttool.trace.reader import read_trace
+
+    at = _app(monkeypatch, dash_traces["a"])
+    at.switch_page("app_pages/depth.py").run()
+    at.radio(key="depth_population").set_value(
+        "prefix-correct rounds (chain still right up to the depth)").run()
+    assert not at.exception
+    table = at.dataframe[0].value
+    r = read_trace(dash_traces["a"]).rounds
+    for (series, depth), n in table.set_index(["series", "depth"])["n_rounds"].items():
+        if series in ("e3", "e31"):
+            rr = r[r.drafter.astype(str) == series]
+            assert n == int((rr.accepted >= depth - 1).sum()), (series, depth)
+    trends = at.dataframe[1].value
+    assert set(trends["population"]) == {"prefix_correct"} and "mde" in trends.columns

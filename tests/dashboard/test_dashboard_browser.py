@@ -1,0 +1,260 @@
+"""The dashboard in a real headless browser: `drifttool dashboard` on a free local port, every page opened
+in Debian's chromium through playwright, in two views: the default (no argument: every sample trace, the
+sidebar showing the first) and a single trace. On every page: plotly charts rendered, no console errors, no
+two titles of a chart overlapping (bounding boxes), each drafter drawn in one colour on every chart, and a
+full-page screenshot. DRIFTTOOL_UPDATE_SCREENSHOT=1 copies the default view's screenshots to
+docs/dashboard/ (and the Depth page of the single sample trace to docs/screenshot_depth.png). Malformed
+traces are covered by the AppTest suite (test_dashboard_apptest.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.support.capture import REPO, child_env
+
+CHROMIUM = os.environ.get("DRIFTTOOL_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# (url path, page title, minimum plotly charts, minimum data grids drawn on that page)
+PAGES = [("", "Overview", 0, 3), ("depth", "Depth", 4, 0), ("heads", "Heads", 2, 0),
+         ("context", "Context length", 2, 0), ("drilldown", "Prompt drill-down", 1, 0), ("magnitudes", "Magnitudes", 3, 0),
+         ("rejection", "What predicts rejection", 2, 0)]
+READY = """([title, n, f]) => {
+  const app = document.querySelector('[data-testid="stApp"]');
+  const titles = [...document.querySelectorAll('h1')].map(e => e.innerText.trim());
+  const plots = [...document.querySelectorAll('.js-plotly-plot')].filter(e => e.querySelector('.main-svg'));
+  const grids = [...document.querySelectorAll('[data-testid="stDataFrame"]')].filter(e => e.querySelector('canvas'));
+  return app && app.getAttribute('data-test-script-state') === 'notRunning' && titles.includes(title)
+    && plots.length >= n && grids.length >= f && document.querySelectorAll('[data-testid="stSkeleton"]').length === 0;
+}"""
+
+
+def _require_browser():
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        why = "playwright-python is not installed (pip install playwright)"
+    else:
+        why = None if Path(CHROMIUM).is_file() else f"{CHROMIUM} missing (apt-get install chromium)"
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(f"browser test must run in CI: {why}")
+        pytest.skip(why)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float = 90) -> None:
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if proc.poll() is not None:
+            raise AssertionError(f"dashboard exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.read().strip() == b"ok":
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise AssertionError(f"dashboard not healthy after {timeout}s:\n{log.read_text()[-3000:]}")
+
+
+SAMPLE = REPO / "sample_traces" / "smollm2-long_code.drift"
+UPDATE = os.environ.get("DRIFTTOOL_UPDATE_SCREENSHOT") == "1"
+# Every chart's title and subplot titles / annotations as boxes, and each legend series' colour.
+BOXES = """() => [...document.querySelectorAll('.js-plotly-plot')].map(el => {
+  const nodes = [...el.querySelectorAll('.infolayer .annotation, .infolayer .gtitle')];
+  return nodes.map(a => { const r = a.getBoundingClientRect();
+    return {text: a.textContent, x0: r.left, y0: r.top, x1: r.right, y1: r.bottom}; })
+    .filter(b => b.x1 > b.x0 && b.text.trim());
+})"""
+COLOURS = """() => [...document.querySelectorAll('.js-plotly-plot')].map(el => (el.data || [])
+  .filter(t => t.showlegend !== false && t.name && (t.type === 'scatter' || t.type === 'bar'))
+  .map(t => [t.name, t.type === 'bar' ? (t.marker || {}).color : (t.line || {}).color]))"""
+
+
+def overlaps(boxes: list[dict], tol: float = 1.0) -> list[tuple[str, str]]:
+    """Pairs of boxes whose intersection is wider and taller than `tol` pixels."""
+    out = []
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            w = min(a["x1"], b["x1"]) - max(a["x0"], b["x0"])
+            h = min(a["y1"], b["y1"]) - max(a["y0"], b["y0"])
+            if w > tol and h > tol:
+                out.append((a["text"], b["text"]))
+    return out
+
+
+def drafter_colours(charts: list[list[list]]) -> dict[str, set]:
+    """drafter (the part of a series label after 'trace:') -> every colour it is drawn in on the page."""
+    got: dict[str, set] = {}
+    for chart in charts:
+        for name, colour in chart:
+            if name.startswith("ctx ") or name in ("sink slots", "query slot") or not isinstance(colour, str):
+                continue
+            got.setdefault(name.rpartition(":")[2], set()).add(colour)
+    return got
+
+
+def test_overlap_and_colour_checks_catch_what_they_should():
+    a = {"text": "a", "x0": 0, "y0": 0, "x1": 100, "y1": 20}
+    assert overlaps([a, {**a, "text": "b", "x0": 50, "x1": 150}]) == [("a", "b")]
+    assert overlaps([a, {**a, "text": "b", "x0": 100, "x1": 150}]) == []
+    assert drafter_colours([[["t1:eagle3", "#1"]], [["t2:eagle3", "#2"], ["ctx 0-127", "#3"]]]) == {"eagle3": {"#1", "#2"}}
+
+
+@pytest.fixture(scope="module", params=["default", "single"])
+def server(request, dash_traces, tmp_path_factory):
+    _require_browser()
+    view = request.param
+    if view == "default":
+        if not any((REPO / "sample_traces").glob("*.drift")):
+            pytest.skip("no sample_traces/*.drift in this checkout")
+        traces = []  # what a new user sees: `drifttool dashboard` with no argument
+    else:
+        traces = [str(SAMPLE if SAMPLE.is_dir() else dash_traces["a"])]
+    with _dashboard(traces, tmp_path_factory.mktemp("dashlog")) as url:
+        yield view, url, traces
+
+
+@contextlib.contextmanager
+def _dashboard(traces: list[str], logdir: Path):
+    """`drifttool dashboard TRACES` on a free port until healthy; yields its URL, stops it afterwards."""
+    port = _free_port()
+    log = logdir / "streamlit.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "drifttool.cli", "dashboard", *traces, "--port", str(port)],
+            stdout=out, stderr=subprocess.STDOUT, env=child_env(), cwd=REPO, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc, log)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _visit_pages(page, view: str, url: str | None, traces, tmp_path, problems: list[str], seen: dict) -> dict:
+    """Open every page (through the sidebar after the first), check it, screenshot it; returns render times."""
+    timings = {}
+    for path, title, n_charts, n_grids in PAGES:
+        t0 = time.perf_counter()
+        if not path and url:  # open the app once; then navigate like a user, through the sidebar
+            page.goto(url, wait_until="domcontentloaded")
+        else:
+            page.get_by_test_id("stSidebarNavLink").filter(has_text=title).first.click()
+            page.wait_for_url(f"**/{path}" if path else "**/")
+        page.wait_for_function(READY, arg=[title, n_charts, n_grids], timeout=180_000)
+        page.wait_for_timeout(300)  # plotly lays out annotations after the first paint
+        timings[path or "overview"] = round(time.perf_counter() - t0, 2)
+        assert page.locator("[data-testid='stException']").count() == 0, f"{view}: exception on page /{path}"
+        assert page.locator("[data-testid='stAlertContentError']").count() == 0, f"{view}: error on page /{path}"
+        charts_boxes, charts_colours = page.evaluate(BOXES), page.evaluate(COLOURS)
+        seen["boxes"] += sum(map(len, charts_boxes))
+        seen["colours"] += sum(map(len, charts_colours))
+        for i, boxes in enumerate(charts_boxes):
+            problems += [f"{view} /{path} chart {i}: titles overlap: {a!r} / {b!r}" for a, b in overlaps(boxes)]
+        for drafter, cols in drafter_colours(charts_colours).items():
+            if len(cols) > 1:
+                problems.append(f"{view} /{path}: {drafter} drawn in {len(cols)} colours: {sorted(cols)}")
+        shot = tmp_path / f"{view}_{path or 'overview'}.png"
+        page.screenshot(path=str(shot), full_page=True)
+        assert shot.stat().st_size > 10_000
+        if UPDATE and view == "default":
+            (REPO / "docs" / "dashboard").mkdir(parents=True, exist_ok=True)
+            shutil.copy(shot, REPO / "docs" / "dashboard" / f"{path or 'overview'}.png")
+        if UPDATE and view == "single" and path == "depth" and traces == [str(SAMPLE)]:
+            shutil.copy(shot, REPO / "docs" / "screenshot_depth.png")  # the README screenshot
+    return timings
+
+
+def _select_all_traces(page) -> int:
+    """Add every trace in the sidebar's 'Traces shown' multiselect, as a user would; returns how many."""
+    box = page.locator("[data-testid='stSidebar'] [data-testid='stMultiSelect']").first
+    for _ in range(50):
+        box.locator("input").click()
+        opts = page.get_by_role("option")
+        if opts.count() == 0 or "No results" in opts.first.inner_text():
+            page.keyboard.press("Escape")
+            break
+        opts.first.click()
+        page.wait_for_function(READY_ANY, timeout=180_000)
+    return box.inner_text().count("drafters")
+
+
+READY_ANY = """() => { const app = document.querySelector('[data-testid="stApp"]');
+  return app && app.getAttribute('data-test-script-state') === 'notRunning'; }"""
+
+
+def test_every_page_renders_in_chromium(server, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    view, url, traces = server
+    errors: list[str] = []
+    problems: list[str] = []
+    timings = {}
+    seen = {"boxes": 0, "colours": 0}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1700})
+            page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+            timings[view] = _visit_pages(page, view, url, traces, tmp_path, problems, seen)
+            if view == "default":  # one trace (3 drafters) shown by default, the others one click away
+                picked = page.locator("[data-testid='stSidebar'] [data-testid='stMultiSelect']").first.inner_text()
+                assert picked.count("drafters") == 1, picked
+                n = _select_all_traces(page)  # ... and every page still reads with all of them at once
+                assert n == len(list((REPO / "sample_traces").glob("*.drift"))) > 1, n
+                timings["all"] = _visit_pages(page, "all", None, traces, tmp_path, problems, seen)
+        finally:
+            browser.close()
+    print("render times (s):", timings)
+    assert not errors, errors
+    assert seen["boxes"] > 20 and seen["colours"] > 20, seen  # the checks saw the charts' titles and series
+    assert not problems, "\n".join(problems)
+
+
+SERIES = REPO / "sample_traces" / "training" / "smollm2-ci-series.drift"
+
+
+def test_training_page_renders_the_checkpoint_series(tmp_path):
+    """The Across training page on the bundled checkpoint-series trace: four charts, one line per variant."""
+    _require_browser()
+    if not SERIES.is_dir():
+        pytest.skip(f"{SERIES} not in this checkout")
+    from playwright.sync_api import sync_playwright
+
+    with _dashboard([str(SERIES)], tmp_path) as url:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1700})
+                page.goto(f"{url}/training", wait_until="domcontentloaded")
+                page.wait_for_function(READY, arg=["Across training", 4, 0], timeout=180_000)
+                assert page.locator("[data-testid='stException']").count() == 0
+                lines = page.evaluate(COLOURS)
+                assert all({n for n, _ in chart} == {"eagle3", "eagle3.1"} for chart in lines), lines
+                page.screenshot(path=str(tmp_path / "training.png"), full_page=True)
+                if UPDATE:
+                    shutil.copy(tmp_path / "training.png", REPO / "docs" / "dashboard" / "training.png")
+            finally:
+                browser.close()

@@ -1,0 +1,21 @@
+"""The README's results tables are what scripts/real_results.py prints from the shipped sample traces: every
+line it prints is in the README verbatim (a change of traces, metrics or formatting without the README fails
+here; the script itself broke once on compact traces' categorical keys with nobody noticing)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.support.capture import REPO, child_env
+
+
+def test_every_result_line_is_in_the_readme():
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "real_results.py")], capture_output=True, text=True,
+                       cwd=REPO, env=child_env(), timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
+    assert sum(ln.startswith("| ") for ln in lines) > 30, r.stdout  # the tables were printed
+    readme = (REPO / "README.md").read_text()
+    missing = [ln for ln in lines if ln not in readme]
+    assert not missing, "README lacks these lines of scripts/real_results.py:\n" + "\n".join(missing)

@@ -1,0 +1,1 @@
+"""model/: targets, drafters, checkpoint layouts and configs, chat templates."""

@@ -1,0 +1,1 @@
+"""plots/: the figure builders."""

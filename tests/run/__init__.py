@@ -1,0 +1,1 @@
+"""run/: running and capturing: the speculative loops, verification, capture, engines, the runner."""

@@ -1,0 +1,83 @@
+"""Engines are declared once (run/engines): the CLI, the API and the runner read the declaration. An option an
+engine does not declare is one line naming the engines that take it, before any model is loaded; a new engine is
+one entry that the CLI and `drifttool.capture_run` accept by name."""
+
+from __future__ import annotations
+
+import pytest
+
+import drifttool
+from drifttool.cli import main
+from drifttool.errors import DriftError
+from drifttool.run import engines
+from drifttool.run.engines import ENGINES, OPTION_FLAGS, Engine
+from tests.support.capture import build_models, prompt, write_probes
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("engines")
+    paths = build_models(root)
+    suite = write_probes(root / "p.jsonl", [{"id": "a", "token_ids": prompt(1, 12), "max_new_tokens": 6}])
+    return root, paths, suite
+
+
+def test_every_declared_option_has_a_flag_and_every_flag_an_engine():
+    for e in ENGINES.values():
+        assert e.options <= set(OPTION_FLAGS), e.name
+        assert {o for o, _ in e.refusals} <= set(OPTION_FLAGS) - e.options, e.name
+    assert set(OPTION_FLAGS) == set().union(*(e.options for e in ENGINES.values()))
+
+
+@pytest.mark.parametrize("option,value,line", [
+    ("tree", "dynamic:top_k=2,depth=2,total=4", "--tree: only with --engine hf (vLLM's tree mode is not replayed)"),
+    ("device_map", "auto", "--device-map: only with --engine hf (vLLM places the target itself; see --vllm-arg)"),
+    ("compact", False, "--no-compact: only with --engine hf"),
+])
+def test_an_option_the_engine_does_not_take_is_refused_before_loading(tiny, option, value, line):
+    root, paths, suite = tiny
+    with pytest.raises(DriftError) as e:  # vLLM is not imported: the declaration answers
+        drifttool.capture_run(paths["target"], [paths["eagle3"]], suite, root / "x.drift", engine="vllm",
+                              **{option: value})
+    assert str(e.value) == line
+    assert not (root / "x.drift").exists()
+    with pytest.raises(DriftError, match=r"^--vllm-arg: only with --engine vllm$"):
+        ENGINES["hf"].check({"engine_args": ["max_model_len=64"]})
+    with pytest.raises(DriftError, match=r"^--engine 'sglang': expected hf or vllm$"):
+        engines.engine("sglang")
+
+
+def test_capture_run_is_the_cli_capture(tiny):
+    root, paths, suite = tiny
+    t = drifttool.capture_run(paths["target"], [f"e3={paths['eagle3']}"], suite, root / "api.drift", depth=3,
+                              compact=False)
+    assert t.drafters == ["e3"] and t.manifest["status"] == "complete" and len(t.manifest["shards"]) == 1
+    assert main(["capture", "--target", str(paths["target"]), "--drafter", f"e3={paths['eagle3']}", "--probes",
+                 str(suite), "--out", str(root / "cli.drift"), "--depth", "3", "--no-compact", "--quiet"]) == 0
+    a, b = drifttool.load(root / "cli.drift").depths, t.depths
+    assert a.drop(columns=[c for c in a if c.endswith("_s")]).equals(b.drop(columns=[c for c in b if c.endswith("_s")]))
+
+
+def test_a_new_engine_is_one_declaration(tiny, monkeypatch, capsys):
+    """An engine that reuses the hf run under another name: the CLI accepts it and passes only its options."""
+    root, paths, suite = tiny
+    seen = {}
+
+    def run(target, drafters, probes, out, **kw):
+        seen.update(kw)
+        return ENGINES["hf"].load()(target, drafters, probes, out, **kw)
+
+    import sys
+    import types
+
+    mod = types.ModuleType("drifttool_test_engine")
+    mod.run = run
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    monkeypatch.setitem(ENGINES, "echo", Engine("echo", "the hf loop again", mod.__name__, "run",
+                                                frozenset({"compact"})))
+    assert main(["capture", "--engine", "echo", "--target", str(paths["target"]), "--drafter", str(paths["eagle3"]),
+                 "--probes", str(suite), "--out", str(root / "echo.drift"), "--depth", "2", "--quiet"]) == 0
+    assert "device_map" not in seen and "tree" not in seen and seen["depth"] == 2
+    assert main(["capture", "--engine", "echo", "--target", str(paths["target"]), "--drafter", str(paths["eagle3"]),
+                 "--probes", str(suite), "--out", str(root / "echo2.drift"), "--tree", "[(0,)]", "--quiet"]) == 2
+    assert "--tree: only with --engine hf" in capsys.readouterr().err

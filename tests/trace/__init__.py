@@ -1,0 +1,1 @@
+"""trace/: the trace format: writing, reading, validating, compacting, identity."""

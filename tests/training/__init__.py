@@ -1,0 +1,1 @@
+"""The zoo, the real target and the training pipeline (training/, project tooling)."""
