@@ -256,6 +256,25 @@ def conform(
 
 
 @app.command()
+def report(
+    traces: list[str] = typer.Argument(..., help="NAME.drift folder(s)"),
+    out: str = typer.Option("report.html", "-o", "--out", help="the HTML file to write"),
+    title: str = typer.Option("drifttool report", "--title"),
+):
+    """One self-contained HTML file (opens offline, no server): the verdict, the dashboard's charts and tables."""
+    from .plots.html_report import html_report
+    from .trace.reader import read_trace
+
+    text = html_report([read_trace(t) for t in traces], title)
+    p = Path(out)
+    try:
+        p.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise DriftError(f"{p}: cannot write ({e.strerror})") from None
+    typer.echo(f"report written: {p} ({len(text) // 1024} KiB)")
+
+
+@app.command()
 def plan(
     traces: list[str] = typer.Argument(..., help="pilot NAME.drift folder(s)"),
     metric: str = typer.Option(..., "--metric", help="a depth trend METRIC@depthN-depthM (e.g. "

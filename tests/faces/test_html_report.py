@@ -1,0 +1,63 @@
+"""`drifttool report TRACE -o report.html`: one self-contained file that opens offline in Chromium (every
+request off the page's own file refused) and draws every chart the report lists; the verdict sentences are the
+terminal's "In short"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from drifttool.analysis.compare import Comparison
+from drifttool.analysis.report import plain_summary
+from drifttool.analysis.views import build_view
+from drifttool.cli import main
+from drifttool.plots.html_report import charts
+from drifttool.trace.reader import read_trace
+from tests.dashboard.test_dashboard_browser import ARGS, CHROMIUM, _require_browser
+
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "smollm2-long_code.drift"
+
+
+def test_report_opens_offline_and_draws_every_chart(tmp_path, capsys):
+    _require_browser()
+    from playwright.sync_api import sync_playwright
+
+    out = tmp_path / "report.html"
+    assert main(["report", str(SAMPLE), "-o", str(out)]) == 0
+    assert "report written" in capsys.readouterr().out
+    text = out.read_text()
+    trace = read_trace(SAMPLE)
+    want = [name for name, _ in charts(build_view([trace]))]
+    assert len(want) >= 6
+    for s in plain_summary(Comparison.of([trace])):
+        assert s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("'", "&#x27;") in text
+    blocked = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+
+            def route(r):
+                if r.request.url.startswith("file://"):
+                    return r.continue_()
+                blocked.append(r.request.url)
+                return r.abort()
+
+            page.route("**/*", route)
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(out.as_uri())
+            page.wait_for_function(f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {len(want)}",
+                                   timeout=60_000)
+            drawn = page.evaluate("document.querySelectorAll('.js-plotly-plot').length")
+            titles = page.evaluate("[...document.querySelectorAll('h2')].map(h => h.textContent)")
+        finally:
+            browser.close()
+    assert drawn == len(want) and not errors, errors
+    assert blocked == []  # nothing fetched from the network: plotly.js is inlined
+    assert [t for t in titles if t in want] == want
+
+
+def test_report_refuses_an_unwritable_path(tmp_path, capsys):
+    assert main(["report", str(SAMPLE), "-o", str(tmp_path / "no" / "such" / "dir" / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write" in err and "Traceback" not in err
