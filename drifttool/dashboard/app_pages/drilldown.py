@@ -24,7 +24,14 @@ except DriftError as e:  # a damaged rows_index/: one line, the other pages keep
     st.stop()
 sampled = sorted(idx.loc[(idx["drafter"] == drafter) & (idx["prompt_id"] == pid), "round"].astype(int))
 if not sampled:
-    st.info("No attention rows were sampled for this prompt (capture with --keep-rows N).")
+    cap = trace.manifest.get("capture", {})
+    if cap.get("tree"):  # tree captures compute every node's row but write none (capture.full_every_note)
+        st.info("A draft-tree trace writes no attention rows (every node's statistics are in the Draft trees page).")
+    elif int(cap.get("keep_rows", 0) or 0) == 0:
+        st.info("This capture kept no attention rows (--keep-rows 0); capture with --keep-rows N to drill down.")
+    else:
+        st.info(f"No attention row was sampled for this prompt (the capture kept {cap.get('keep_rows')} per prompt "
+                "and drafter; rounds without drafts have none).")
     st.stop()
 rnd = c3.selectbox("Sampled round", sampled, key="dd_round")
 try:
