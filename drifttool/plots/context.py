@@ -7,12 +7,7 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
 from ..analysis.compare import MIN_N
-from .base import (
-    N_COLUMN,
-    TEMPLATE,
-    label,
-    series_styles,
-)
+from .base import N_COLUMN, TEMPLATE, in_series_order, label, series_order, series_styles
 from .base import empty as _empty
 from .base import line_with_band as _line_with_band
 from .base import rc as _rc
@@ -34,7 +29,7 @@ def context_curves(by_context: pd.DataFrame, metric: str = "self_mass", max_cols
     (darker = longer); points over fewer than min_n rounds hollow and grey."""
     if by_context.empty:
         return _empty(f"{label(metric)} by context length")
-    series = list(dict.fromkeys(by_context["series"]))
+    series = series_order(by_context["series"])
     buckets = bucket_order(by_context["context_bucket"])
     shades = sample_colorscale("Viridis", [0.85 * (1 - i / max(1, len(buckets) - 1)) for i in range(len(buckets))])
     fig, rows, cols = _subplots(series, max_cols=max_cols, shared_yaxes=True)
@@ -61,8 +56,8 @@ def context_summary(by_context: pd.DataFrame, metric: str = "self_mass") -> go.F
     agg = by_context.assign(context_bucket=by_context["context_bucket"].astype(str)) \
         .groupby(["series", "context_bucket"], observed=True)[metric].mean().reset_index()
     order = {b: i for i, b in enumerate(bucket_order(agg["context_bucket"]))}
-    agg = agg.sort_values("context_bucket", key=lambda c: c.map(order))
-    styles = series_styles(by_context["series"])
+    agg = in_series_order(agg.sort_values("context_bucket", key=lambda c: c.map(order)))
+    styles = series_styles(agg["series"])
     fig = go.Figure()
     for s, sub in agg.groupby("series", sort=False):
         st = styles[s]

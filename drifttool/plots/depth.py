@@ -9,13 +9,7 @@ import plotly.graph_objects as go
 
 from ..analysis.compare import MIN_N
 from ..styles import split_label
-from .base import (
-    N_COLUMN,
-    TEMPLATE,
-    label,
-    log_range,
-    series_styles,
-)
+from .base import N_COLUMN, TEMPLATE, in_series_order, label, log_range, series_styles
 from .base import empty as _empty
 from .base import has_small_n as _has_small_n
 from .base import line_with_band as _line_with_band
@@ -31,6 +25,7 @@ def metric_by_depth(per_depth: pd.DataFrame, metrics: Sequence[str], title: str,
     included); y_range: a fixed range for the other panels (default: plotly's autorange)."""
     if per_depth.empty:
         return _empty(title)
+    per_depth = in_series_order(per_depth)
     styles = series_styles(per_depth["series"])
     logs = set(metrics) if log_y is True else set(log_y or ())
     fig, rows, cols = _subplots([label(m) for m in metrics], max_cols=3)
@@ -85,7 +80,7 @@ def metric_by_trace(per_depth: pd.DataFrame, metric: str = "self_mass", max_cols
     title = f"{label(metric)} by depth, one panel per trace"
     if per_depth.empty or metric not in per_depth:
         return _empty(title)
-    df = per_depth.assign(_trace=[split_label(s)[0] or "" for s in per_depth["series"]])
+    df = in_series_order(per_depth).assign(_trace=[split_label(s)[0] or "" for s in per_depth["series"]])
     traces = list(dict.fromkeys(df["_trace"]))
     styles = series_styles(df["series"])
     fig, rows, cols = _subplots(traces, max_cols=max_cols, shared_yaxes="all", shared_xaxes=True)
@@ -113,6 +108,7 @@ def acceptance_length_bars(summary: pd.DataFrame) -> go.Figure:
     Several traces: one group of bars per trace, one bar colour per drafter (legend by drafter)."""
     if summary.empty:
         return _empty("Mean acceptance length")
+    summary = in_series_order(summary)
     styles = series_styles(summary["series"])
     parts = [split_label(s) for s in summary["series"]]
     multi = len({t for t, _ in parts}) > 1

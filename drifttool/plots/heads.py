@@ -8,10 +8,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from .base import (
-    TEMPLATE,
-    label,
-)
+from .base import TEMPLATE, label, series_order
 from .base import empty as _empty
 from .base import rc as _rc
 from .base import subplots as _subplots
@@ -26,7 +23,7 @@ def head_matrix(head_means: pd.DataFrame, series: str, metric: str) -> pd.DataFr
 def head_heatmaps(head_means: pd.DataFrame, metric: str = "sink_mass", series: Sequence[str] | None = None,
                   max_cols: int = 3) -> go.Figure:
     """One depth x head heatmap per series, all on one shared colour scale, wrapped at max_cols per row."""
-    series = list(series or dict.fromkeys(head_means["series"]))
+    series = list(series or series_order(head_means["series"]))
     if head_means.empty or not series:
         return _empty(f"{label(metric)} by depth and head")
     mats = [head_matrix(head_means, s, metric) for s in series]
@@ -70,7 +67,7 @@ def where_attention(where: pd.DataFrame, max_cols: int = 3) -> go.Figure:
 
     if where is None or where.empty:
         return _empty("Where heads look hardest", "not recorded in these traces (drifttool before head maxima)")
-    series = list(dict.fromkeys(where["series"]))
+    series = series_order(where["series"])
     fig, rows, cols = _subplots(series, max_cols=max_cols, shared_yaxes=True)
     colors = {"pos0": "#d62728", "early": "#ff9896", "recent": "#9467bd", "self": "#ff7f0e", "other": "#c7c7c7"}
     for i, s in enumerate(series):

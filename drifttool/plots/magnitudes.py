@@ -6,11 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .base import (
-    TEMPLATE,
-    TITLE_FONT,
-    series_colors,
-)
+from .base import TEMPLATE, TITLE_FONT, in_series_order, series_colors, series_order
 from .base import empty as _empty
 
 
@@ -18,6 +14,7 @@ def aux_rms(aux_summary: pd.DataFrame) -> go.Figure:
     """Per aux chunk (target layer) RMS of the captured feature before and after fc_norm, per series."""
     if aux_summary.empty:
         return _empty("Aux feature RMS before / after fc_norm")
+    aux_summary = in_series_order(aux_summary)
     colors = series_colors(aux_summary["series"])
     fig = make_subplots(rows=1, cols=2, subplot_titles=["before fc_norm", "after fc_norm"], shared_yaxes=True)
     fig.update_annotations(font=TITLE_FONT)
@@ -43,7 +40,7 @@ def massive_flags(massive_by_depth: pd.DataFrame, aux_summary: pd.DataFrame) -> 
     A panel where no round is flagged says so ('none flagged') instead of showing an empty axis."""
     if massive_by_depth.empty and aux_summary.empty:
         return _empty("Massive-activation flags")
-    series = list(dict.fromkeys([*massive_by_depth.get("series", []), *aux_summary.get("series", [])]))
+    series = series_order([*massive_by_depth.get("series", []), *aux_summary.get("series", [])])
     colors = series_colors(series)
     fig = make_subplots(rows=1, cols=2, subplot_titles=["drafter layer input / pre, by depth", "aux chunks"])
     fig.update_annotations(font=TITLE_FONT)

@@ -7,12 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..analysis.compare import MIN_N
-from .base import (
-    SMALL_N_COLOR,
-    TEMPLATE,
-    label,
-    series_styles,
-)
+from .base import SMALL_N_COLOR, TEMPLATE, in_series_order, label, series_styles
 from .base import empty as _empty
 from .base import rc as _rc
 from .base import subplots as _subplots
@@ -28,6 +23,7 @@ def predictor_curves(predictors: pd.DataFrame, metric: str = "self_mass", max_co
         return _empty(f"Acceptance vs {label(metric)}")
     depths = sorted(p["depth"].unique())
     fig, rows, cols = _subplots([f"depth {d}" for d in depths], max_cols=max_cols, shared_yaxes=True)
+    p = in_series_order(p)
     styles = series_styles(p["series"])
     small_any = False
     for i, d in enumerate(depths):
@@ -79,6 +75,7 @@ def predictor_correlations(predictors: pd.DataFrame, min_n: int = MIN_N) -> go.F
         return _empty("Rank correlation with acceptance")
     rho = correlation_table(predictors, min_n)
     metrics = list(dict.fromkeys(rho["metric"]))
+    rho = in_series_order(rho)
     styles = series_styles(rho["series"])
     fig, rows, cols = _subplots([label(m) for m in metrics], max_cols=3, shared_yaxes=True)
     for j, m in enumerate(metrics):
