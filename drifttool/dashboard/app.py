@@ -38,6 +38,7 @@ def main() -> None:
     keys = lib.load_traces()
     if keys:
         lib.sidebar_filters(keys)
+        lib.sync_url(lib.checked_traces()[0])  # the view in the URL (url_state): a link opens the same view
     try:
         nav.run()
     finally:

@@ -12,6 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from drifttool.analysis.views import Filters, LoadedTrace, View, build_view, load_trace
+from drifttool.dashboard import url_state
 from drifttool.errors import DriftError
 
 REPO = Path(__file__).resolve().parents[2]  # a checkout's root (drifttool/dashboard/lib.py)
@@ -130,14 +131,22 @@ def trace_label(t: LoadedTrace) -> str:
     return f"{t.name} ({suite_name(t)}, {len(t.manifest['drafters'])} drafters{mode})"
 
 
-def trace_selector(keys: list[tuple[str, float]]) -> list[tuple[str, float]]:
-    """Sidebar multiselect of the loaded traces (default: see default_selection); returns the chosen keys."""
-    if len(keys) == 1:
-        return keys
+def _names_labels(keys: list[tuple[str, float]]) -> tuple[list[str], list[str]]:
+    """Per loaded trace: its folder name (what a link names) and its selector label."""
     traces = [_load(*k) for k in keys]
     labels = [trace_label(t) for t in traces]
     if len(set(labels)) < len(labels):  # same folder name in two places: tell them apart by their parent folder
         labels = [f"{lab} in {t.path.parent}" for lab, t in zip(labels, traces)]
+    return [t.name for t in traces], labels
+
+
+def trace_selector(keys: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """Sidebar multiselect of the loaded traces (default: see default_selection); returns the chosen keys."""
+    names, labels = _names_labels(keys)
+    url_state.read(st.query_params, st.session_state, names, labels, _options(tuple(keys)))
+    if len(keys) == 1:
+        return keys
+    traces = [_load(*k) for k in keys]
     if "flt_traces" not in st.session_state or not set(st.session_state["flt_traces"]) <= set(labels):
         st.session_state["flt_traces"] = [labels[i] for i in default_selection([len(t.manifest["drafters"])
                                                                                  for t in traces])]
@@ -159,9 +168,19 @@ def sidebar_filters(keys: list[tuple[str, float]]) -> None:
     sb.multiselect("Tags (any of)", o["tags"], key="flt_tags", placeholder="all tags")
     k = o["depth"]
     if k > 1:
-        sb.slider("Depth range", 1, k, value=st.session_state.get("flt_depth", initial_filters(k).depth_range), key="flt_depth")
+        if "flt_depth" not in st.session_state:  # set here, not as the widget's value, so a link's range may set it
+            st.session_state["flt_depth"] = initial_filters(k).depth_range
+        sb.slider("Depth range", 1, k, key="flt_depth")
     sb.multiselect("Heads", o["heads"], key="flt_heads", placeholder="all heads")
     sb.caption(f"showing {len(keys)} trace(s): " + ", ".join(o["names"]))
+
+
+def sync_url(keys: list[tuple[str, float]]) -> None:
+    """Write the current traces and filters into the URL (dashboard/url_state.py)."""
+    names, labels = _names_labels(keys)
+    shown = st.session_state.get("trace_keys") or keys
+    default = [labels[i] for i in default_selection([len(_load(*k).manifest["drafters"]) for k in keys])]
+    url_state.write(st.query_params, st.session_state, names, labels, _options(tuple(shown))["depth"], default)
 
 
 def initial_filters(depth: int) -> Filters:

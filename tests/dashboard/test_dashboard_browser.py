@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -161,7 +162,7 @@ def _visit_pages(page, view: str, url: str | None, traces, tmp_path, problems: l
             page.goto(url, wait_until="domcontentloaded")
         else:
             page.get_by_test_id("stSidebarNavLink").filter(has_text=title).first.click()
-            page.wait_for_url(f"**/{path}" if path else "**/")
+            page.wait_for_url(re.compile(rf".*/{path}(\?.*)?$"))  # the view's state rides in the query string
         page.wait_for_function(READY, arg=[title, n_charts, n_grids], timeout=180_000)
         page.wait_for_timeout(300)  # plotly lays out annotations after the first paint
         timings[path or "overview"] = round(time.perf_counter() - t0, 2)
