@@ -254,6 +254,32 @@ class View:
         return out
 
     @cached_property
+    def glance(self) -> pd.DataFrame:
+        """The Overview's headline, one row per series from the first page's own columns: acceptance length (AL)
+        with its CI, sink mass at depth 1 and K, self mass at K, layer-input RMS at depth 1 and K (means over
+        rounds). Short column names: the table fits the page beside the sidebar."""
+        s = self.summary
+        if s.empty:
+            return pd.DataFrame(columns=["series"])
+        d = self._cmp.depths
+        k = int(d["depth"].max()) if len(d) else 1
+        at = {dep: d[d["depth"] == dep].groupby("series", observed=True)[["sink_mass", "self_mass", "rms_in"]].mean()
+              for dep in (1, k)}
+
+        def ci(r) -> str:
+            lo, hi = r["al_lo"], r["al_hi"]
+            return f"{r['mean_acceptance_length']:.2f}" + ("" if lo != lo else f" [{lo:.2f}, {hi:.2f}]")
+
+        rows = []
+        for _, r in s.iterrows():
+            one, kk = at[1], at[k]
+            get = lambda t, c, x=r["series"]: float(t.loc[x, c]) if x in t.index else float("nan")  # noqa: E731
+            rows.append({"series": r["series"], "AL [95% CI]": ci(r), "groups": int(r["groups"]),
+                         "sink d1": get(one, "sink_mass"), f"sink d{k}": get(kk, "sink_mass"),
+                         f"self d{k}": get(kk, "self_mass"), "RMS d1": get(one, "rms_in"), f"RMS d{k}": get(kk, "rms_in")})
+        return pd.DataFrame(rows)
+
+    @cached_property
     def per_depth(self) -> pd.DataFrame:
         if self._dd.empty:
             return pd.DataFrame(columns=["series", "depth"])

@@ -55,11 +55,15 @@ def test_overview_lists_every_series(app_run):
     at.switch_page("app_pages/overview.py").run()
     assert not at.exception
     assert not at.error
-    info = at.dataframe[0].value
+    frames = [f.value for f in at.dataframe]
+    glance = frames[0]  # the headline first: acceptance with its CI, sink / self mass and fed-back RMS
+    assert sorted(glance["series"]) == sorted(SERIES)
+    assert {"AL [95% CI]", "sink d1", "RMS d1"} <= set(glance.columns)
+    info = next(f for f in frames if "flags" in f.columns)  # full identity, under Details
     assert sorted(info["series"]) == sorted(SERIES)
     assert {"layout", "flags", "overrides", "variant"} <= set(info.columns)
     assert "norm_output" in info.set_index("series").loc["e3post", "overrides"]
-    summary = at.dataframe[1].value
+    summary = next(f for f in frames if "mean_acceptance_length" in f.columns and "al_lo" in f.columns)
     assert sorted(summary["series"]) == sorted(SERIES)
     assert {"mean_acceptance_length", "al_lo", "al_hi", "drift_score", "drift_lo", "drift_hi"} <= set(summary.columns)
     assert len(at.get("plotly_chart")) == 0  # the first page draws without plotly (its bars are in the table)
@@ -87,7 +91,8 @@ def test_filters_apply_across_pages(app_run):
     per_depth = at.dataframe[0].value
     assert set(per_depth["depth"]) == {2, 3}
     at.switch_page("app_pages/overview.py").run()
-    assert set(at.dataframe[2].value["prompt_id"]) == {"p1", "p3", "p5"}  # the prompts tagged chat
+    prompts = next(f.value for f in at.dataframe if "prompt_id" in f.value.columns)  # the Prompts table
+    assert set(prompts["prompt_id"]) == {"p1", "p3", "p5"}  # the prompts tagged chat
     assert at.session_state["flt_tags"] == ["chat"]
 
 

@@ -27,8 +27,8 @@ from tests.support.capture import REPO, child_env
 CHROMIUM = os.environ.get("DRIFTTOOL_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-# (url path, page title, minimum plotly charts, minimum data grids drawn on that page)
-PAGES = [("", "Overview", 0, 3), ("depth", "Depth", 4, 0), ("heads", "Heads", 2, 0),
+# (url path, page title, minimum plotly charts, minimum data grids drawn on that page; folded expanders draw none)
+PAGES = [("", "Overview", 0, 2), ("depth", "Depth", 4, 0), ("heads", "Heads", 2, 0),
          ("context", "Context length", 2, 0), ("drilldown", "Prompt drill-down", 1, 0), ("magnitudes", "Magnitudes", 3, 0),
          ("rejection", "What predicts rejection", 2, 0)]
 READY = """([title, n, f]) => {
@@ -168,6 +168,11 @@ def _visit_pages(page, view: str, url: str | None, traces, tmp_path, problems: l
         timings[path or "overview"] = round(time.perf_counter() - t0, 2)
         assert page.locator("[data-testid='stException']").count() == 0, f"{view}: exception on page /{path}"
         assert page.locator("[data-testid='stAlertContentError']").count() == 0, f"{view}: error on page /{path}"
+        if not path:  # the Overview answers the question at 1400 px: the verdict, sink mass, no table cut off
+            text = page.locator("[data-testid='stMain']").inner_text()
+            assert "In short" in text and "sink d1" in page.content(), f"{view}: overview lacks verdict / sink mass"
+            wide = page.evaluate(OVERFLOW)
+            assert not wide, f"{view}: overview tables scroll sideways at 1400 px: {wide}"
         charts_boxes, charts_colours = page.evaluate(BOXES), page.evaluate(COLOURS)
         seen["boxes"] += sum(map(len, charts_boxes))
         seen["colours"] += sum(map(len, charts_colours))
@@ -199,6 +204,17 @@ def _select_all_traces(page) -> int:
         opts.first.click()
         page.wait_for_function(READY_ANY, timeout=180_000)
     return box.inner_text().count("drafters")
+
+
+# the visible (not folded) data grids whose content is wider than their box, and the page's own width
+OVERFLOW = """() => { const out = [];
+  if (document.documentElement.scrollWidth > window.innerWidth + 1) out.push('page ' + document.documentElement.scrollWidth);
+  document.querySelectorAll('[data-testid="stDataFrame"]').forEach((g, i) => {
+    if (!g.offsetParent) return;
+    const sc = g.querySelector('.dvn-scroller');
+    if (sc && sc.scrollWidth > sc.clientWidth + 2) out.push('grid ' + i + ': ' + sc.scrollWidth + ' > ' + sc.clientWidth);
+  });
+  return out; }"""
 
 
 READY_ANY = """() => { const app = document.querySelector('[data-testid="stApp"]');

@@ -1,5 +1,6 @@
-"""Overview: per series the drafter identity, layout, flags and overrides, prompts, acceptance, drift summary.
-Tables only (see below), so the first page draws without the plotting library."""
+"""Overview: the verdict in words, then one compact headline table (acceptance, sink and self mass, fed-back
+RMS at depth 1 and K), then the series' identity; details and prompts folded. Tables only, so the first page
+draws without the plotting library (its 4.7 MB bundle costs 1.5-2 s cold; the chart pages load it)."""
 
 import streamlit as st
 
@@ -14,27 +15,29 @@ if lines:
     st.markdown("\n".join(f"- {x}" for x in lines))
     st.caption("Acceptance length against the EAGLE-3 series, paired over groups (source documents) with a sign-flip "
                "test and its minimum detectable effect; depth trends with the same statistics are on the Depth page.")
+st.subheader("At a glance")
+g = v.glance
+fmt = {c: st.column_config.NumberColumn(c, format="%.3f") for c in g.columns
+       if c not in ("series", "AL [95% CI]", "groups")}
+lib.table(g, "at a glance", column_config=fmt)
+st.caption("AL: mean acceptance length (tokens per round). Means over rounds, by depth (d1, dK): sink = attention "
+           "mass on the sink positions; self = on the chain's own drafted slots; RMS = the drafter layer's input "
+           "(depth 1: fc of the target features; deeper: the fed-back hidden, which EAGLE-3 leaves un-normalised). "
+           "No CI below 6 groups.")
 st.subheader("Series")
-st.caption("One series per (trace, drafter). Overrides show checkpoint value -> value used.")
-lib.table(v.info.drop(columns=["path"]), "series")
-st.subheader("Acceptance and drift (95% CI over groups; none below 6 groups)")
-st.caption("drift score = mean self mass over depths 2..K; feature growth = RMS(layer input) at depth K / depth 1; "
-           "sink retention = sink mass at depth K / depth 1, left empty when the depth-1 sink mass is below 0.001 "
-           "(no sink to retain).")
-# Numbers only on the first page, with in-cell bars: a plotly chart makes the browser load and run plotly's
-# 4.7 MB bundle before the page is drawn (1.5-2 s cold); the chart pages load it when opened. The same
-# acceptance-length bars with their CIs head the Depth page.
-k = int(v.info["depth_K"].max()) if len(v.info) else 1
-first = ["series", "mean_acceptance_length", "al_lo", "al_hi", "drift_score", "drift_lo", "drift_hi", "feature_growth",
-         "sink_retention"]  # the headline numbers in view; the other acceptance definitions after them
-lib.table(v.summary, "summary", column_order=[*(c for c in first if c in v.summary),
-                                                  *(c for c in v.summary if c not in first)], column_config={
-    "mean_acceptance_length": st.column_config.ProgressColumn(
-        "mean_acceptance_length", format="%.3f", min_value=1.0, max_value=float(k + 1),
-        help="tokens per round, bonus token included; bar: 1 .. K+1"),
-    "drift_score": st.column_config.ProgressColumn("drift_score", format="%.3f", min_value=0.0, max_value=1.0,
-                                                   help="mean self mass over depths 2..K; bar: 0 .. 1")})
-st.subheader("Prompts")
-lib.table(v.prompts[[c for c in ("series", "prompt_id", "group", "tags", "prompt_len", "max_new_tokens",
-                                     "n_generated", "n_rounds", "accepted_total", "mean_acceptance_length")
-                          if c in v.prompts]], "prompts")
+info = v.info
+short = info[[c for c in ("series", "variant", "layout", "overrides", "status", "mode") if c in info]].copy()
+if "flags" in info:  # only the flags that are on: the full list is under Details
+    short.insert(2, "flags on", [", ".join(f.split("=")[0] for f in str(x).split(", ") if f.endswith("=True")) or "-"
+                                 for x in info["flags"]])
+lib.table(short, "series")
+with st.expander("Details: checkpoints, every flag, assumptions, all acceptance definitions"):
+    lib.table(info.drop(columns=["path"]), "series details")
+    st.caption("drift score = mean self mass over depths 2..K; feature growth = RMS(layer input) at depth K / depth 1; "
+               "sink retention = sink mass at depth K / depth 1, left empty when the depth-1 sink mass is below "
+               "0.001 (no sink to retain).")
+    lib.table(v.summary, "summary")
+with st.expander("Prompts"):
+    lib.table(v.prompts[[c for c in ("series", "prompt_id", "group", "tags", "prompt_len", "max_new_tokens",
+                                         "n_generated", "n_rounds", "accepted_total", "mean_acceptance_length")
+                              if c in v.prompts]], "prompts")
