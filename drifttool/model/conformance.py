@@ -36,6 +36,13 @@ ENGINE_READS: dict[str, dict[str, Any]] = {
         "unused_weights": "as above",
         "missing_weights": "as above",
     },
+    "sglang (python/sglang/srt/models/llama_eagle3.py, commit 03d5a77)": {
+        "where": "nowhere: LlamaForCausalLMEagle3 has no fc_norm, input_norm, norm_output or norm_before_residual",
+        "defaults": {"fc_norm": False, "norm_output": False, "norm_before_fc": False, "norm_before_residual": False},
+        "unused_weights": "skipped silently (load_weights loads a tensor only if a parameter of that name exists)",
+        "missing_weights": "-",
+        "feedback": "the pre-norm residual (norm returns (normed, residual); the residual is fed back): EAGLE-3",
+    },
     "speculators": {
         "where": "top level of the speculators config (Eagle3SpeculatorConfig fields)",
         "defaults": {"fc_norm": False, "norm_output": False, "norm_before_fc": False, "norm_before_residual": False},
@@ -162,6 +169,11 @@ def static_findings(folder: str | Path) -> tuple[dict[str, Any], list[Finding]]:
     if on("norm_before_fc") and not has["input_norm"]:
         out.append(Finding("flag_without_weights", "error", "norm_before_fc is true but input_norm.weight is missing",
                            {vllm: "runs input_norm with unit weights, silently", "drifttool": "refuses to load"}))
+    if on("fc_norm") or on("norm_output") or on("norm_before_fc"):
+        sg = next(k for k in ENGINE_READS if k.startswith("sglang"))
+        out.append(Finding("engine_support", "info",
+                           "an engine without the EAGLE-3.1 flags serves this checkpoint as EAGLE-3",
+                           {sg: "fc_norm / input_norm weights skipped silently and the pre-norm residual fed back"}))
     if on("norm_output") and not (on("fc_norm") or on("norm_before_fc")):
         out.append(Finding("mixed_variant", "warning",
                            "norm_output is true without a feature norm (fc_norm / norm_before_fc): neither EAGLE-3 "
