@@ -164,6 +164,9 @@ def findings(cmp: Comparison, tr: pd.DataFrame | None = None, ad: pd.DataFrame |
              f"{r.n_groups} groups)") if r.n_groups > 1 else f"acceptance length: {r.n_groups} common group(s)"
         if r.verdict in ("rise", "fall"):
             v = f"{'higher' if r.difference > 0 else 'lower'}, detected"
+        elif r.verdict == "underpowered" and not np.isfinite(r.mde):
+            v = (f"underpowered: with {r.n_groups} groups no difference can reach p < 0.05 (the sign-flip test's "
+                 f"smallest p is 2/2^{r.n_groups} = {2 / 2 ** r.n_groups:.3g}; 6 groups or more)")
         elif r.verdict == "underpowered":
             v = (f"underpowered: MDE {_mde(r.mde, 2)} tokens/round exceeds the {r.base_value - 1:.2f} accepted "
                  "drafts per round")
