@@ -22,6 +22,15 @@ def _console():
     return Console()
 
 
+def _suite(probes: str) -> str:
+    """A probe-suite path, or a bundled suite by name (--probes long_code, --probes real/doc_qa)."""
+    if Path(probes).exists():
+        return probes
+    from .demo import bundled_suite
+
+    return str(bundled_suite(probes) or probes)
+
+
 def _no_hf_progress_bars() -> None:
     """stderr stays ours (the progress display, or one line per error): no transformers loading bars."""
     if "transformers" in sys.modules:
@@ -93,10 +102,7 @@ def capture(
             specs += [DrafterSpec(name, path, dict(common)) for name, path in series_specs(root, series_keep)]
     if not specs:
         raise DriftError("capture: no drafter; give --drafter DIR (repeatable) or --drafter-series DIR")
-    if not Path(probes).exists():  # a bundled suite by name: --probes long_code, --probes real/doc_qa
-        from .demo import bundled_suite
-
-        probes = str(bundled_suite(probes) or probes)
+    probes = _suite(probes)
     eng = engine_named(engine)  # the engine declares which of these options it takes (run/engines)
     options = {"device_map": device_map, "tree": tree, "compact": False if no_compact else None,
                "engine_args": list(vllm_arg) or None}
@@ -242,10 +248,7 @@ def conform(
     from .run.drafters import parse_overrides
 
     _no_hf_progress_bars()
-    if not Path(probes).exists():
-        from .demo import bundled_suite
-
-        probes = str(bundled_suite(probes) or probes)
+    probes = _suite(probes)
     options = {"engine_args": list(vllm_arg)} if vllm_arg else {}
     rep = run_conform(drafter, target, probes, engine, depth=depth, max_new_tokens=max_new_tokens, limit=limit,
                       engine_overrides=parse_overrides(engine_override), engine_options=options, out=out,

@@ -115,6 +115,7 @@ def series_info(cmp: Comparison) -> pd.DataFrame:
         rows.append({
             "series": s.label, "trace": s.trace.name, "drafter": s.drafter, "checkpoint": d.get("path"),
             "layout": d.get("layout"), "variant": d.get("variant"), "flags": _fmt_flags(d.get("flags")),
+            "flags_on": ", ".join(k for k, v in (d.get("flags") or {}).items() if v) or "-",
             "overrides": ", ".join(f"{k}: {v.get('checkpoint') if isinstance(v, dict) else '?'} -> "
                                    f"{v.get('override') if isinstance(v, dict) else v}" for k, v in ov.items()) or "-",
             "assumptions": _fmt_flags(d.get("assumptions")), "config_hash": d.get("config_hash"),

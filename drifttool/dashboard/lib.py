@@ -140,16 +140,18 @@ def _names_labels(keys: list[tuple[str, float]]) -> tuple[list[str], list[str]]:
     return [t.name for t in traces], labels
 
 
+def _default_labels(keys: list[tuple[str, float]], labels: list[str]) -> list[str]:
+    return [labels[i] for i in default_selection([len(_load(*k).manifest["drafters"]) for k in keys])]
+
+
 def trace_selector(keys: list[tuple[str, float]]) -> list[tuple[str, float]]:
     """Sidebar multiselect of the loaded traces (default: see default_selection); returns the chosen keys."""
     names, labels = _names_labels(keys)
     url_state.read(st.query_params, st.session_state, names, labels, _options(tuple(keys)))
     if len(keys) == 1:
         return keys
-    traces = [_load(*k) for k in keys]
     if "flt_traces" not in st.session_state or not set(st.session_state["flt_traces"]) <= set(labels):
-        st.session_state["flt_traces"] = [labels[i] for i in default_selection([len(t.manifest["drafters"])
-                                                                                 for t in traces])]
+        st.session_state["flt_traces"] = _default_labels(keys, labels)
     sb = st.sidebar
     sb.header("Traces")
     chosen = sb.multiselect("Traces shown", labels, key="flt_traces", placeholder="pick one or more traces")
@@ -179,8 +181,8 @@ def sync_url(keys: list[tuple[str, float]]) -> None:
     """Write the current traces and filters into the URL (dashboard/url_state.py)."""
     names, labels = _names_labels(keys)
     shown = st.session_state.get("trace_keys") or keys
-    default = [labels[i] for i in default_selection([len(_load(*k).manifest["drafters"]) for k in keys])]
-    url_state.write(st.query_params, st.session_state, names, labels, _options(tuple(shown))["depth"], default)
+    url_state.write(st.query_params, st.session_state, names, labels, _options(tuple(shown))["depth"],
+                    _default_labels(keys, labels))
 
 
 def initial_filters(depth: int) -> Filters:

@@ -7,7 +7,7 @@ trace; drifttool's reference drafter, loaded as the checkpoint declares, is re-r
 when they disagree, the reference is re-run under each combination of fc_norm, norm_output, norm_before_fc,
 norm_before_residual, aux-feature order and attention window, and the combination that reproduces the engine
 is named (or none). Training vs serving: the trainer's held-out depth-1 agreement (report.json) against the
-measured depth-1 acceptance, with its interval over prompts."""
+measured depth-1 acceptance, with its interval over groups (source documents)."""
 
 from __future__ import annotations
 
@@ -123,8 +123,9 @@ def diagnose(target, drafter, prompts: dict[str, tuple[list[int], torch.Tensor, 
     windows = {"declared": drafter.config.sliding_window}
     if drafter.config.sliding_window:
         windows["off"] = None
-    screened_rows = np.concatenate([np.arange(min(screen, len(rr))) + sum(len(x[2]) for x in list(prompts.values())[:i])
-                                    for i, (_, _, rr) in enumerate(prompts.values())])
+    sizes = [len(rr) for _, _, rr in prompts.values()]
+    starts = np.cumsum([0, *sizes[:-1]])  # each prompt's first row in engine_drafts
+    screened_rows = np.concatenate([o + np.arange(min(screen, n)) for o, n in zip(starts, sizes)])
     tried = []
     for vals in itertools.product([False, True], repeat=len(VARIED)):
         flags = dict(zip(VARIED, vals))
@@ -138,7 +139,7 @@ def diagnose(target, drafter, prompts: dict[str, tuple[list[int], torch.Tensor, 
                           "screen_agreement": _agreement(drafts, engine_drafts[screened_rows]), "agreement": None,
                           "_model": (m, order)})
     tried.sort(key=lambda t: (-t["screen_agreement"], t["as"] != "as declared"))
-    final = [t for t in tried[:finalists]] + [t for t in tried[finalists:] if t["as"] == "as declared"]
+    final = tried[:finalists] + [t for t in tried[finalists:] if t["as"] == "as declared"]
     for t in final:
         m, order = t["_model"]
         t["agreement"] = _agreement(_drafts_of(target, m, prompts, depth, order, None), engine_drafts)
@@ -161,7 +162,8 @@ def diagnose(target, drafter, prompts: dict[str, tuple[list[int], torch.Tensor, 
 
 def training_gap(folder: Path, depth1: dict[str, np.ndarray]) -> dict[str, Any] | None:
     """The trainer's held-out depth-1 agreement (drifttool's report.json: heldout_top1_per_step) against the
-    measured depth-1 acceptance, with a t-interval over prompts (rounds of one prompt are not independent)."""
+    measured depth-1 acceptance, with a t-interval over groups (`depth1`: group -> per-round accepted flags;
+    rounds of one source document are not independent)."""
     f = folder / "report.json"
     if not f.is_file():
         return None
@@ -169,15 +171,15 @@ def training_gap(folder: Path, depth1: dict[str, np.ndarray]) -> dict[str, Any] 
         trained = float(json.loads(f.read_text())["heldout_top1_per_step"][0])
     except (ValueError, TypeError, OSError, KeyError, IndexError):
         return None  # a report.json of another trainer's format: nothing to compare
-    per_prompt = np.array([v.mean() for v in depth1.values() if len(v)])
-    out: dict[str, Any] = {"trained_heldout_depth1": trained, "measured_depth1": float(per_prompt.mean()),
-                           "n_prompts": int(len(per_prompt))}
-    if len(per_prompt) < 6:
-        out.update(flagged=False, note=f"{len(per_prompt)} prompts: too few to judge a gap (needs 6 or more)")
+    per_group = np.array([v.mean() for v in depth1.values() if len(v)])
+    out: dict[str, Any] = {"trained_heldout_depth1": trained, "measured_depth1": float(per_group.mean()),
+                           "n_groups": int(len(per_group))}
+    if len(per_group) < 6:
+        out.update(flagged=False, note=f"{len(per_group)} groups: too few to judge a gap (needs 6 or more)")
         return out
     from scipy import stats
 
-    half = float(stats.t.ppf(0.975, len(per_prompt) - 1) * per_prompt.std(ddof=1) / np.sqrt(len(per_prompt)))
+    half = float(stats.t.ppf(0.975, len(per_group) - 1) * per_group.std(ddof=1) / np.sqrt(len(per_group)))
     lo, hi = out["measured_depth1"] - half, out["measured_depth1"] + half
     out.update(ci95=[lo, hi], flagged=not lo <= trained <= hi,
                note="held-out positions are teacher-forced conversations, the probes are another distribution: "
@@ -271,7 +273,10 @@ def conform(drafter: str, target: str, probes: str, engine: str = "hf", *, depth
             "reference": ref_feat.mean(0).round(4).tolist()}
     if run_diagnosis and same.mean() < AGREE:
         rep.diagnosis = diagnose(tgt, ref, prompts, depth, eng_drafts)
-    depth1 = {pid: np.array([r["accepted"] >= 1 for r in rr], float) for pid, (_, _, rr) in prompts.items()}
+    by_group: dict[str, list[bool]] = {}  # the statistical unit is the source document (probe.group)
+    for pid, (_, _, rr) in prompts.items():
+        by_group.setdefault(suite[pid].group or pid, []).extend(r["accepted"] >= 1 for r in rr)
+    depth1 = {g: np.array(v, float) for g, v in by_group.items()}
     rep.training = training_gap(path, depth1)
     return rep
 
@@ -311,7 +316,7 @@ def render(rep: ConformReport) -> str:
     if rep.training:
         tr = rep.training
         if "trained_heldout_depth1" in tr:
-            ci = f" (95% CI over {tr['n_prompts']} prompts {tr['ci95'][0]:.3f}-{tr['ci95'][1]:.3f})" if tr.get("ci95") else ""
+            ci = f" (95% CI over {tr['n_groups']} groups {tr['ci95'][0]:.3f}-{tr['ci95'][1]:.3f})" if tr.get("ci95") else ""
             lines += ["", f"training vs serving: held-out depth-1 agreement {tr['trained_heldout_depth1']:.3f}, measured "
                           f"depth-1 acceptance {tr['measured_depth1']:.3f}{ci}" + ("  GAP" if tr.get("flagged") else "")]
         if tr.get("note"):

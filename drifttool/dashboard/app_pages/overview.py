@@ -26,10 +26,7 @@ st.caption("AL: mean acceptance length (tokens per round). Means over rounds, by
            "No CI below 6 groups.")
 st.subheader("Series")
 info = v.info
-short = info[[c for c in ("series", "variant", "layout", "overrides", "status", "mode") if c in info]].copy()
-if "flags" in info:  # only the flags that are on: the full list is under Details
-    short.insert(2, "flags on", [", ".join(f.split("=")[0] for f in str(x).split(", ") if f.endswith("=True")) or "-"
-                                 for x in info["flags"]])
+short = info[[c for c in ("series", "variant", "flags_on", "layout", "overrides", "status", "mode") if c in info]]
 lib.table(short, "series")
 with st.expander("Details: checkpoints, every flag, assumptions, all acceptance definitions"):
     lib.table(info.drop(columns=["path"]), "series details")
