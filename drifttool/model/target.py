@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -160,6 +161,15 @@ class TargetBase:
         return self.tokenizer.decode(ids, skip_special_tokens=True) if self.tokenizer is not None else " ".join(map(str, ids))
 
 
+@dataclass(frozen=True)
+class TargetSnapshot:
+    """A point in the target's running sequence (`Target.snapshot`): its length and, for caches a crop cannot
+    restore, a copy of the cache."""
+
+    length: int
+    cache: object | None
+
+
 class Target(TargetBase):
     """Wraps an HF causal LM with one running KV cache (batch 1).
 
@@ -272,6 +282,25 @@ class Target(TargetBase):
         last = self.last_device  # layers of a spread model sit on several devices: features meet on the last
         feats = torch.cat([grabbed[i][0].to(last) for i in self.aux_layer_ids], dim=-1)
         return TargetOut(out.logits[0].float().to(last), feats)
+
+    def snapshot(self) -> TargetSnapshot:
+        """The running cache as it is now, to `restore` before another drafter replays the same prompt (the
+        prompt's forward then runs once per prompt, not once per drafter). Full-attention dynamic caches are
+        restored by cropping (no copy: positions < length are never written again); other caches (sliding window,
+        recurrent, quantised) are copied, since a crop cannot bring back what they dropped."""
+        layers = getattr(self._cache, "layers", None)
+        croppable = layers is not None and all(type(x).__name__ == "DynamicLayer" for x in layers)
+        return TargetSnapshot(self.length, None if croppable else copy.deepcopy(self._cache))
+
+    def restore(self, snap: TargetSnapshot) -> None:
+        """Back to `snap`: exactly the cache the snapshot saw (bit-identical keys and values)."""
+        if snap.cache is None:
+            if self._cache is None or self.length < snap.length:
+                raise DriftError("target: restore() after reset(): the snapshot's cache is gone")
+            self.crop(snap.length)
+        else:
+            self._cache = copy.deepcopy(snap.cache)
+            self.length = snap.length
 
     def crop(self, length: int) -> None:
         """Drop cached positions >= length (rejected draft tokens); sliding-window layers trim to their window."""

@@ -15,7 +15,7 @@ import torch
 
 from ..errors import DriftError
 from ..model.drafter import DraftStep, Eagle3Drafter, KVCache
-from ..model.target import Target
+from ..model.target import Target, TargetSnapshot
 from ..trace.positions import query_position
 from .argcheck import need_int, need_number, token_ids
 from .verify import greedy_accept, rejection_sample
@@ -100,10 +100,12 @@ def speculate(
     stop_ids: tuple[int, ...] = (),
     forced: tuple[list[int], torch.Tensor] | None = None,
     draft_sampling: str = "greedy",
+    prefill: Prefill | None = None,
 ) -> SpecResult:
     """Speculatively decode from `prompt_ids`; greedy when temperature == 0 (lossless w.r.t. the target).
     With temperature > 0 both `draft_sampling` modes (DRAFT_SAMPLING) preserve the target's distribution.
-    mode "teacher-forced": the drafter is fed the target's own greedy continuation (`forced`, else computed)."""
+    mode "teacher-forced": the drafter is fed the target's own greedy continuation (`forced`, else computed).
+    `prefill` (generate mode): the target's prompt forward done once for several drafters (`prefill_prompt`)."""
     check_settings(depth, max_new_tokens, mode, temperature, draft_sampling)
     prompt_ids = token_ids(prompt_ids)
     check_prompt(prompt_ids, target, positions_needed(len(prompt_ids), max_new_tokens, depth))
@@ -118,7 +120,7 @@ def speculate(
         verify = partial(teacher_verify, forced_seq, all_feats)
     else:
         forced_seq = None
-        first, pending = _prefill_target(target, prompt_ids, temperature, gen)
+        first, pending = _prefill_target(target, prompt_ids, temperature, gen, prefill)
         seq.append(first)
         verify = partial(verify_round, target, seq, temperature=temperature, gen=gen)
     cache = drafter.new_cache(capacity=len(prompt_ids) + max_new_tokens + 2 * depth + 8)
@@ -158,13 +160,36 @@ def check_settings(depth: int, max_new_tokens: int, mode: str, temperature: floa
         raise DriftError(f"--draft-sampling: {draft_sampling!r}; expected one of {', '.join(DRAFT_SAMPLING)}")
 
 
-def _prefill_target(target: Target, prompt_ids: list[int], temperature: float,
-                    gen: torch.Generator) -> tuple[int, torch.Tensor]:
-    """The target's prompt forward: its first token and the prompt's features (the first refresh)."""
+@dataclass(frozen=True)
+class Prefill:
+    """The target's forward over one prompt, shared by the drafters that replay it: the cache right after it,
+    the last position's logits and the prompt's features."""
+
+    ids: tuple[int, ...]
+    snapshot: TargetSnapshot
+    last_logits: torch.Tensor
+    features: torch.Tensor
+
+
+@torch.no_grad()
+def prefill_prompt(target: Target, prompt_ids: list[int]) -> Prefill:
+    """Run the prompt through the target once (generate mode); every drafter then starts from this state."""
     target.reset()
     out = target.forward(torch.tensor(prompt_ids))
     _check_features(out.features)
-    return _pick(out.logits[-1:], temperature, gen), out.features
+    return Prefill(tuple(prompt_ids), target.snapshot(), out.logits[-1:], out.features)
+
+
+def _prefill_target(target: Target, prompt_ids: list[int], temperature: float,
+                    gen: torch.Generator, prefill: Prefill | None = None) -> tuple[int, torch.Tensor]:
+    """The target's prompt forward (or the shared one, restored): its first token and the prompt's features."""
+    if prefill is None:
+        prefill = prefill_prompt(target, prompt_ids)
+    elif list(prefill.ids) != list(prompt_ids):
+        raise DriftError("prefill: computed for another prompt")
+    else:
+        target.restore(prefill.snapshot)
+    return _pick(prefill.last_logits, temperature, gen), prefill.features
 
 
 def _until_stop(gen_ids: list[int], stop_ids: tuple[int, ...]) -> list[int]:

@@ -90,3 +90,19 @@ def test_specforge_moe_draft_layer_is_one_clear_error(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(conf))
     with pytest.raises(drifttool.DriftError, match=r"config.json: model_type 'gpt_oss' unsupported"):
         drifttool.load_drafter(tmp_path, target=gpt_oss_target())
+
+
+def test_a_shared_prefill_restores_the_sliding_cache_exactly(pair):
+    """A sliding-window cache cannot be cropped back to the prompt: the snapshot is a copy, and a drafter that
+    starts from it after another drafter ran drafts and commits exactly what it does from its own prefill."""
+    from drifttool.run.loop import prefill_prompt
+
+    target, _, _, d = pair
+    prompt = [3, 5, 7, 9, 11, 13, 15, 17, 19]
+    alone = drifttool.speculate(target, d, prompt, depth=3, max_new_tokens=20)
+    shared = prefill_prompt(target, prompt)
+    assert shared.snapshot.cache is not None  # copied, not cropped
+    drifttool.speculate(target, d, prompt, depth=2, max_new_tokens=12, prefill=shared)  # another run moves the cache
+    again = drifttool.speculate(target, d, prompt, depth=3, max_new_tokens=20, prefill=shared)
+    assert again.output_ids == alone.output_ids
+    assert [r.draft_ids for r in again.rounds] == [r.draft_ids for r in alone.rounds]

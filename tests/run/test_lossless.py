@@ -90,3 +90,23 @@ def test_untrained_small_vocab_drafter_is_lossless(dtype):
     # draft ids live in the target vocabulary, on the d2t image
     image = set(d.draft_to_target(torch.arange(40)).tolist())
     assert all(t in image for r in res.rounds for t in r.draft_ids)
+
+
+@pytest.mark.parametrize("temperature", (0.0, 0.8))
+def test_a_shared_prefill_replays_exactly_what_a_drafter_does_alone(trained_pair, trained_pair31, temperature):
+    """The target's prompt forward runs once per prompt for all drafters (crop back to the prompt between them):
+    every drafter's rounds, drafts and output equal its run from its own prefill, sampled runs included."""
+    from drifttool.run.loop import prefill_prompt
+
+    target, prompt = trained_pair.target, trained_pair.prompts[0]
+    kw = dict(depth=5, max_new_tokens=N_NEW, temperature=temperature, seed=3)
+    alone = [drifttool.speculate(target, p.drafter, prompt, **kw) for p in (trained_pair, trained_pair31)]
+    shared = prefill_prompt(target, prompt)
+    assert shared.snapshot.cache is None  # a full-attention cache is cropped back, not copied
+    for p, ref in zip((trained_pair, trained_pair31), alone):
+        res = drifttool.speculate(target, p.drafter, prompt, prefill=shared, **kw)
+        assert res.output_ids == ref.output_ids
+        assert [(r.draft_ids, r.accepted, r.bonus) for r in res.rounds] == [(r.draft_ids, r.accepted, r.bonus)
+                                                                             for r in ref.rounds]
+    with pytest.raises(drifttool.DriftError, match="another prompt"):
+        drifttool.speculate(target, trained_pair.drafter, prompt[:-1], prefill=shared, **kw)

@@ -18,7 +18,7 @@ from ...model.target import Target, load_target
 from ...trace.sinks import SinkSpec
 from ..drafters import DrafterSpec, load_drafters, parse_overrides  # noqa: F401 - DrafterSpec, parse_overrides public here too
 from ..hooks import Capture
-from ..loop import check_prompt, positions_needed, speculate, teacher_forcing_data
+from ..loop import Prefill, check_prompt, positions_needed, prefill_prompt, speculate, teacher_forcing_data
 from ..manifest import build_manifest, drafter_identity  # noqa: F401 - drafter_identity re-exported
 from ..probes import Probe, check_text_length
 from ..records import add_rows, prompt_row, prompt_tables
@@ -30,12 +30,13 @@ from .hf_tree import capture_tree_prompt
 def capture_one(
     target: Target, name: str, drafter: Eagle3Drafter, cap: Capture, probe: Probe, ids: list[int], depth: int,
     mode: str, max_new_tokens: int, seed: int, temperature: float, forced=None, draft_sampling: str = "greedy",
+    prefill: Prefill | None = None,
 ):
     """One drafter on one prompt through an attached Capture; returns (tables, sampled rows, SpecResult)."""
     t0 = time.perf_counter()
     res = speculate(target, drafter, ids, depth=depth, max_new_tokens=max_new_tokens, mode=mode,
                     temperature=temperature, seed=prompt_seed(seed, probe.id), observers=[cap], forced=forced,
-                    draft_sampling=draft_sampling)
+                    draft_sampling=draft_sampling, prefill=prefill)
     wall = time.perf_counter() - t0
     tabs = prompt_tables(name, probe.id, res.rounds, cap.rounds, drafter.config.input_aux_layer_ids,
                          trained_window(drafter.config.to_dict())["window"], drafter.config.sliding_window)
@@ -53,12 +54,14 @@ def capture_prompt(
     """All drafters on one prompt (the target's teacher-forced pass shared); the shard's tables and rows."""
     parts: dict[str, list[pd.DataFrame]] = {}
     rows: dict = {}
+    # the target's work on the prompt is done once and shared: its teacher-forced pass, or its prompt forward
     forced = teacher_forcing_data(target, ids, depth, max_new_tokens) if mode == "teacher-forced" else None
+    prefill = prefill_prompt(target, ids) if mode == "generate" and len(drafters) > 1 else None
     for name, d in drafters.items():
         with Capture(d, sink=sink, keep_rows=keep_rows, seed=prompt_seed(seed, probe.id), full_every=full_every) as cap:
             try:
                 tabs, arr, _ = capture_one(target, name, d, cap, probe, ids, depth, mode, max_new_tokens, seed,
-                                           temperature, forced, draft_sampling)
+                                           temperature, forced, draft_sampling, prefill)
             except DriftError as e:
                 if str(e).startswith("target features"):
                     raise
