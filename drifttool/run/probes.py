@@ -51,13 +51,15 @@ class Probe:
         return ids
 
 
+# the standard library's own test package ships with CPython but is left out of sys.stdlib_module_names
+STDLIB_TOPS = frozenset(sys.stdlib_module_names) | {"test"}
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 def stdlib_source(name: Any, where: str) -> Path:
     """The source file of a standard-library module given by its dotted name, and nothing else: no paths, no
     third-party or local modules (a probe suite must not pull arbitrary files into a shareable trace)."""
-    if not isinstance(name, str) or not _MODULE.fullmatch(name) or name.split(".")[0] not in sys.stdlib_module_names:
+    if not isinstance(name, str) or not _MODULE.fullmatch(name) or name.split(".")[0] not in STDLIB_TOPS:
         raise DriftError(f"{where}: field 'source.stdlib_module' is {name!r}; expected the dotted name of a standard "
                          "library module, e.g. 'difflib' or 'email.parser'")
     base = Path(sysconfig.get_paths()["stdlib"]).resolve()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sysconfig
 import time
 from pathlib import Path
 
@@ -216,6 +217,12 @@ def test_stdlib_source_cannot_read_other_files(tmp_path):
     p.write_text('{"id": "a", "source": {"stdlib_module": "difflib"}}\n{"id": "b", "source": {"stdlib_module": "email.parser"}}\n')
     texts = [pr.text for pr in load_suite(p)]
     assert "SequenceMatcher" in texts[0] and "class Parser" in texts[1]
+    # the stdlib's own test package (not in sys.stdlib_module_names) is stdlib source too; paths still are not
+    p.write_text('{"id": "a", "source": {"stdlib_module": "test.test_ast"}}\n')
+    if (Path(sysconfig.get_paths()["stdlib"]) / "test" / "test_ast.py").is_file():
+        assert "class AST_Tests" in load_suite(p)[0].text
+    p.write_text('{"id": "a", "source": {"stdlib_module": "test/../../secret"}}\n')
+    one_line(lambda p=p: load_suite(p), "stdlib_module")
 
 
 # --- API argument types at the call ----------------------------------------------------------------------------

@@ -80,3 +80,27 @@ def test_shipped_drafters_reproduce_reference(tmp_path):
     manifest = json.loads((trace / "manifest.json").read_text())
     assert manifest["target"]["provenance"]["gguf_sha256"]
     assert manifest["capture"]["chat_format"].startswith("tokenizer chat template")
+
+
+def test_powered_suites_are_what_the_generator_writes_and_can_detect_by_group(target_dir, tmp_path):
+    """probes/real/powered: 24 independent source documents (groups) per long suite, every prompt fits SmolLM2's
+    8192 positions with 32 new tokens at depth 8, contexts from ~0.5k to ~8k on both sides of the 4096 window;
+    the first suites (and quick/ci cut from them) unchanged."""
+    from pathlib import Path
+
+    from drifttool.model.target import load_target
+    from drifttool.run.probes import load_suite
+
+    real = Path(__file__).resolve().parents[2] / "probes" / "real"
+    real_probes.write(tmp_path)
+    for f in sorted(tmp_path.rglob("*.jsonl")):
+        assert f.read_text() == (real / f.relative_to(tmp_path)).read_text(), f
+    t = load_target(target_dir)
+    for name in ("long_code", "agent_traces", "doc_qa"):
+        probes = load_suite(real / "powered" / f"{name}.jsonl")
+        assert len({p.group for p in probes}) >= 24, name
+        lengths = [len(p.tokens(t)) for p in probes]
+        assert max(lengths) + 32 + 8 + 1 <= 8192 and max(lengths) > 7000 and min(lengths) <= 620, (name, lengths)
+        assert sum(n > 4096 for n in lengths) >= 8 and sum(n <= 4096 for n in lengths) >= 8, name
+    code = load_suite(real / "powered" / "long_code.jsonl")
+    assert all(len(p.tokens(t)) == p.cut for p in code)  # every document is long enough for both of its cuts
