@@ -168,6 +168,7 @@ class TargetSnapshot:
 
     length: int
     cache: object | None
+    epoch: int = 0  # the target's reset count when taken: a crop can only restore the same running sequence
 
 
 class Target(TargetBase):
@@ -189,6 +190,7 @@ class Target(TargetBase):
         self.aux_layer_ids = list(aux_layer_ids) if aux_layer_ids is not None else default_aux_layer_ids(n)
         self.set_aux_layer_ids(self.aux_layer_ids)
         self._cache = None
+        self._epoch = 0
         self.length = 0
         # transformers renamed past_key_values -> cache in 5.x; pass whichever this version takes.
         params = inspect.signature(model.forward).parameters
@@ -230,6 +232,7 @@ class Target(TargetBase):
 
     # -- running ------------------------------------------------------------------------------
     def reset(self) -> None:
+        self._epoch = getattr(self, "_epoch", 0) + 1
         self._cache = None
         self.length = 0
 
@@ -290,13 +293,13 @@ class Target(TargetBase):
         recurrent, quantised) are copied, since a crop cannot bring back what they dropped."""
         layers = getattr(self._cache, "layers", None)
         croppable = layers is not None and all(type(x).__name__ == "DynamicLayer" for x in layers)
-        return TargetSnapshot(self.length, None if croppable else copy.deepcopy(self._cache))
+        return TargetSnapshot(self.length, None if croppable else copy.deepcopy(self._cache), self._epoch)
 
     def restore(self, snap: TargetSnapshot) -> None:
         """Back to `snap`: exactly the cache the snapshot saw (bit-identical keys and values)."""
         if snap.cache is None:
-            if self._cache is None or self.length < snap.length:
-                raise DriftError("target: restore() after reset(): the snapshot's cache is gone")
+            if self._cache is None or self.length < snap.length or self._epoch != snap.epoch:
+                raise DriftError("target: restore() after reset() or another prompt: the snapshot's cache is gone")
             self.crop(snap.length)
         else:
             self._cache = copy.deepcopy(snap.cache)

@@ -110,3 +110,6 @@ def test_a_shared_prefill_replays_exactly_what_a_drafter_does_alone(trained_pair
                                                                              for r in ref.rounds]
     with pytest.raises(drifttool.DriftError, match="another prompt"):
         drifttool.speculate(target, trained_pair.drafter, prompt[:-1], prefill=shared, **kw)
+    drifttool.speculate(target, trained_pair.drafter, trained_pair.prompts[1], **kw)  # the cache now holds another prompt
+    with pytest.raises(drifttool.DriftError, match="cache is gone"):
+        drifttool.speculate(target, trained_pair.drafter, prompt, prefill=shared, **kw)
