@@ -263,18 +263,27 @@ def report(
     traces: list[str] = typer.Argument(..., help="NAME.drift folder(s)"),
     out: str = typer.Option("report.html", "-o", "--out", help="the HTML file to write"),
     title: str = typer.Option("drifttool report", "--title"),
+    images: str = typer.Option(None, "--images", help="also write each chart as a file into this folder "
+                               "(needs the export extra: kaleido)"),
+    image_format: str = typer.Option("png", "--image-format", help="png or svg"),
 ):
     """One self-contained HTML file (opens offline, no server): the verdict, the dashboard's charts and tables."""
     from .plots.html_report import html_report
     from .trace.reader import read_trace
 
-    text = html_report([read_trace(t) for t in traces], title)
+    data = [read_trace(t) for t in traces]
+    text = html_report(data, title)
     p = Path(out)
     try:
         p.write_text(text, encoding="utf-8")
     except OSError as e:
         raise DriftError(f"{p}: cannot write ({e.strerror})") from None
     typer.echo(f"report written: {p} ({len(text) // 1024} KiB)")
+    if images is not None:
+        from .plots.images import export_images
+
+        files = export_images(data, images, image_format)
+        typer.echo(f"{len(files)} charts written to {images}/ ({image_format})")
 
 
 @app.command()

@@ -22,8 +22,10 @@ SUITES=${SUITES:-probes/real}
 ROWS=${ROWS:-2}
 cap() {  # suite, out name, extra args...; RESUME=1 continues a trace after its last committed prompt
   local suite=$1 name=$2 r=--overwrite; shift 2
+  local probes=$SUITES/$suite.jsonl
+  [ -f "$probes" ] || probes=probes/real/$suite.jsonl  # short chat has no powered suite: the first one
   [ "${RESUME:-0}" = 1 ] && [ -f "sample_traces/$name.drift/manifest.json" ] && r=--resume
-  OMP_NUM_THREADS=1 $DT capture --target "$T" "${D[@]}" --probes "$SUITES/$suite.jsonl" --depth "$DEPTH" \
+  OMP_NUM_THREADS=1 $DT capture --target "$T" "${D[@]}" --probes "$probes" --depth "$DEPTH" \
     --max-new-tokens 32 --keep-rows "$ROWS" --full-every 1 --seed 0 --quiet --out sample_traces/$name.drift $r "$@"
 }
 ( cap long_code smollm2-long_code "$@" && cap agent_traces smollm2-agent_traces "$@" ) &

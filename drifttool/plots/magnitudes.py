@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .base import TEMPLATE, TITLE_FONT, in_series_order, series_colors, series_order
+from .base import TEMPLATE, TITLE_FONT, in_series_order, log_range, series_colors, series_order
 from .base import empty as _empty
 
 
@@ -25,7 +25,11 @@ def aux_rms(aux_summary: pd.DataFrame) -> go.Figure:
                                  customdata=sub["massive"],
                                  hovertemplate=f"{s}<br>%{{x}}<br>RMS=%{{y:.4g}}<br>massive=%{{customdata:.1%}}"
                                  "<extra></extra>"), row=1, col=j)
-    fig.update_yaxes(type="log", title_text="RMS (log)", row=1, col=1)
+    # one log scale for both panels (so fc_norm's pull towards 1 reads as a drop), labelled on both, with full
+    # tick labels (".2~g": 20 reads "20", not plotly's minor-tick "2") and headroom so no bar touches the top
+    fig.update_yaxes(type="log", tickformat=".2~g", dtick="D2", showticklabels=True,
+                     range=log_range(aux_summary[["rms_before", "rms_after"]].to_numpy()))
+    fig.update_yaxes(title_text="RMS (log)", row=1, col=1)
     fig.update_layout(title="Aux-chunk feature RMS (target layers feeding the drafter)", template=TEMPLATE,
                       barmode="group", height=360)
     return fig

@@ -7,6 +7,17 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from .base import TEMPLATE, series_colors, series_order
+
+LABEL_CHARS = 8  # a node label longer than this is cut (the full token is in the hover): longer ones overlap
+LEAF_PX = 36  # vertical pixels per leaf: room for one label line between neighbouring leaves
+
+
+def node_label(text: str, limit: int = LABEL_CHARS) -> str:
+    """A token as a short node label: whitespace made visible, cut with an ellipsis past `limit` characters."""
+    t = text.replace("\n", "↵").replace("\t", "→")
+    return t if len(t) <= limit else t[:limit - 1] + "…"
+
 
 def tree_layout(parents: dict[int, int]) -> dict[int, float]:
     """y per node (root 0 included): leaves in depth-first order 0, 1, 2..., a parent at its children's mean."""
@@ -50,7 +61,7 @@ def tree_round_figure(nodes: pd.DataFrame, color: str = "self_mass", token_text=
             )
         )
     tok = (lambda i: token_text(int(i))) if token_text else (lambda i: str(int(i)))
-    text = [f"{tok(r.draft_id)}" for r in by.itertuples()]
+    text = [node_label(tok(r.draft_id)) for r in by.itertuples()]
     hover = [
         f"node {u} (depth {r.depth}, rank {r.rank})<br>token {tok(r.draft_id)}  target {tok(r.target_id)}<br>"
         f"score {r.score:.3f}  self {r.self_mass:.3f}  sink {r.sink_mass:.3f}  entropy {r.entropy:.3f}"
@@ -76,7 +87,8 @@ def tree_round_figure(nodes: pd.DataFrame, color: str = "self_mass", token_text=
             y=[y[u] for u in by.index],
             mode="markers+text",
             text=text,
-            textposition="top center",
+            textposition="middle right",
+            textfont={"size": 11},
             hovertext=hover,
             hoverinfo="text",
             showlegend=False,
@@ -90,20 +102,28 @@ def tree_round_figure(nodes: pd.DataFrame, color: str = "self_mass", token_text=
             },
         )
     )
-    fig.update_layout(
-        xaxis={"title": "depth", "dtick": 1},
-        yaxis={"visible": False},
-        height=max(300, 28 * len(y)),
+    leaves = sum(1 for u in y if u not in set(parents.values()))
+    fig.update_layout(  # room left of the root for its label and right of the deepest nodes for theirs
+        xaxis={"title": "depth", "dtick": 1, "range": [-0.8, float(by.depth.max()) + 0.9]},
+        yaxis={"visible": False, "range": [min(y.values()) - 0.7, max(y.values()) + 0.7]},
+        height=max(300, LEAF_PX * leaves + 120),
+        template=TEMPLATE,
         title=f"draft tree: {len(by)} nodes, {len(acc)} accepted (bold path)",
     )
     return fig
 
 
 def tree_depth_curves(tab: pd.DataFrame, metric: str = "self_mass") -> go.Figure:
-    """`metric` per depth, one line per trace/drafter x branch (tree_compare.tree_depth_table), 95% error bars."""
+    """`metric` per depth, one line per trace/drafter x branch (tree_compare.tree_depth_table), 95% error bars.
+    Colour = the drafter's (as on every other chart), dash = the branch; drafters in the one series order."""
     fig = go.Figure()
     dashes = {"main path": "solid", "side branches": "dot", "accepted path": "dash", "all nodes": "dashdot"}
-    for (trace, drafter, branch), g in tab.groupby(["trace", "drafter", "branch"], sort=False):
+    drafters = series_order([str(d) for d in tab["drafter"].unique()]) if len(tab) else []
+    colors = series_colors(drafters)
+    rank = {d: i for i, d in enumerate(drafters)}
+    groups = sorted(tab.groupby(["trace", "drafter", "branch"], sort=False, observed=True),
+                    key=lambda kv: (str(kv[0][0]), rank[str(kv[0][1])]))
+    for (trace, drafter, branch), g in groups:
         g = g.sort_values("depth")
         fig.add_trace(
             go.Scatter(
@@ -111,13 +131,15 @@ def tree_depth_curves(tab: pd.DataFrame, metric: str = "self_mass") -> go.Figure
                 y=g[metric],
                 name=f"{trace}/{drafter} · {branch}",
                 mode="lines+markers",
-                line={"dash": dashes.get(branch, "solid")},
+                line={"dash": dashes.get(branch, "solid"), "color": colors[str(drafter)]},
+                marker={"color": colors[str(drafter)]},
                 error_y={"type": "data", "array": g[f"{metric}_ci"].fillna(0), "visible": True},
             )
         )
     fig.update_layout(
         xaxis={"title": "depth", "dtick": 1},
         yaxis={"title": metric.replace("_", " ")},
+        template=TEMPLATE,
         title=f"{metric.replace('_', ' ')} per depth, by branch",
     )
     return fig

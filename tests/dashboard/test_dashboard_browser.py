@@ -275,3 +275,41 @@ def test_training_page_renders_the_checkpoint_series(tmp_path):
                     shutil.copy(tmp_path / "training.png", REPO / "docs" / "dashboard" / "training.png")
             finally:
                 browser.close()
+
+
+SLIDER_VALUES = """() => [...document.querySelectorAll('[data-testid="stSidebar"] [data-testid="stSliderThumbValue"]')]
+  .map(e => e.innerText.trim())"""
+PICKED = """() => document.querySelector('[data-testid="stSidebar"] [data-testid="stMultiSelect"]').innerText"""
+
+
+def test_a_link_to_a_view_opens_the_same_view_in_a_new_browser(dash_traces, tmp_path):
+    """Open a page with a link (trace b, depths 2-3), move to another page through the sidebar, copy the URL the
+    app wrote, open it in a fresh browser context (no session state): same page, same trace, same depth range."""
+    _require_browser()
+    from playwright.sync_api import sync_playwright
+
+    traces = [str(dash_traces["a"]), str(dash_traces["b"])]
+    with _dashboard(traces, tmp_path) as url:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+            try:
+                first = browser.new_page(viewport={"width": 1400, "height": 1200})
+                first.goto(f"{url}/depth?traces=b&depth=2-3", wait_until="domcontentloaded")
+                first.wait_for_function(READY, arg=["Depth", 4, 0], timeout=180_000)
+                picked = first.evaluate(PICKED)  # 'Traces shown\n\nb (probes, 1 drafters)': b alone, not a
+                assert "\nb (" in picked and "\na (" not in picked, picked
+                assert first.evaluate(SLIDER_VALUES) == ["2", "3"]
+                first.get_by_test_id("stSidebarNavLink").filter(has_text="Heads").first.click()
+                first.wait_for_url(re.compile(r".*/heads\?.*"))
+                first.wait_for_function(READY, arg=["Heads", 2, 0], timeout=180_000)
+                link = first.url
+                assert "traces=b" in link and "depth=2-3" in link, link
+                picked_first = first.evaluate(PICKED)
+                fresh = browser.new_context(viewport={"width": 1400, "height": 1200}).new_page()
+                fresh.goto(link, wait_until="domcontentloaded")
+                fresh.wait_for_function(READY, arg=["Heads", 2, 0], timeout=180_000)
+                assert fresh.evaluate(PICKED) == picked_first
+                assert fresh.evaluate(SLIDER_VALUES) == ["2", "3"]
+                assert fresh.locator("[data-testid='stException']").count() == 0
+            finally:
+                browser.close()

@@ -61,3 +61,24 @@ def test_report_refuses_an_unwritable_path(tmp_path, capsys):
     assert main(["report", str(SAMPLE), "-o", str(tmp_path / "no" / "such" / "dir" / "r.html")]) == 2
     err = capsys.readouterr().err
     assert "cannot write" in err and "Traceback" not in err
+
+
+def test_report_images_writes_every_chart_as_png_and_svg(tmp_path, capsys):
+    """`report --images DIR`: the report's charts as files through kaleido (the export extra), one per chart."""
+    import pytest
+
+    pytest.importorskip("kaleido")
+    _require_browser()
+    trace = SAMPLE.parent / "smollm2-short_chat.drift"
+    want = len(charts(build_view([read_trace(trace)])))
+    for fmt, magic in (("png", b"\x89PNG\r\n\x1a\n"), ("svg", b"<svg")):
+        folder = tmp_path / fmt
+        assert main(["report", str(trace), "-o", str(tmp_path / "r.html"), "--images", str(folder),
+                     "--image-format", fmt]) == 0
+        files = sorted(folder.iterdir())
+        assert len(files) == want and all(f.read_bytes().startswith(magic) for f in files), files
+        assert f"{want} charts written" in capsys.readouterr().out
+    assert main(["report", str(trace), "-o", str(tmp_path / "r.html"), "--images", str(tmp_path / "x"),
+                 "--image-format", "jpeg"]) == 2
+    err = capsys.readouterr().err
+    assert "--image-format 'jpeg'" in err and "Traceback" not in err

@@ -37,4 +37,6 @@ def test_example_notebook_executes():
     live = next(c for c in code if "dt.capture(" in c.source)
     assert "mean acceptance length" in str(live.outputs)  # live capture ran
     assert _has_outputs(live, "text/html")  # its per-depth table
+    streams = "".join(o.get("text", "") for c in code for o in c.get("outputs", []) if o.get("output_type") == "stream")
+    assert "Loading weights" not in streams and "it/s]" not in streams, streams[-500:]  # no foreign progress bars
     assert elapsed < 200

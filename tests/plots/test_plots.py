@@ -186,6 +186,18 @@ def test_empty_massive_panels_say_none_flagged():
     assert plots.NONE_FLAGGED not in [a.text for a in plots.massive_flags(dep.assign(massive=0.5), aux).layout.annotations]
 
 
+def test_aux_rms_panels_both_label_one_log_scale_with_room_above_every_bar():
+    aux = pd.DataFrame({"series": ["eagle3", "eagle3", "eagle3.1", "eagle3.1"], "chunk": [0, 2, 0, 2],
+                        "layer_id": [2, 27, 2, 27], "rms_before": [2.8, 22.6, 2.8, 22.6],
+                        "rms_after": [2.8, 22.6, 0.97, 1.0], "massive": 0.0, "rounds": 10})
+    fig = plots.aux_rms(aux)
+    y1, y2 = fig.layout.yaxis, fig.layout.yaxis2
+    assert y1.type == "log" and y2.type == "log" and y2.showticklabels is not False  # "after" panel labelled
+    assert y1.tickformat == ".2~g"  # full labels: 20 reads "20", not a minor-tick "2"
+    lo, hi = y1.range
+    assert lo < np.log10(0.97) and hi > np.log10(22.6) + 0.05  # the layer-27 bar is not clipped
+
+
 def test_sink_retention_of_near_zero_masses_is_not_a_number():
     from drifttool.analysis.compare import ratio
 
@@ -214,3 +226,27 @@ def test_several_traces_get_one_panel_each_with_one_line_per_drafter():
     assert sum(t.showlegend is not False for t in lines) == 3  # one legend entry per drafter, not per series
     assert {t.line.color for t in lines if t.name == "eagle3.1"} == {plots.KIND_STYLES["eagle3.1"]["color"]}
     assert plots.grid(5, 4) == (2, 4) and fig.layout.height >= 2 * 250
+
+
+def test_tree_figures_keep_labels_inside_and_use_the_drafter_colours():
+    nodes = pd.DataFrame({"node": [1, 2, 3, 4], "parent": [0, 0, 1, 1], "depth": [1, 1, 2, 2], "rank": [0, 1, 0, 1],
+                          "draft_id": [5, 6, 7, 8], "target_id": [5, 9, 7, 7], "score": 0.5, "self_mass": 0.1,
+                          "sink_mass": 0.2, "entropy": 1.0, "accepted": [True, False, True, False],
+                          "main_path": [True, False, True, False]})
+    words = {5: "def", 6: "\n    return", 7: "extraordinarily_long_name", 8: "x"}
+    fig = plots.tree_round_figure(nodes, token_text=words.get)
+    labels = list(fig.data[-1].text)
+    assert all(len(t) <= 8 for t in labels) and labels[0] == "def" and labels[2].endswith("\u2026")
+    assert "\n" not in labels[1]  # a newline token is drawn as a visible mark, not a line break
+    lo, hi = fig.layout.xaxis.range
+    assert lo < 0 and hi > 2.5  # room for the root's label on the left, the deepest labels on the right
+    assert fig.layout.height >= 36 * 3  # three leaves, one label line each
+    tab = pd.DataFrame([{"trace": "t", "drafter": d, "branch": b, "depth": k, "self_mass": 0.1, "self_mass_ci": 0.01}
+                        for d in ("eagle3+norm_output", "eagle3.1", "eagle3") for b in ("main path", "side branches")
+                        for k in (1, 2)])
+    curves = plots.tree_depth_curves(tab)
+    colours = plots.series_colors(["eagle3", "eagle3.1", "eagle3+norm_output"])
+    assert [t.name.split("/")[1].split(" ")[0] for t in curves.data][::2] == ["eagle3", "eagle3.1",
+                                                                                "eagle3+norm_output"]
+    for t in curves.data:
+        assert t.line.color == colours[t.name.split("/")[1].split(" \u00b7 ")[0]]
