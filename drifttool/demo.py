@@ -52,11 +52,13 @@ def bundled_suite(name: str) -> Path | None:
 
 
 def sample_traces(build: bool = True, log=print) -> list[Path]:
-    """The dashboard's default traces: a checkout's sample_traces/*.drift; in an installed wheel (no sample
+    """The dashboard's default traces: a checkout's sample_traces/*.drift (and sample_traces/trees/*.drift, the
+    Draft trees page's); in an installed wheel (no sample
     traces shipped) the demo trace in the cache ($DRIFTTOOL_CACHE, else ~/.cache/drifttool), captured on
-    first use from the bundled models and the quick suite (about a minute on CPU)."""
+    first use from the bundled models and the quick suite (about 2 minutes on 2 CPU cores, progress shown)."""
     found = sorted((REPO / "sample_traces").glob("*.drift"))
     if found:
+        found += sorted((REPO / "sample_traces" / "trees").glob("*.drift"))
         return found
     from .zoo.smollm2 import cache_root
 
@@ -72,7 +74,8 @@ def sample_traces(build: bool = True, log=print) -> list[Path]:
             pass
     if not build:
         return []
-    log(f"no sample traces in this install: capturing the demo trace once into {out} (about a minute on CPU)")
+    log(f"no sample traces in this install: capturing the demo trace once into {out} "
+        "(about 2 minutes on 2 CPU cores; progress follows)")
     return [run_demo(str(out), progress=True)]
 
 

@@ -237,18 +237,22 @@ def settings(root: Path) -> None:
     print()
 
 
-def readme(root: Path, out: Path) -> None:
-    """Replace the README's generated results block (between the two markers) with this script's output."""
+def _block(text: str, name: str, fn, root: Path) -> str:
     import contextlib
     import io
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        main(str(root))
-    text = out.read_text()
-    begin, end = "<!-- results:begin (scripts/real_results.py --readme) -->", "<!-- results:end -->"
+        fn(root)
+    begin, end = f"<!-- {name}:begin (scripts/real_results.py --readme) -->", f"<!-- {name}:end -->"
     a, b = text.index(begin) + len(begin), text.index(end)
-    out.write_text(text[:a] + "\n" + buf.getvalue().strip() + "\n" + text[b:])
+    return text[:a] + "\n" + buf.getvalue().strip() + "\n" + text[b:]
+
+
+def readme(root: Path, out: Path) -> None:
+    """Replace the README's generated blocks (results; trees) between their markers with this script's output."""
+    text = _block(out.read_text(), "results", lambda r: main(str(r)), root)
+    out.write_text(_block(text, "trees", trees, root))
 
 
 def series(root: Path) -> None:
@@ -268,6 +272,66 @@ def series(root: Path) -> None:
     for r in t.itertuples(index=False):
         print(f"| {r.variant} | {r.step} | {r.mean_acceptance_length:.2f} | {r.acceptance_d1:.3f} | {r.sink_d1:.3f} | "
               f"{getattr(r, f'self_d{k}'):.3f} | {getattr(r, f'rms_in_d{k}'):.2f} |")
+
+
+TREE = Path("trees") / "smollm2-quick-tree.drift"
+CHAIN5 = Path("trees") / "chain" / "smollm2-quick-chain5.drift"
+
+
+def trees(root: Path) -> None:
+    """Chain vs tree on the same prompts and depth (the Draft trees page's bundled trace): acceptance length per
+    drafter from each trace's rounds (bootstrap over groups), and the tree's per-node drift at depths 1 and 2."""
+    from drifttool.analysis.metrics import bootstrap_ratio
+
+    tp, cp = root / TREE, root / CHAIN5
+    if not (tp.is_dir() and cp.is_dir()):
+        return
+    tree, chain = read_trace(tp), read_trace(cp)
+    cap = tree.manifest["capture"]
+    chain_al = Comparison.of([chain]).summary().set_index("series")
+    nodes = tree.tree_nodes
+    r = tree.rounds
+    groups = r["prompt_id"].astype(str).map(tree.groups)
+    r = r.assign(group=groups.where(groups.notna(), r["prompt_id"].astype(str)))
+    n_groups = r["group"].nunique()
+    from drifttool.analysis.compare import suite_name
+
+    spec = cap["tree"]
+    spec = (f"{spec['kind']}:" + ",".join(f"{k}={v}" for k, v in spec.items() if k != "kind")
+            if isinstance(spec, dict) else str(spec))
+    print(f"\nChain (`--depth {chain.manifest['capture']['depth']}`) against tree (`--tree \"{spec}\"`) on "
+          f"`{suite_name(tree)}.jsonl`: {r['prompt_id'].nunique()} prompts, "
+          f"{n_groups} groups, greedy, seed {cap.get('seed')}, {cap.get('max_new_tokens')} new tokens; mean "
+          "acceptance length over rounds (95% CI over groups where >= 6).")
+    print("\n| drafter | chain | tree | sink mass d1 → d2 (tree) | self mass d2: main / side | rms_in d1 → d2 (tree) |")
+    print("|---|---|---|---|---|---|")
+    gains = []
+    for d in series_order_of(nodes["drafter"].astype(str).unique()):
+        rr = r[r["drafter"].astype(str) == d]
+        g = rr.groupby("group", observed=True)["accepted"].agg(["sum", "count"])
+        al, lo, hi = bootstrap_ratio(g["sum"].to_numpy(), g["count"].to_numpy())
+        c = chain_al.loc[d]
+        nd = nodes[nodes["drafter"].astype(str) == d]
+        by = nd.groupby("depth")
+        sink = by["sink_mass"].mean()
+        rms = by["rms_in"].mean() if "rms_in" in nd else None
+        d2 = nd[nd.depth == 2]
+        main_self, side_self = d2[d2.main_path]["self_mass"].mean(), d2[~d2.main_path]["self_mass"].mean()
+        rms_txt = f"{rms.get(1, float('nan')):.2f} → {rms.get(2, float('nan')):.2f}" if rms is not None else "-"
+        gains.append(f"{d} {1 + al - c.mean_acceptance_length:+.2f}")
+        print(f"| {d} | {_ci(c.mean_acceptance_length, c.al_lo, c.al_hi)} | "
+              f"{_ci(1 + al, 1 + lo if n_groups >= 6 else float('nan'), 1 + hi)} | "
+              f"{sink.get(1, float('nan')):.3f} → {sink.get(2, float('nan')):.3f} | {main_self:.3f} / {side_self:.3f} | "
+              f"{rms_txt} |")
+    print(f"\nTree minus chain, tokens per round: {', '.join(gains)}. Descriptive only: with {n_groups} groups no "
+          f"paired test can reach p < 0.05 (the sign-flip test's smallest p is 2/2^{n_groups} = "
+          f"{2 / 2 ** n_groups:.3g}).")
+
+
+def series_order_of(names) -> list[str]:
+    from drifttool.plots.base import series_order
+
+    return series_order([str(n) for n in names])
 
 
 def main(root: str = "sample_traces") -> None:
@@ -292,3 +356,4 @@ if __name__ == "__main__":
         readme(Path(args[0] if args else "sample_traces"), Path(__file__).resolve().parents[1] / "README.md")
     else:
         main(*sys.argv[1:])
+        trees(Path(sys.argv[1] if len(sys.argv) > 1 else "sample_traces"))

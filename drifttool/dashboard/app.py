@@ -1,7 +1,8 @@
 """drifttool dashboard: the script `drifttool dashboard` has Streamlit run (through drifttool.dashboard.serve);
 from a checkout also `streamlit run app/dashboard.py -- A.drift B.drift`.
 
-Reads only the trace folders named on the command line (default: every sample_traces/*.drift). The sidebar
+Reads only the trace folders named on the command line (default: every sample_traces/*.drift, and the
+tree trace(s) in sample_traces/trees/ for the Draft trees page). The sidebar
 picks which of them the pages show: all of them when they hold at most 6 series together, else the first.
 Every page (app_pages/*.py) is registered here with st.navigation, so each visit runs this script first
 (loading, filters), then the page. The folder is app_pages/, not pages/: a folder named pages/ next to the
@@ -38,7 +39,7 @@ def main() -> None:
     keys = lib.load_traces()
     if keys:
         lib.sidebar_filters(keys)
-        lib.sync_url(lib.checked_traces()[0])  # the view in the URL (url_state): a link opens the same view
+        lib.sync_url(lib.chain_keys(lib.checked_traces()[0]))  # the view in the URL (url_state): a link opens the same view
     try:
         nav.run()
     finally:

@@ -17,6 +17,7 @@ from drifttool.errors import DriftError
 
 REPO = Path(__file__).resolve().parents[2]  # a checkout's root (drifttool/dashboard/lib.py)
 SAMPLES = REPO / "sample_traces"
+TREES = SAMPLES / "trees"
 FILTER_KEYS = ("flt_prompts", "flt_tags", "flt_depth", "flt_heads")
 # Show every given trace at once only while they hold at most this many series together; else the first trace
 # (a selector adds the others). 24 series on one chart is a hairball, 3-6 reads at a glance.
@@ -24,9 +25,10 @@ MAX_DEFAULT_SERIES = 6
 
 
 def trace_paths(argv: list[str] | None = None) -> list[Path]:
-    """The trace folders named on the command line, else every sample_traces/*.drift. Nothing else is read."""
+    """The trace folders named on the command line, else every sample_traces/*.drift and the bundled tree
+    trace(s) in sample_traces/trees/ (for the Draft trees page). Nothing else is read."""
     args = [a for a in (sys.argv[1:] if argv is None else argv) if a.strip()]
-    return [Path(a) for a in args] if args else sorted(SAMPLES.glob("*.drift"))
+    return [Path(a) for a in args] if args else sorted(SAMPLES.glob("*.drift")) + sorted(TREES.glob("*.drift"))
 
 
 def _key(p: Path) -> tuple[str, float]:
@@ -97,8 +99,19 @@ def load_traces() -> list[tuple[str, float]]:
     keys, errors = checked_traces()
     for err in errors:
         st.error(f"Trace skipped: {err}")
+    chains = chain_keys(keys)
+    if len(chains) < len(keys):
+        st.sidebar.caption(f"{len(keys) - len(chains)} tree trace(s) loaded: see the Draft trees page.")
+    keys = chains
     st.session_state["trace_keys"] = trace_selector(keys) if keys else []
     return st.session_state["trace_keys"]
+
+
+def chain_keys(keys: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """The chain traces among `keys` (what the per-depth pages and their selector offer) when there are any; the
+    tree traces beside them are the Draft trees page's own. Only tree traces given: all of them."""
+    chains = [k for k in keys if not _load(*k).is_tree]
+    return chains or keys
 
 
 def checked_traces() -> tuple[list[tuple[str, float]], list[str]]:
@@ -194,7 +207,7 @@ def warm() -> None:
     """Fill the shared caches a fresh session's first page reads: every given trace, then the default
     selection's view under the initial filters. Run by the server process before a browser asks
     (drifttool/dashboard/serve.py); a trace that fails is skipped here and reported by the page."""
-    keys, _ = checked_traces()
+    keys = chain_keys(checked_traces()[0])
     if keys:
         shown = [keys[i] for i in default_selection([len(_load(*k).manifest["drafters"]) for k in keys])]
         _view(tuple(shown), initial_filters(_options(tuple(shown))["depth"]))

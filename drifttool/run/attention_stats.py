@@ -17,6 +17,7 @@ and come only from `head_stats`."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
@@ -67,17 +68,40 @@ def chain_masks(k_: int, device: str) -> tuple[torch.Tensor, torch.Tensor, torch
     return (seen == 0)[None, :, None, :], draft[:, None], (seen - draft)[:, None]
 
 
+@dataclass(frozen=True)
+class Tail:
+    """Per query row, the tail slots (after the n context slots) it cannot see, and among those it sees which are
+    earlier draft steps of its own path and which is its own input slot. A chain is a tree of width one: its
+    tail is `chain_tail`; a draft tree's comes from its ancestor masks (`tree_tail`). Everything else about
+    the statistics is shared."""
+
+    hidden: torch.Tensor  # [1, R, 1, F] bool, in masked_logits' [nkv, R, rep, L] layout
+    draft: torch.Tensor  # [R, 1, F] float weights
+    own: torch.Tensor  # [R, 1, F] float weights
+
+
+def chain_tail(k_: int, device: str) -> Tail:
+    """The chain's K rows over its K-1 draft slots (chain_masks)."""
+    return Tail(*chain_masks(k_, device))
+
+
+def tree_tail(anc: torch.Tensor, own: torch.Tensor) -> Tail:
+    """R query rows over F fed slots from bool masks [R, F]: strict ancestors' slots and the row's own slot."""
+    return Tail((~(anc | own))[None, :, None, :], anc.float()[:, None], own.float()[:, None])
+
+
 def masked_logits(q: torch.Tensor, keys: torch.Tensor, n: int, scale: float | None = None,
-                  window: int | None = None) -> torch.Tensor:
+                  window: int | None = None, tail: Tail | None = None) -> torch.Tensor:
     """Masked scaled scores [nkv, K, rep, L] (fp32) of the K draft-step queries q [K, nh, hd] (head
     h = g * rep + r uses kv head g) over keys [nkv, L, hd]. Depth j (0-based) sits at slot n-1+j and
-    sees slots <= n-1+j: only draft slots n..L-1 can be hidden (and, under a window, the oldest slots)."""
+    sees slots <= n-1+j: only draft slots n..L-1 can be hidden (and, under a window, the oldest slots).
+    tail: which draft slots each row sees (default: the chain's; a tree's from tree_tail)."""
     k_, nh, hd = q.shape
     nkv, length, _ = keys.shape
     qg = rearrange(q.float(), "k (g r) d -> g (k r) d", g=nkv)  # GQA: kv head g serves query heads g*rep..
     s = torch.matmul(qg, keys.float().transpose(1, 2)).view(nkv, k_, nh // nkv, length)
     s.mul_(scale or 1.0 / math.sqrt(hd))
-    s[..., n:].masked_fill_(chain_masks(k_, str(q.device))[0], float("-inf"))
+    s[..., n:].masked_fill_((tail or chain_tail(k_, str(q.device))).hidden.to(s.device), float("-inf"))
     for j in range(k_):  # a sliding window hides slots <= n-1+j-W from depth j (sinks included: zero mass)
         lo = window_start(n, j, window)
         if lo > 0:
@@ -93,7 +117,7 @@ def probabilities(q: torch.Tensor, keys: torch.Tensor, n: int, scale: float | No
 
 
 def head_stats(d: torch.Tensor, n: int, sink_idx: torch.Tensor, window: int | None = None,
-               keep_row: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+               keep_row: bool = False, tail: Tail | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """HEAD_FIELDS [K, nh, 6] from masked logits d [nkv, K, rep, L] (consumed in place), and when keep_row the
     head-mean attention rows [K, L]. sink_idx: the context positions counted as sinks.
 
@@ -106,9 +130,9 @@ def head_stats(d: torch.Tensor, n: int, sink_idx: torch.Tensor, window: int | No
     e = d.exp()
     z = e.sum(-1)
     sink_mass = e.index_select(-1, sink_idx).sum(-1) / z
-    tail = e[..., n:] / z[..., None]  # draft slots n .. n+K-2 (inputs of depths 2..K)
-    _, draft_w, own_w = chain_masks(k_, str(d.device))
-    draft, own = (tail * draft_w).sum(-1), (tail * own_w).sum(-1)
+    t = tail or chain_tail(k_, str(d.device))
+    w = e[..., n:] / z[..., None]  # draft slots (a chain's n .. n+K-2: the inputs of depths 2..K)
+    draft, own = (w * t.draft.to(w)).sum(-1), (w * t.own.to(w)).sum(-1)
     row = (e / z[..., None]).mean((0, 2)) if keep_row else None  # [K, L] head mean, before e is reused
     ed = e.mul_(d)
     ed[..., n:].nan_to_num_(0.0)  # hidden draft slots: 0 * -inf

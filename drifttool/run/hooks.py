@@ -88,6 +88,48 @@ def tap(mod: nn.Module, fn):
     return mod.register_forward_hook(lambda _m, _i, out: fn(out))
 
 
+class Observer:
+    """What the chain capture and the tree capture share: the adapter and the heads' softmax scale read off the
+    drafter, hooks attached from `_taps()` (module name -> fn of its output), detach, context-manager use."""
+
+    drafter: nn.Module
+    adapter: DrafterAdapter | None
+
+    def _setup(self) -> None:
+        self.adapter = self.adapter or DrafterAdapter.for_drifttool(self.drafter)
+        layers = getattr(self.drafter, "layers", None)  # softmax scale of the drafter's heads (MLA: not hd^-1/2)
+        self.scale: float | None = getattr(layers[0].self_attn, "scale", None) if layers else None
+        self._handles: list = []
+
+    def _taps(self, mods: dict[str, nn.Module]) -> list[tuple[str, object]]:
+        raise NotImplementedError
+
+    def attach(self):
+        mods = dict(self.drafter.named_modules())
+        taps = self._taps(mods)
+        missing = [name for name, _ in taps if name not in mods]
+        if missing:
+            raise DriftError(f"drafter {type(self.drafter).__name__}: no submodule {missing[0]!r} to hook (the "
+                             "capture's adapter names a module this drafter lacks)")
+        self._handles = [tap(mods[name], fn) for name, fn in taps]
+        return self
+
+    @property
+    def attached(self) -> bool:
+        return bool(self._handles)
+
+    def detach(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def __enter__(self):
+        return self.attach()
+
+    def __exit__(self, *exc) -> None:
+        self.detach()
+
+
 @dataclass
 class RoundCapture:
     """Host-side results of one round."""
@@ -108,7 +150,7 @@ FULL_EVERY = 16
 
 
 @dataclass
-class Capture:
+class Capture(Observer):
     """Observer for `speculate`: attach(), run, then read `.rounds` (one RoundCapture per round)."""
 
     drafter: nn.Module
@@ -122,15 +164,10 @@ class Capture:
     )
 
     def __post_init__(self):
-        self.adapter = self.adapter or DrafterAdapter.for_drifttool(self.drafter)
+        self._setup()
         cfg = getattr(self.drafter, "config", None)
         self.window: int | None = getattr(cfg, "sliding_window", None)  # the drafter's attention window
-        layers = getattr(
-            self.drafter, "layers", None
-        )  # softmax scale of the drafter's heads (MLA: not hd^-1/2)
-        self.scale: float | None = getattr(layers[0].self_attn, "scale", None) if layers else None
         self.rounds: list[RoundCapture] = []
-        self._handles: list = []
         self._rng = random.Random(self.seed)
         self._seen = 0
         self._qk: dict[int, tuple[torch.Tensor, torch.Tensor, int, list[int]]] = {}
@@ -146,8 +183,7 @@ class Capture:
         self._aux_pre: list[torch.Tensor | None] = []
         self._aux_post: list[torch.Tensor | None] = []
 
-    def attach(self) -> Capture:
-        mods = dict(self.drafter.named_modules())
+    def _taps(self, mods: dict[str, nn.Module]) -> list[tuple[str, object]]:
         ad = self.adapter
 
         # Per step only a reference is kept (a single-slot step's output is tiny); a multi-slot refresh
@@ -175,35 +211,14 @@ class Capture:
                 None if out is None else out[..., -1:] if out.shape[-1] == 1 else out[..., -1:].clone()
             )
 
-        self._handles = [
-            tap(mods[ad.q], last_row(lambda: self._q)),
-            *(
-                tap(mods[getattr(ad, name)], last_row(lambda key=key: self._h[key]))
-                for name, key in (("layer_in", "in"), ("pre", "pre"), ("post", "post"))
-            ),
-        ]
-        if ad.lse is not None and ad.lse in mods:
-            self._handles.append(tap(mods[ad.lse], lse_row))
-        for i, name in enumerate(ad.aux_pre):
-            self._handles.append(tap(mods[name], aux("_aux_pre", i)))
-        for i, name in enumerate(ad.aux_post):
-            self._handles.append(tap(mods[name], aux("_aux_post", i)))
-        return self
-
-    @property
-    def attached(self) -> bool:
-        return bool(self._handles)
-
-    def detach(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-
-    def __enter__(self) -> Capture:
-        return self.attach()
-
-    def __exit__(self, *exc) -> None:
-        self.detach()
+        taps = [(ad.q, last_row(lambda: self._q)),
+                *((getattr(ad, name), last_row(lambda key=key: self._h[key]))
+                  for name, key in (("layer_in", "in"), ("pre", "pre"), ("post", "post")))]
+        if ad.lse is not None and ad.lse in mods:  # a kernel that gives no lse: full rows every round
+            taps.append((ad.lse, lse_row))
+        taps += [(name, aux("_aux_pre", i)) for i, name in enumerate(ad.aux_pre)]
+        taps += [(name, aux("_aux_post", i)) for i, name in enumerate(ad.aux_post)]
+        return taps
 
     def new_prompt(self) -> None:
         """Forget the previous prompt's rounds (the runner drains `.rounds` per prompt)."""

@@ -8,18 +8,16 @@ self-generated tokens of its path): on the parent's slot (`own`) and on earlier 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from einops import rearrange
 from torch import nn
 
 from ..errors import DriftError
 from ..trace.sinks import SinkSpec
 from . import attention_stats as stats
-from .hooks import DrafterAdapter, tap
+from .hooks import DrafterAdapter, Observer
 
 # per query row and head: sink / ancestors before the row's own slot / own slot, entropy, largest weight, its slot
 TREE_HEAD_FIELDS = stats.HEAD_FIELDS  # a tree node's query row carries what a chain's depth row does
@@ -64,30 +62,15 @@ def tree_head_stats(
     scale: float | None = None,
 ) -> torch.Tensor:
     """TREE_HEAD_FIELDS [R, nh, 6] of R query rows q [R, nh, hd] over keys [nkv, n + F, hd] (context slots 0..n-1,
-    then the F fed slots), each row seeing the context and the fed slots marked in anc | own ([R, F]). Log-sum-exp
-    form: log p = s - lse; entropy = -sum(p log p) over visible slots."""
-    r_, nh, hd = q.shape
-    nkv, length, _ = keys.shape
-    qg = rearrange(q.float(), "r (g k) d -> g (r k) d", g=nkv)
-    s = torch.matmul(qg, keys.float().transpose(1, 2)).view(nkv, r_, nh // nkv, length)
-    s.mul_(scale or 1.0 / math.sqrt(hd))
-    seen = (anc | own).to(s.device)
-    s[..., n:].masked_fill_(~seen[None, :, None, :], float("-inf"))
-    lse = s.logsumexp(-1, keepdim=True)
-    logp = s - lse
-    p = logp.exp()
-    sink = p.index_select(-1, sink_idx).sum(-1)
-    tail = p[..., n:]
-    draft = (tail * anc.to(p)[None, :, None]).sum(-1)
-    own_m = (tail * own.to(p)[None, :, None]).sum(-1)
-    ent = -(p * logp.masked_fill(~torch.isfinite(logp), 0.0)).sum(-1)  # per slot: no lse - E[s] cancellation
-    mx, top = s.max(-1)
-    fields = [sink, draft, own_m, ent, (mx - lse[..., 0]).exp(), top.to(p.dtype)]
-    return rearrange(torch.stack(fields, -1), "g r k f -> r (g k) f")
+    then the F fed slots), each row seeing the context and the fed slots marked in anc | own ([R, F]): the chain's
+    maths (attention_stats.masked_logits + head_stats) under the tree's tail masks."""
+    tail = stats.tree_tail(anc.to(keys.device), own.to(keys.device))
+    d = stats.masked_logits(q, keys, n, scale, tail=tail)
+    return stats.head_stats(d, n, sink_idx, tail=tail)[0]
 
 
 @dataclass
-class TreeCapture:
+class TreeCapture(Observer):
     """Observer for `tree_loop.speculate_tree`: attach(), run, then read `.rounds`."""
 
     drafter: nn.Module
@@ -95,17 +78,11 @@ class TreeCapture:
     adapter: DrafterAdapter | None = None
 
     def __post_init__(self):
-        self.adapter = self.adapter or DrafterAdapter.for_drifttool(self.drafter)
-        layers = getattr(self.drafter, "layers", None)
-        self.scale: float | None = getattr(layers[0].self_attn, "scale", None) if layers else None
+        self._setup()
         self.rounds: list[TreeRoundCapture] = []
-        self._handles: list = []
         self._store: dict[str, list[torch.Tensor]] = {k: [] for k in ("q", "in", "pre", "post")}
 
-    def attach(self) -> TreeCapture:
-        mods = dict(self.drafter.named_modules())
-        ad = self.adapter
-
+    def _taps(self, mods: dict[str, nn.Module]) -> list[tuple[str, object]]:
         def keep(key):
             def f(out):  # the round's first call is the refresh: its last slot is the root's query
                 store = self._store[key]
@@ -113,22 +90,8 @@ class TreeCapture:
 
             return f
 
-        self._handles = [
-            tap(mods[getattr(ad, name)], keep(key))
-            for name, key in (("q", "q"), ("layer_in", "in"), ("pre", "pre"), ("post", "post"))
-        ]
-        return self
-
-    def detach(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-
-    def __enter__(self) -> TreeCapture:
-        return self.attach()
-
-    def __exit__(self, *exc) -> None:
-        self.detach()
+        return [(getattr(self.adapter, name), keep(key))
+                for name, key in (("q", "q"), ("layer_in", "in"), ("pre", "pre"), ("post", "post"))]
 
     def new_prompt(self) -> None:
         self.rounds = []

@@ -136,6 +136,22 @@ def test_many_traces_open_on_the_first_with_a_selector(monkeypatch, dash_traces,
     assert not at.exception and any("No trace selected" in i.value for i in at.info)
 
 
+def test_tree_traces_beside_chain_ones_go_to_the_draft_trees_page(monkeypatch, dash_traces):
+    """The bundled tree trace sits beside chain traces in the default set: the per-depth pages' selector offers
+    only the chain traces (a tree trace cannot be compared with them), the Draft trees page draws the tree."""
+    tree = Path(__file__).resolve().parents[2] / "sample_traces" / "trees" / "smollm2-quick-tree.drift"
+    if not tree.is_dir():
+        pytest.skip(f"{tree} not in this checkout")
+    at = _app(monkeypatch, dash_traces["a"], dash_traces["b"], tree)
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    sel = at.sidebar.multiselect(key="flt_traces")
+    assert len(sel.options) == 2 and not any("quick-tree" in o for o in sel.options), sel.options
+    assert any("1 tree trace(s) loaded" in c.value for c in at.sidebar.caption)
+    at.switch_page("app_pages/trees.py").run()
+    assert not at.exception and len(at.get("plotly_chart")) >= 2
+    assert at.selectbox(key="tree_trace").value == "smollm2-quick-tree"
+
+
 def test_default_selection_rule():
     from drifttool.dashboard import lib as dashlib
 

@@ -192,6 +192,29 @@ def _visit_pages(page, view: str, url: str | None, traces, tmp_path, problems: l
     return timings
 
 
+def _visit_tree_page(page, tmp_path) -> None:
+    """The Draft trees page on the bundled tree trace (sample_traces/trees/): one round's tree and the per-branch
+    depth curves, each drafter in its own colour; the per-depth pages' selector does not offer the tree trace."""
+    trees = sorted((REPO / "sample_traces" / "trees").glob("*.drift"))
+    if not trees:
+        pytest.skip("no sample_traces/trees/*.drift in this checkout")
+    page.get_by_test_id("stSidebarNavLink").filter(has_text="Draft trees").first.click()
+    page.wait_for_url(re.compile(r".*/trees(\?.*)?$"))
+    page.wait_for_function(READY, arg=["Draft trees", 2, 0], timeout=180_000)
+    assert page.locator("[data-testid='stException']").count() == 0
+    assert trees[0].name.removesuffix(".drift") in page.locator("[data-testid='stMain']").inner_text()
+    curves = page.evaluate(COLOURS)[-1]
+    colour_of: dict[str, set] = {}
+    for name, colour in curves:
+        colour_of.setdefault(name.split("/")[-1].split(" \u00b7 ")[0], set()).add(colour)
+    assert len(colour_of) >= 2 and all(len(c) == 1 for c in colour_of.values()), colour_of
+    assert len({next(iter(c)) for c in colour_of.values()}) == len(colour_of), colour_of  # one colour per drafter
+    shot = tmp_path / "default_trees.png"
+    page.screenshot(path=str(shot), full_page=True)
+    if UPDATE:
+        shutil.copy(shot, REPO / "docs" / "dashboard" / "trees.png")
+
+
 def _select_all_traces(page) -> int:
     """Add every trace in the sidebar's 'Traces shown' multiselect, as a user would; returns how many."""
     box = page.locator("[data-testid='stSidebar'] [data-testid='stMultiSelect']").first
@@ -242,6 +265,7 @@ def test_every_page_renders_in_chromium(server, tmp_path):
                 n = _select_all_traces(page)  # ... and every page still reads with all of them at once
                 assert n == len(list((REPO / "sample_traces").glob("*.drift"))) > 1, n
                 timings["all"] = _visit_pages(page, "all", None, traces, tmp_path, problems, seen)
+                _visit_tree_page(page, tmp_path)
         finally:
             browser.close()
     print("render times (s):", timings)
