@@ -81,7 +81,7 @@ def check_prompt(prompt_ids: list[int], target: Target, need: int) -> None:
         )
 
 
-def _check_features(feats: torch.Tensor) -> None:
+def check_features(feats: torch.Tensor) -> None:
     if not torch.isfinite(feats).all():
         raise DriftError("target features: NaN or inf in the target's hidden states (check the target weights/dtype)")
 
@@ -114,13 +114,13 @@ def speculate(
     seq = list(prompt_ids)
     if mode == "teacher-forced":
         forced_seq, all_feats = forced or teacher_forcing_data(target, prompt_ids, depth, max_new_tokens)
-        _check_features(all_feats)
+        check_features(all_feats)
         seq.append(forced_seq[len(prompt_ids)])
         pending = all_feats[: len(prompt_ids)]
         verify = partial(teacher_verify, forced_seq, all_feats)
     else:
         forced_seq = None
-        first, pending = _prefill_target(target, prompt_ids, temperature, gen, prefill)
+        first, pending = prefill_target(target, prompt_ids, temperature, gen, prefill)
         seq.append(first)
         verify = partial(verify_round, target, seq, temperature=temperature, gen=gen)
     cache = drafter.new_cache(capacity=len(prompt_ids) + max_new_tokens + 2 * depth + 8)
@@ -144,7 +144,7 @@ def speculate(
         rounds.append(rec)
         seq.extend([*drafts[: v.accepted], v.bonus])  # in place: observers hold `seq`
         pending = v.features
-    return SpecResult(prompt_ids, _until_stop(seq[len(prompt_ids) :], stop_ids)[:max_new_tokens], rounds)
+    return SpecResult(prompt_ids, until_stop(seq[len(prompt_ids) :], stop_ids)[:max_new_tokens], rounds)
 
 
 def check_settings(depth: int, max_new_tokens: int, mode: str, temperature: float, draft_sampling: str) -> None:
@@ -176,11 +176,11 @@ def prefill_prompt(target: Target, prompt_ids: list[int]) -> Prefill:
     """Run the prompt through the target once (generate mode); every drafter then starts from this state."""
     target.reset()
     out = target.forward(torch.tensor(prompt_ids))
-    _check_features(out.features)
+    check_features(out.features)
     return Prefill(tuple(prompt_ids), target.snapshot(), out.logits[-1:], out.features)
 
 
-def _prefill_target(target: Target, prompt_ids: list[int], temperature: float,
+def prefill_target(target: Target, prompt_ids: list[int], temperature: float,
                     gen: torch.Generator, prefill: Prefill | None = None) -> tuple[int, torch.Tensor]:
     """The target's prompt forward (or the shared one, restored): its first token and the prompt's features."""
     if prefill is None:
@@ -192,7 +192,7 @@ def _prefill_target(target: Target, prompt_ids: list[int], temperature: float,
     return _pick(prefill.last_logits, temperature, gen), prefill.features
 
 
-def _until_stop(gen_ids: list[int], stop_ids: tuple[int, ...]) -> list[int]:
+def until_stop(gen_ids: list[int], stop_ids: tuple[int, ...]) -> list[int]:
     for i, t in enumerate(gen_ids):
         if t in stop_ids:
             return gen_ids[: i + 1]
@@ -250,7 +250,7 @@ def verify_round(target: Target, seq: list[int], drafts: list[int], dprobs: list
     the target's cache is cropped to the committed tokens."""
     t0 = time.perf_counter()
     vo = target.forward(torch.tensor([seq[-1], *drafts]))
-    _check_features(vo.features)
+    check_features(vo.features)
     if temperature > 0:
         a, bonus = rejection_sample(drafts, torch.stack(dprobs), (vo.logits / temperature).softmax(-1), gen)
     else:

@@ -13,7 +13,7 @@ from ..errors import DriftError
 from ..model.drafter import Eagle3Drafter
 from ..model.target import Target
 from .argcheck import need_int, need_number, token_ids
-from .loop import check_prompt, refresh
+from .loop import Prefill, check_features, check_prompt, prefill_target, refresh, until_stop
 from .tree import DraftTree, TreeSpec, draft_tree, greedy_walk, sampled_walk, tree_mask
 
 
@@ -48,19 +48,6 @@ class TreeResult:
         return 1.0 + sum(r.accepted for r in self.rounds) / max(1, len(self.rounds))
 
 
-def _features_ok(feats: torch.Tensor) -> None:
-    if not torch.isfinite(feats).all():
-        raise DriftError(
-            "target features: NaN or inf in the target's hidden states (check the target weights/dtype)"
-        )
-
-
-def _sample(logits: torch.Tensor, temperature: float, gen: torch.Generator) -> int:
-    if temperature > 0:
-        return int(torch.multinomial((logits.float() / temperature).softmax(-1).cpu(), 1, generator=gen))
-    return int(logits.argmax())
-
-
 @torch.no_grad()
 def speculate_tree(
     target: Target,
@@ -72,10 +59,12 @@ def speculate_tree(
     seed: int = 0,
     observers=(),
     stop_ids: tuple[int, ...] = (),
+    prefill: Prefill | None = None,
 ) -> TreeResult:
     """Speculatively decode from `prompt_ids` with one draft tree per round; lossless w.r.t. the target (greedy
     when temperature == 0, else EAGLE's multi-candidate rejection). Observers get the loop's round callbacks
-    with a TreeRoundRecord."""
+    with a TreeRoundRecord. The prompt forward, feature checks and stop rule are the chain loop's (`prefill`:
+    the target's prompt forward shared by several drafters, loop.prefill_prompt)."""
     need_int("--max-new-tokens", max_new_tokens, 1)
     need_number("--temperature", temperature, 0.0, "a finite temperature >= 0 (0 = greedy)")
     if drafter.config.sliding_window is not None:
@@ -83,11 +72,8 @@ def speculate_tree(
     prompt_ids = token_ids(prompt_ids)
     check_prompt(prompt_ids, target, len(prompt_ids) + max_new_tokens + tree.max_nodes + 1)
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    target.reset()
-    out = target.forward(torch.tensor(prompt_ids))
-    _features_ok(out.features)
-    seq = [*prompt_ids, _sample(out.logits[-1], temperature, gen)]
-    pending = out.features
+    first, pending = prefill_target(target, prompt_ids, temperature, gen, prefill)
+    seq = [*prompt_ids, first]
     cache = drafter.new_cache(capacity=len(prompt_ids) + max_new_tokens + tree.max_nodes + 8)
     rounds: list[TreeRoundRecord] = []
     committed = 0
@@ -106,12 +92,7 @@ def speculate_tree(
             o.end_round(drafter, cache, rec)
         rounds.append(rec)
         seq.extend([*(dt.tokens[u] for u in path), bonus])
-    gen_ids = seq[len(prompt_ids) :]
-    for i, t in enumerate(gen_ids):
-        if t in stop_ids:
-            gen_ids = gen_ids[: i + 1]
-            break
-    return TreeResult(prompt_ids, gen_ids[:max_new_tokens], rounds)
+    return TreeResult(prompt_ids, until_stop(seq[len(prompt_ids) :], stop_ids)[:max_new_tokens], rounds)
 
 
 def verify_tree(target: Target, tree: DraftTree, n: int, temperature: float, gen: torch.Generator):
@@ -126,7 +107,7 @@ def verify_tree(target: Target, tree: DraftTree, n: int, temperature: float, gen
         vo = target.forward(ids)
     else:
         vo = target.forward(ids, positions=torch.tensor(tree.depths) + n, mask=tree_mask(tree, n))
-    _features_ok(vo.features)
+    check_features(vo.features)
     if temperature > 0:
         path, bonus = sampled_walk(tree, (vo.logits / temperature).softmax(-1), gen)
     else:

@@ -110,3 +110,23 @@ def test_tree_spec_round_trip():
         spec = parse_tree(s)
         assert TreeSpec.from_dict(spec.to_dict()) == spec
         assert parse_tree(spec.describe()) == spec
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_a_shared_prefill_replays_a_tree_run_exactly(trained_pair, temperature):
+    """The tree engine shares the target's prompt forward across drafters (loop.prefill_prompt): a tree run from
+    that prefill, after another drafter's tree run moved the target's cache, equals a run from its own prefill."""
+    from drifttool.run.loop import prefill_prompt
+
+    t, d = trained_pair.target, trained_pair.drafter
+    tree = parse_tree(TREES[0])
+    prompt = trained_pair.prompts[1]
+    alone = speculate_tree(t, d, prompt, tree, max_new_tokens=N_NEW, temperature=temperature, seed=3)
+    pre = prefill_prompt(t, prompt)
+    speculate_tree(t, d, prompt, parse_tree(TREES[2]), max_new_tokens=N_NEW, temperature=temperature, seed=5,
+                   prefill=pre)  # another drafter's run from the same prefill
+    shared = speculate_tree(t, d, prompt, tree, max_new_tokens=N_NEW, temperature=temperature, seed=3, prefill=pre)
+    assert shared.output_ids == alone.output_ids
+    assert [r.draft_ids for r in shared.rounds] == [r.draft_ids for r in alone.rounds]
+    assert [r.path for r in shared.rounds] == [r.path for r in alone.rounds]
+    assert [r.bonus for r in shared.rounds] == [r.bonus for r in alone.rounds]

@@ -12,6 +12,7 @@ from ...model.config import trained_window
 from ...model.drafter import Eagle3Drafter
 from ...model.target import Target
 from ...trace.sinks import SinkSpec
+from ..loop import check_prompt, prefill_prompt
 from ..probes import Probe
 from ..records import prompt_row
 from ..runner import prompt_seed
@@ -32,8 +33,13 @@ def capture_tree_prompt(
     seed: int,
     temperature: float,
 ) -> dict[str, pd.DataFrame]:
-    """All drafters on one prompt with draft trees; the shard's tables (no sampled rows)."""
+    """All drafters on one prompt with draft trees; the shard's tables (no sampled rows). The target's prompt
+    forward runs once and is shared by the drafters (as in the chain engine)."""
     parts: dict[str, list[pd.DataFrame]] = {}
+    prefill = None
+    if len(drafters) > 1:
+        check_prompt(ids, target, len(ids) + max_new_tokens + tree.max_nodes + 1)
+        prefill = prefill_prompt(target, ids)
     for name, d in drafters.items():
         with TreeCapture(d, sink=sink) as cap:
             t0 = time.perf_counter()
@@ -47,6 +53,7 @@ def capture_tree_prompt(
                     temperature=temperature,
                     seed=prompt_seed(seed, probe.id),
                     observers=[cap],
+                    prefill=prefill,
                 )
             except DriftError as e:
                 if str(e).startswith("target features"):
