@@ -25,6 +25,7 @@ from ..records import add_rows, prompt_row, prompt_tables
 from ..runner import RunSettings, begin, prompt_seed, write_run
 from ..tree import TreeSpec, parse_tree
 from .hf_tree import capture_tree_prompt
+from .shard import each_drafter
 
 
 def capture_one(
@@ -52,24 +53,17 @@ def capture_prompt(
     draft_sampling: str = "greedy", full_every: int = 1,
 ) -> tuple[dict[str, pd.DataFrame], dict]:
     """All drafters on one prompt (the target's teacher-forced pass shared); the shard's tables and rows."""
-    parts: dict[str, list[pd.DataFrame]] = {}
-    rows: dict = {}
     # the target's work on the prompt is done once and shared: its teacher-forced pass, or its prompt forward
     forced = teacher_forcing_data(target, ids, depth, max_new_tokens) if mode == "teacher-forced" else None
     prefill = prefill_prompt(target, ids) if mode == "generate" and len(drafters) > 1 else None
-    for name, d in drafters.items():
+
+    def run(name: str, d: Eagle3Drafter):
         with Capture(d, sink=sink, keep_rows=keep_rows, seed=prompt_seed(seed, probe.id), full_every=full_every) as cap:
-            try:
-                tabs, arr, _ = capture_one(target, name, d, cap, probe, ids, depth, mode, max_new_tokens, seed,
-                                           temperature, forced, draft_sampling, prefill)
-            except DriftError as e:
-                if str(e).startswith("target features"):
-                    raise
-                raise DriftError(f"drafter {name!r}: {e}") from None
-        for k, v in tabs.items():
-            parts.setdefault(k, []).append(v)
-        rows.update(arr)
-    return {k: pd.concat(v, ignore_index=True) for k, v in parts.items()}, rows
+            tabs, arr, _ = capture_one(target, name, d, cap, probe, ids, depth, mode, max_new_tokens, seed,
+                                       temperature, forced, draft_sampling, prefill)
+        return tabs, arr
+
+    return each_drafter(drafters, run)
 
 
 def drafter_device(target: Target, device: str, device_map: str | None) -> str:

@@ -7,7 +7,6 @@ import time
 
 import pandas as pd
 
-from ...errors import DriftError
 from ...model.config import trained_window
 from ...model.drafter import Eagle3Drafter
 from ...model.target import Target
@@ -20,6 +19,7 @@ from ..tree import TreeSpec
 from ..tree_capture import TreeCapture
 from ..tree_loop import speculate_tree
 from ..tree_records import tree_prompt_tables
+from .shard import each_drafter
 
 
 def capture_tree_prompt(
@@ -35,42 +35,21 @@ def capture_tree_prompt(
 ) -> dict[str, pd.DataFrame]:
     """All drafters on one prompt with draft trees; the shard's tables (no sampled rows). The target's prompt
     forward runs once and is shared by the drafters (as in the chain engine)."""
-    parts: dict[str, list[pd.DataFrame]] = {}
     prefill = None
     if len(drafters) > 1:
         check_prompt(ids, target, len(ids) + max_new_tokens + tree.max_nodes + 1)
         prefill = prefill_prompt(target, ids)
-    for name, d in drafters.items():
+
+    def run(name: str, d: Eagle3Drafter):
         with TreeCapture(d, sink=sink) as cap:
             t0 = time.perf_counter()
-            try:
-                res = speculate_tree(
-                    target,
-                    d,
-                    ids,
-                    tree,
-                    max_new_tokens=max_new_tokens,
-                    temperature=temperature,
-                    seed=prompt_seed(seed, probe.id),
-                    observers=[cap],
-                    prefill=prefill,
-                )
-            except DriftError as e:
-                if str(e).startswith("target features"):
-                    raise
-                raise DriftError(f"drafter {name!r}: {e}") from None
+            res = speculate_tree(target, d, ids, tree, max_new_tokens=max_new_tokens, temperature=temperature,
+                                 seed=prompt_seed(seed, probe.id), observers=[cap], prefill=prefill)
             wall = time.perf_counter() - t0
-        tabs = tree_prompt_tables(
-            name,
-            probe.id,
-            res.rounds,
-            cap.rounds,
-            d.config.input_aux_layer_ids,
-            trained_window(d.config.to_dict())["window"],
-            tree.max_depth,
-        )
+        tabs = tree_prompt_tables(name, probe.id, res.rounds, cap.rounds, d.config.input_aux_layer_ids,
+                                  trained_window(d.config.to_dict())["window"], tree.max_depth)
         tabs["prompts"] = prompt_row(name, probe, len(ids), len(res.output_ids), res.rounds, wall,
                                      max_new_tokens=max_new_tokens)
-        for k, v in tabs.items():
-            parts.setdefault(k, []).append(v)
-    return {k: pd.concat(v, ignore_index=True) for k, v in parts.items()}
+        return tabs, None
+
+    return each_drafter(drafters, run)[0]
