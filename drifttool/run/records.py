@@ -7,7 +7,7 @@ import pandas as pd
 
 from ..trace.positions import query_position
 from ..trace.schema import HEAD_METRICS, MAGNITUDES
-from .attention_stats import head_fields
+from .attention_stats import HIDDEN_FIELDS, head_fields
 from .hooks import RoundCapture
 from .loop import RoundRecord
 
@@ -50,7 +50,7 @@ def prompt_tables(
         "accepted": (depth[None, :] <= acc[:, None]).ravel(),
         **{m: hm(hf[m]) for m in HEAD_METRICS},
         **{name: hidden[..., i].ravel() for i, name in enumerate(MAGNITUDES)},
-        "massive": hidden[..., 6].ravel() > 0.5, "beyond_window": pos.ravel() >= trained_window,
+        "massive": hidden[..., HIDDEN_FIELDS.index("massive")].ravel() > 0.5, "beyond_window": pos.ravel() >= trained_window,
         # first slot the query can attend (its sliding window); earlier slots, sinks included, get zero mass
         "attn_window_start": (np.maximum(pos - attn_window + 1, 0) if attn_window else np.zeros_like(pos)).ravel(),
     })

@@ -8,13 +8,14 @@ import pandas as pd
 
 from ..trace.positions import query_position
 from ..trace.schema import HEAD_METRICS, MAGNITUDES
-from .attention_stats import head_fields
+from .attention_stats import HIDDEN_FIELDS, head_fields
 from .records import prompt_tables
 from .tree_capture import TreeRoundCapture
 from .tree_loop import TreeRoundRecord
 
 _HIDDEN = MAGNITUDES
 _MASSES = HEAD_METRICS
+MASSIVE = HIDDEN_FIELDS.index("massive")
 
 
 def tree_prompt_tables(
@@ -120,7 +121,7 @@ def _round_frames(
             "position": pos,
             **{k: v.mean(-1).astype(np.float32) for k, v in masses.items()},
             **{name: hid[:, i] for i, name in enumerate(_HIDDEN)},
-            "massive": hid[:, 6] > 0.5,
+            "massive": hid[:, MASSIVE] > 0.5,
             "beyond_window": pos >= trained_window,
         }
     ).astype(
@@ -149,8 +150,8 @@ def _round_frames(
             "depth": np.repeat(depth, nh),
             "head": np.tile(np.arange(nh), len(nodes)),
             **{k: v.ravel().astype(np.float32) for k, v in masses.items()},
-            "max_prob": hd[..., 4].ravel().astype(np.float32),
-            "top_pos": hd[..., 5].ravel().astype(np.int32),
+            "max_prob": hf["max_prob"].ravel().astype(np.float32),
+            "top_pos": hf["top_pos"].ravel().astype(np.int32),
         }
     ).astype({"node": np.int64, "depth": np.int64, "head": np.int64})
     return node_df, head_df
