@@ -57,7 +57,10 @@ STORED: dict[str, list[str]] = {t: [c for c in cols if c not in DERIVED.get(t, {
 # setting full_every); on other rounds they are NaN / NaN / -1 and the masses come from the kernel's log-sum-exp.
 # prompts.group = the probe's source document (its `group` field, else its line id): the statistical unit.
 # prompts.max_new_tokens = the generation budget that applied to the prompt (CLI flag, else probe field, else 32).
-OPTIONAL: dict[str, list[str]] = {"prompts": ["group", "max_new_tokens"],
+# prompts.prefill_s = seconds of the target's work on the prompt that its drafters shared (the prompt forward, or the
+# teacher-forced pass): in no drafter's wall_s; the same value on each of the prompt's rows (count it once per
+# prompt); 0 when each drafter ran its own prompt forward, inside its wall_s.
+OPTIONAL: dict[str, list[str]] = {"prompts": ["group", "max_new_tokens", "prefill_s"],
                                   "rounds": ["draft_s", "verify_s", "full_stats"], "depths": ["attn_window_start"],
                                   "heads": ["max_prob", "top_pos"]}
 

@@ -21,7 +21,7 @@ _INTS = ("round", "depth", "context_len", "position", "input_id", "draft_id", "t
 _BOOLS = ("match", "reached", "massive", "beyond_window", "main_path", "fed", "full_stats")
 _STRINGS = ("drafter", "prompt_id", "tags", "tensor")
 _FLOATS = (*_MASSES, *_MAGNITUDES, "entropy", "mean_acceptance_length", "wall_s", "draft_s", "verify_s", "logp", "score",
-           "max_prob")
+           "max_prob", "prefill_s")
 # floats that must be finite (a NaN mass is no measurement); other float columns may be NaN (e.g. verify_s when
 # teacher-forced, entropy / max_prob on rounds without full rows: rounds.full_stats false) and are reported as one
 # note by the readers
@@ -67,7 +67,7 @@ def _range(table: str, col: str, depth: int | None) -> tuple[float | None, float
         return 0, depth
     if col == "node":
         return 1, None
-    if col in _INTS or col in _MAGNITUDES or col in ("wall_s", "draft_s", "verify_s"):
+    if col in _INTS or col in _MAGNITUDES or col in ("wall_s", "draft_s", "verify_s", "prefill_s"):
         return 0, None
     if col == "mean_acceptance_length":
         return 1, None

@@ -157,3 +157,24 @@ def test_nan_activations_stop_the_capture(env, tmp_path, capsys):
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert "drafter 'hot'" in err and "NaN or inf" in err and "probe 'p0'" in err, err
     assert read_manifest(out)["status"] == "partial" and not read_manifest(out)["shards"]
+
+
+def test_the_targets_shared_prompt_work_is_recorded_once_per_prompt(tmp_path):
+    """prompts.prefill_s: with several drafters the target's prompt forward (generate) or teacher-forced pass is
+    shared and so in no drafter's wall_s; it is recorded on each of the prompt's rows, positive; a single drafter
+    runs its own (inside its wall_s): 0."""
+    import drifttool
+    from drifttool.run.engines.hf import DrafterSpec, run_capture
+
+    m = build_models(tmp_path)
+    probes = write_probes(tmp_path / "p.jsonl", [{"id": f"p{i}", "token_ids": prompt(i, 24), "max_new_tokens": 4}
+                                                 for i in range(2)])
+    both = [DrafterSpec("e3", str(m["eagle3"])), DrafterSpec("e31", str(m["eagle31"]))]
+    for mode in ("generate", "teacher-forced"):
+        out = run_capture(str(m["target"]), both, str(probes), str(tmp_path / f"{mode}.drift"), depth=3, mode=mode,
+                          progress=False)
+        pr = drifttool.load(out).prompts
+        assert (pr["prefill_s"] > 0).all(), pr
+        assert (pr.groupby("prompt_id")["prefill_s"].nunique() == 1).all()  # one shared value per prompt
+    out = run_capture(str(m["target"]), both[:1], str(probes), str(tmp_path / "one.drift"), depth=3, progress=False)
+    assert (drifttool.load(out).prompts["prefill_s"] == 0).all()

@@ -54,13 +54,17 @@ def capture_prompt(
 ) -> tuple[dict[str, pd.DataFrame], dict]:
     """All drafters on one prompt (the target's teacher-forced pass shared); the shard's tables and rows."""
     # the target's work on the prompt is done once and shared: its teacher-forced pass, or its prompt forward
+    t0 = time.perf_counter()
     forced = teacher_forcing_data(target, ids, depth, max_new_tokens) if mode == "teacher-forced" else None
     prefill = prefill_prompt(target, ids) if mode == "generate" and len(drafters) > 1 else None
+    shared = forced is not None or prefill is not None
+    prefill_s = time.perf_counter() - t0 if shared else 0.0  # the target's shared work: in no drafter's wall_s
 
     def run(name: str, d: Eagle3Drafter):
         with Capture(d, sink=sink, keep_rows=keep_rows, seed=prompt_seed(seed, probe.id), full_every=full_every) as cap:
             tabs, arr, _ = capture_one(target, name, d, cap, probe, ids, depth, mode, max_new_tokens, seed,
                                        temperature, forced, draft_sampling, prefill)
+        tabs["prompts"] = tabs["prompts"].assign(prefill_s=prefill_s)
         return tabs, arr
 
     return each_drafter(drafters, run)

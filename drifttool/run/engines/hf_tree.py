@@ -35,10 +35,12 @@ def capture_tree_prompt(
 ) -> dict[str, pd.DataFrame]:
     """All drafters on one prompt with draft trees; the shard's tables (no sampled rows). The target's prompt
     forward runs once and is shared by the drafters (as in the chain engine)."""
-    prefill = None
+    prefill, prefill_s = None, 0.0
     if len(drafters) > 1:
         check_prompt(ids, target, len(ids) + max_new_tokens + tree.max_nodes + 1)
+        t0 = time.perf_counter()
         prefill = prefill_prompt(target, ids)
+        prefill_s = time.perf_counter() - t0  # in no drafter's wall_s (trace/schema.py)
 
     def run(name: str, d: Eagle3Drafter):
         with TreeCapture(d, sink=sink) as cap:
@@ -49,7 +51,7 @@ def capture_tree_prompt(
         tabs = tree_prompt_tables(name, probe.id, res.rounds, cap.rounds, d.config.input_aux_layer_ids,
                                   trained_window(d.config.to_dict())["window"], tree.max_depth)
         tabs["prompts"] = prompt_row(name, probe, len(ids), len(res.output_ids), res.rounds, wall,
-                                     max_new_tokens=max_new_tokens)
+                                     max_new_tokens=max_new_tokens, prefill_s=prefill_s)
         return tabs, None
 
     return each_drafter(drafters, run)[0]
