@@ -121,8 +121,12 @@ def sentences(root: Path, detected: list[str], tests: list) -> None:
           "suites can show no trend and no difference between drafters at all: every such verdict reads "
           "underpowered.")
     under = sum(t.verdict == "underpowered" for t in tests)
+    keep = holm_rejected([t.p for t in tests])
+    holm = sum(k and t.verdict in ("rise", "fall") for k, t in zip(keep, tests))
     print(f"- {len(tests)} depth-trend tests above (per-test alpha 0.05, uncorrected: about {0.05 * len(tests):.1f} "
-          f"false detections expected if nothing changed); {under} of them are underpowered.")
+          f"false detections expected if nothing changed); {under} of them are underpowered. Under Holm's "
+          f"correction for all {len(tests)} tests (family-wise alpha 0.05), {holm} of the "
+          f"{sum(t.verdict in ('rise', 'fall') for t in tests)} detected trends stay detected.")
     if detected:
         print("- Detected (p < 0.05, paired over groups, all rounds): " + "; ".join(detected) + ".")
     else:
@@ -148,6 +152,17 @@ def sentences(root: Path, detected: list[str], tests: list) -> None:
         print("- Generate mode: no chain of any drafter is still correct at " + ", ".join(deep) + "; deeper masses "
               "there are measured on drafts conditioned on wrong tokens (the teacher-forced trace measures every depth "
               "on the true prefix).")
+
+
+def holm_rejected(ps: list[float], alpha: float = 0.05) -> list[bool]:
+    """Holm's step-down over all m tests: per test, whether it stays significant at family-wise `alpha`."""
+    m = len(ps)
+    out = [False] * m
+    for i, j in enumerate(sorted(range(m), key=lambda j: ps[j])):
+        if not ps[j] <= alpha / (m - i):  # NaN p: never
+            break
+        out[j] = True
+    return out
 
 
 def pooled(root: Path) -> Comparison:

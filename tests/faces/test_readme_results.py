@@ -19,3 +19,16 @@ def test_every_result_line_is_in_the_readme():
     readme = (REPO / "README.md").read_text()
     missing = [ln for ln in lines if ln not in readme]
     assert not missing, "README lacks these lines of scripts/real_results.py:\n" + "\n".join(missing)
+
+
+def test_holm_step_down_by_hand():
+    """The README's multiplicity sentence: Holm over all m tests, stopping at the first p above alpha / (m - i)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("real_results", REPO / "scripts" / "real_results.py")
+    rr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rr)
+    # m = 4: 0.005 <= 0.0125, 0.01 <= 0.0167, then 0.03 > 0.025 stops (0.04 is not reached)
+    assert rr.holm_rejected([0.01, 0.04, 0.03, 0.005]) == [True, False, False, True]
+    assert rr.holm_rejected([0.001, 0.2, float("nan")]) == [True, False, False]
+    assert rr.holm_rejected([0.02, 0.02]) == [False, False]  # 0.02 > 0.05 / 2
