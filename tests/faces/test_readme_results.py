@@ -31,4 +31,5 @@ def test_holm_step_down_by_hand():
     # m = 4: 0.005 <= 0.0125, 0.01 <= 0.0167, then 0.03 > 0.025 stops (0.04 is not reached)
     assert rr.holm_rejected([0.01, 0.04, 0.03, 0.005]) == [True, False, False, True]
     assert rr.holm_rejected([0.001, 0.2, float("nan")]) == [True, False, False]
-    assert rr.holm_rejected([0.02, 0.02]) == [False, False]  # 0.02 > 0.05 / 2
+    assert rr.holm_rejected([0.03, 0.03]) == [False, False]  # 0.03 > 0.05 / 2
+    assert rr.holm_rejected([0.02, 0.02]) == [True, True]  # 0.02 <= 0.05 / 2, then <= 0.05 / 1
