@@ -76,6 +76,11 @@ def _canon(v: Any) -> Any:
     return v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(v, sort_keys=True, default=str)
 
 
+# provenance entries that describe one conversion run (when, how long), not the weights it produced: a target
+# converted again on another machine, to the same verified files, is the same target (--resume across machines)
+CONVERSION_RUN = ("converted_at", "convert_seconds")
+
+
 def flat_identity(manifest: dict[str, Any], extra_keys: list[str]) -> dict[str, Any]:
     """Every entry that shapes the numbers: drifttool version, each capture setting (the probe file by content,
     not path), each drafter's config hash, overrides and weights, the target's config hash and weights, and the
@@ -90,11 +95,26 @@ def flat_identity(manifest: dict[str, Any], extra_keys: list[str]) -> dict[str, 
     for d in manifest["drafters"]:
         for k in ("config_hash", "overrides", "weights"):
             ident[f"drafters.{d['name']}.{k}"] = _canon(d.get(k))
-    for k in ("config_hash", "weights", "provenance"):  # provenance: e.g. which GGUF the real target came from
+    for k in ("config_hash", "weights"):
         ident[f"target.{k}"] = _canon(manifest["target"].get(k))
+    prov = manifest["target"].get("provenance")  # e.g. which GGUF the real target came from, its files' hashes
+    ident["target.provenance"] = _canon({k: v for k, v in prov.items() if k not in CONVERSION_RUN}
+                                        if isinstance(prov, dict) else prov)
     for k in extra_keys:
         ident[k] = _canon(manifest.get(k))
     return ident
+
+
+def _weights_of(key: str, value: Any) -> Any:
+    """An identity entry as compared: the target's provenance without its conversion-run entries (traces written
+    before they were left out of the identity still carry them)."""
+    if key != "target.provenance" or not isinstance(value, str):
+        return value
+    try:
+        prov = json.loads(value)
+    except ValueError:
+        return value
+    return {k: v for k, v in prov.items() if k not in CONVERSION_RUN} if isinstance(prov, dict) else prov
 
 
 def identity_diff(old: dict[str, Any], new: dict[str, Any]) -> str | None:
@@ -103,7 +123,7 @@ def identity_diff(old: dict[str, Any], new: dict[str, Any]) -> str | None:
     if not isinstance(a, dict):
         return ("manifest.json has no 'identity' (written by an older drifttool), so the weights and settings "
                 "it was captured with cannot be checked")
-    diff = sorted(k for k in {*a, *b} if a.get(k) != b.get(k))
+    diff = sorted(k for k in {*a, *b} if _weights_of(k, a.get(k)) != _weights_of(k, b.get(k)))
     if not diff:
         return None
 

@@ -24,3 +24,28 @@ def test_module_digest_of_a_large_embedding():
     with torch.no_grad():
         m.weight[-1, -1] += 1.0  # the last element is sampled
     assert module_weights(m) != a
+
+
+def test_a_target_converted_again_elsewhere_resumes_but_other_weights_do_not():
+    """The real target's provenance records when and how long its conversion ran; a second conversion (a fresh
+    machine) gives the same verified files, so --resume must accept it; another GGUF must not. Traces written
+    before the conversion-run entries left the identity still carry them and compare the same way."""
+    import json
+
+    from drifttool.trace.identity import flat_identity, identity_diff
+
+    def manifest(prov: dict) -> dict:
+        m = {"drifttool_version": "x", "capture": {"depth": 8}, "drafters": [],
+             "target": {"config_hash": "c", "weights": "w", "provenance": prov}}
+        m["identity"] = flat_identity(m, [])
+        return m
+
+    prov = {"gguf_sha256": "b179", "files": {"model.safetensors": {"sha256": "aa"}}, "converted_at": "02:33",
+            "convert_seconds": "17.7"}
+    again = dict(prov, converted_at="16:51", convert_seconds="18.3")
+    assert identity_diff(manifest(prov), manifest(again)) is None
+    old = manifest(prov)
+    old["identity"]["target.provenance"] = json.dumps(prov, sort_keys=True)  # as older traces stored it
+    assert identity_diff(old, manifest(again)) is None
+    other = dict(again, gguf_sha256="ffff")
+    assert "target.provenance" in identity_diff(manifest(prov), manifest(other))
