@@ -29,7 +29,7 @@ from tests.support.capture import build_models, child_env, prompt, write_probes
 SEED = 20240611
 DEPTH = 3
 N_PROMPTS = 4
-WALL = ("wall_s", "draft_s", "verify_s")  # wall-clock columns: differ run to run
+WALL = ("wall_s", "draft_s", "verify_s", "prefill_s")  # wall-clock columns: differ run to run
 TRIGGERS = ("trace", "shard-file", "shard-file")  # three interpreters (~8 s CPU each): two kills mid-shard
 
 

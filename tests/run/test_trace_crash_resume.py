@@ -27,7 +27,7 @@ from tests.support.capture import build_models, child_env, prompt, write_probes
 
 DEPTH = 3
 N_PROMPTS = 4
-WALL = ("wall_s", "draft_s", "verify_s")  # wall-clock columns: differ run to run
+WALL = ("wall_s", "draft_s", "verify_s", "prefill_s")  # wall-clock columns: differ run to run
 
 
 SIGNALS = {"int": signal.SIGINT, "term": signal.SIGTERM}
