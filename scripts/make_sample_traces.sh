@@ -15,23 +15,34 @@ DEPTH=${DEPTH:-8}
 T=$($DT zoo fetch smollm2)
 M=drifttool/zoo/models/smollm2
 D=(--drafter eagle3=$M/eagle3 --drafter eagle3.1=$M/eagle3.1 --drafter "eagle3+norm_output=$M/eagle3?norm_output=true")
-# SUITES=probes/real: the first suites (2 code files, 4 agent traces, 4 documents), what sample_traces/ holds now.
+# SUITES=probes/real: the first suites (2 code files, 4 agent traces, 4 documents) and the short-chat control.
 # SUITES=probes/real/powered: 24 source documents per long suite (48 / 24 / 24 prompts of 0.4k-8k tokens),
-# ~75 min per lane on this 2-core machine, with ROWS=1 (one sampled attention row per prompt and drafter).
+# what sample_traces/ holds for the long suites (ROWS=1: one sampled attention row per prompt and drafter); the
+# short-chat control has no powered suite and stays the first suite's. Lane times here: 42 + 13 min, 27 + 18 min.
 SUITES=${SUITES:-probes/real}
 ROWS=${ROWS:-2}
 cap() {  # suite, out name, extra args...; RESUME=1 continues a trace after its last committed prompt
   local suite=$1 name=$2 r=--overwrite; shift 2
   local probes=$SUITES/$suite.jsonl
-  [ -f "$probes" ] || probes=probes/real/$suite.jsonl  # short chat has no powered suite: the first one
   [ "${RESUME:-0}" = 1 ] && [ -f "sample_traces/$name.drift/manifest.json" ] && r=--resume
   OMP_NUM_THREADS=1 $DT capture --target "$T" "${D[@]}" --probes "$probes" --depth "$DEPTH" \
     --max-new-tokens 32 --keep-rows "$ROWS" --full-every 1 --seed 0 --quiet --out sample_traces/$name.drift $r "$@"
 }
-( cap long_code smollm2-long_code "$@" && cap agent_traces smollm2-agent_traces "$@" ) &
+trees() {  # the Draft trees page's trace (SGLang's default tree for Llama) and its chain twin at the same depth
+  local tr=sample_traces/trees/smollm2-quick-tree.drift ch=sample_traces/trees/chain/smollm2-quick-chain5.drift
+  local common=(--target "$T" "${D[@]}" --probes probes/real/quick.jsonl --max-new-tokens 32 --seed 0 --quiet)
+  if [ "${RESUME:-0}" != 1 ] || [ ! -f "$tr/manifest.json" ]; then
+    OMP_NUM_THREADS=1 $DT capture "${common[@]}" --tree "dynamic:top_k=4,depth=5,total=8" --out "$tr" --overwrite
+  fi
+  if [ "${RESUME:-0}" != 1 ] || [ ! -f "$ch/manifest.json" ]; then
+    OMP_NUM_THREADS=1 $DT capture "${common[@]}" --depth 5 --keep-rows 0 --out "$ch" --overwrite
+  fi
+}
+( cap long_code smollm2-long_code "$@" && cap agent_traces smollm2-agent_traces "$@" && trees ) &
 a=$!
 ( cap long_code teacher_forced/smollm2-long_code-tf --mode teacher-forced --keep-rows 0 "$@" \
-  && cap doc_qa smollm2-doc_qa "$@" && cap short_chat smollm2-short_chat "$@" ) &
+  && cap doc_qa smollm2-doc_qa "$@" \
+  && { [ -f "$SUITES/short_chat.jsonl" ] || exit 0; cap short_chat smollm2-short_chat "$@"; } ) &
 b=$!
 wait $a
 wait $b
