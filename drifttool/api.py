@@ -85,11 +85,14 @@ class Trace:
         return tree_depth_table([self.data, *(o.data for o in others)])
 
     def tree_figure(self, drafter: str, prompt_id: str, round: int, color: str = "self_mass"):
-        """One round's tree drawn: nodes coloured by `color`, the accepted path in bold."""
+        """One round's tree drawn: nodes coloured by `color`, the accepted path in bold, labelled with the tokens'
+        text where the trace carries its tokenizer (else their ids)."""
         from .analysis.tree_compare import tree_round
+        from .analysis.views import token_decoder
         from .plots import tree_round_figure
 
-        return tree_round_figure(tree_round(self.tree_nodes, drafter, prompt_id, round), color)
+        return tree_round_figure(tree_round(self.tree_nodes, drafter, prompt_id, round), color,
+                                 token_decoder(self.data))
 
     def comparison(self, *others: Trace, trained_window: int | None = None) -> Comparison:
         """The full comparison object (trained_window: the length the drafters were trained at, when their

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -324,6 +325,21 @@ class Target(TargetBase):
         self.length = length
 
 
+@contextmanager
+def _no_loading_bars():
+    """transformers' "Loading weights" bar off while drifttool loads a target (it leaks into CLI output, notebooks
+    and logs that are drifttool's), then back as the caller had it."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def load_target(
     path,
     aux_layer_ids: list[int] | None = None,
@@ -361,9 +377,10 @@ def load_target(
 
     placement = {} if device_map is None else {"device_map": check_device_map(device_map)}
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            p, dtype=dtype, trust_remote_code=trust_remote_code, use_safetensors=True, **placement
-        )
+        with _no_loading_bars():
+            model = AutoModelForCausalLM.from_pretrained(
+                p, dtype=dtype, trust_remote_code=trust_remote_code, use_safetensors=True, **placement
+            )
     except DriftError:
         raise
     except Exception as e:  # noqa: BLE001 - transformers' config validation and loaders raise many kinds

@@ -87,7 +87,7 @@ def tree_round_figure(nodes: pd.DataFrame, color: str = "self_mass", token_text=
             y=[y[u] for u in by.index],
             mode="markers+text",
             text=text,
-            textposition="middle right",
+            textposition="top center",  # above the node: the edges to its children leave on the right
             textfont={"size": 11},
             hovertext=hover,
             hoverinfo="text",

@@ -43,6 +43,10 @@ _ST_DTYPES = {
 }
 
 
+# id columns whose text the dashboard shows (drill-down rows, draft-tree node labels)
+_TOKEN_COLUMNS = {"depths": ("input_id", "draft_id", "target_id"), "tree_nodes": ("draft_id", "target_id")}
+
+
 def _units(path: Path, m: dict, table: str, only: list[int] | None):
     """(file, row group or None, shard indexes, prompts) per unit of rows: a part file, or one row group of a
     previously merged file (one per shard)."""
@@ -149,9 +153,8 @@ def _merge_table(path: Path, m: dict, table: str, out: Path, ids: set[int]) -> b
                 if fld.name not in t.column_names:
                     t = t.append_column(fld.name, pa.nulls(t.num_rows, fld.type))
             t = t.select(schema.names).cast(schema)
-            if table == "depths":
-                for c in ("input_id", "draft_id", "target_id"):
-                    ids.update(np.unique(t.column(c).to_numpy()).tolist())
+            for c in _TOKEN_COLUMNS.get(table, ()):  # the token table's text for every id a page may show
+                ids.update(v for v in np.unique(t.column(c).to_numpy()).tolist() if v >= 0)
             if table == "rows_index":
                 for v in t.column("slot_tokens").to_pylist():
                     ids.update(v or [])

@@ -150,6 +150,12 @@ def test_tree_traces_beside_chain_ones_go_to_the_draft_trees_page(monkeypatch, d
     at.switch_page("app_pages/trees.py").run()
     assert not at.exception and len(at.get("plotly_chart")) >= 2
     assert at.selectbox(key="tree_trace").value == "smollm2-quick-tree"
+    from drifttool.analysis.views import token_decoder
+    from drifttool.trace.reader import read_trace
+
+    decode = token_decoder(read_trace(tree))  # node labels are token text: the compact token table covers them
+    ids = read_trace(tree).tree_nodes["draft_id"].unique()
+    assert decode is not None and not [i for i in ids if decode(i) == f"<{int(i)}>"]
 
 
 def test_default_selection_rule():

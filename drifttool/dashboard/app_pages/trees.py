@@ -6,6 +6,7 @@ import streamlit as st
 
 from drifttool import plots
 from drifttool.analysis.tree_compare import tree_depth_table, tree_round
+from drifttool.analysis.views import token_decoder
 from drifttool.dashboard import lib
 from drifttool.errors import DriftError
 from drifttool.trace.reader import read_trace
@@ -39,7 +40,8 @@ rnd = c3.selectbox("Round", rounds, key="tree_round")
 color = c4.selectbox(
     "Colour", ["self_mass", "sink_mass", "prompt_mass", "entropy", "score"], key="tree_color"
 )
-lib.chart(plots.tree_round_figure(tree_round(nodes, drafter, prompt, rnd), color), "tree round")
+fig = plots.tree_round_figure(tree_round(nodes, drafter, prompt, rnd), color, token_decoder(tr))  # token text
+lib.chart(fig, "tree round")
 tab = tree_depth_table(traces)
 metric = st.selectbox(
     "Per-depth metric", ["self_mass", "sink_mass", "prompt_mass", "entropy", "accepted"], key="tree_metric"
