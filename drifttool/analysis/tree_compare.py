@@ -97,15 +97,18 @@ def tree_round(nodes: pd.DataFrame, drafter: str, prompt_id: str, round_: int) -
 
 
 def render_tree_table(console, tab: pd.DataFrame) -> None:
-    """The terminal table of `tree_depth_table`: one block per trace/drafter, branches side by side per depth."""
-    from rich.console import Console
+    """The terminal table of `tree_depth_table`: one block per trace/drafter (drafters in the one series order),
+    branches per depth; each interval on the line under its value, so a block fits 80 columns."""
     from rich.table import Table
 
-    if console.width < 120:  # the branch names and intervals stay whole in narrow terminals and pipes
-        console = Console(width=120, file=console.file, no_color=console.no_color)
-    for (trace, drafter), g in tab.groupby(["trace", "drafter"], sort=False, observed=True):
-        t = Table(title=f"{trace} / {drafter}: per depth, by branch (mean ± 95% over groups)")
-        for c in ("depth", "branch", "nodes", "self mass", "sink mass", "entropy", "accepted"):
+    from ..plots.base import series_order
+
+    rank = {d: i for i, d in enumerate(series_order([str(d) for d in tab["drafter"].unique()]))} if len(tab) else {}
+    blocks = sorted(tab.groupby(["trace", "drafter"], sort=False, observed=True),
+                    key=lambda kv: (str(kv[0][0]), rank[str(kv[0][1])]))
+    for (trace, drafter), g in blocks:
+        t = Table(title=f"{trace} / {drafter}: per depth, by branch (mean, ± 95% over groups)")
+        for c in ("depth", "branch", "nodes", "self\nmass", "sink\nmass", "entropy", "accepted"):
             t.add_column(c, justify="right" if c != "branch" else "left", no_wrap=True)
         for _, r in g.sort_values(["depth", "branch"]).iterrows():
             t.add_row(
@@ -118,4 +121,4 @@ def render_tree_table(console, tab: pd.DataFrame) -> None:
 
 
 def _cell(r: pd.Series, m: str) -> str:
-    return f"{r[m]:.3f} ± {r[m + '_ci']:.3f}" if np.isfinite(r[m + "_ci"]) else f"{r[m]:.3f}"
+    return f"{r[m]:.3f}\n±{r[m + '_ci']:.3f}" if np.isfinite(r[m + "_ci"]) else f"{r[m]:.3f}"

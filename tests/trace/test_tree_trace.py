@@ -154,8 +154,15 @@ def test_tree_compare_api_and_figures(env):
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["tree_depths"]
     assert {x["branch"] for x in rows} >= {"main path", "side branches"}
-    r = cli("compare", path)
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "COLUMNS": "80", "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-m", "drifttool.cli", "compare", str(path)], capture_output=True, text=True,
+                       env=env, timeout=120)
     assert r.returncode == 0 and "side branches" in r.stdout
+    assert max(len(ln) for ln in r.stdout.splitlines()) <= 80, r.stdout  # the tree tables fit 80 columns
     r = cli("compare", path, root / "c.drift")
     assert r.returncode != 0 and "chain trace" in (r.stdout + r.stderr) and "Traceback" not in r.stderr
 
