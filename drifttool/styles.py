@@ -50,3 +50,15 @@ def series_style(series: str) -> dict[str, str]:
         return dict(KIND_STYLES[k])
     h = zlib.crc32(split_label(series)[1].encode())
     return {"color": PALETTE[h % len(PALETTE)], "dash": DASHES[(h // len(PALETTE)) % len(DASHES)]}
+
+
+KIND_ORDER = {"eagle3": 0, "eagle3.1": 1, "what-if": 2}
+
+
+def series_order(series) -> list[str]:
+    """The one order of series on every chart, legend and table: by trace, then EAGLE-3, EAGLE-3.1, what-ifs,
+    others (each in order of appearance)."""
+    labels = list(dict.fromkeys(str(s) for s in series))
+    traces = list(dict.fromkeys(split_label(s)[0] or "" for s in labels))
+    return sorted(labels, key=lambda s: (traces.index(split_label(s)[0] or ""),
+                                         KIND_ORDER.get(drafter_kind(s) or "", 3), labels.index(s)))

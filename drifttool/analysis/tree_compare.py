@@ -101,7 +101,7 @@ def render_tree_table(console, tab: pd.DataFrame) -> None:
     branches per depth; each interval on the line under its value, so a block fits 80 columns."""
     from rich.table import Table
 
-    from ..plots.base import series_order
+    from ..styles import series_order
 
     rank = {d: i for i, d in enumerate(series_order([str(d) for d in tab["drafter"].unique()]))} if len(tab) else {}
     blocks = sorted(tab.groupby(["trace", "drafter"], sort=False, observed=True),

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..analysis.compare import MIN_N
-from ..styles import drafter_kind, series_style, split_label
+from ..styles import KIND_ORDER, drafter_kind, series_order, series_style, split_label  # noqa: F401 - re-exported
 
 # Traces of one chart are told apart by marker symbol (colour and dash stay the drafter's).
 SYMBOLS = ["circle", "square", "diamond", "triangle-up", "cross", "x", "star", "pentagon", "hexagon", "triangle-down"]
@@ -34,18 +34,6 @@ TITLE_FONT = {"size": 13}
 def label(metric: str) -> str:
     """Human-readable name of a metric column."""
     return LABELS.get(metric, metric.replace("_", " "))
-
-
-KIND_ORDER = {"eagle3": 0, "eagle3.1": 1, "what-if": 2}
-
-
-def series_order(series: Sequence[str]) -> list[str]:
-    """The one order of series on every chart, legend and table: by trace, then EAGLE-3, EAGLE-3.1, what-ifs,
-    others (each in order of appearance)."""
-    labels = list(dict.fromkeys(str(s) for s in series))
-    traces = list(dict.fromkeys(split_label(s)[0] or "" for s in labels))
-    return sorted(labels, key=lambda s: (traces.index(split_label(s)[0] or ""),
-                                         KIND_ORDER.get(drafter_kind(s) or "", 3), labels.index(s)))
 
 
 def in_series_order(df: pd.DataFrame, col: str = "series") -> pd.DataFrame:
