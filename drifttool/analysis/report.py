@@ -6,8 +6,6 @@ rows. The report ends with a plain-language summary of what differs between the 
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 from rich.console import Console
 from rich.markup import escape as _e  # names, paths and notes are data, not rich markup
@@ -177,10 +175,6 @@ def print_predictors(c: Console, cmp: Comparison, bins: int = 4) -> None:
     c.print(t)
     c.print("Negative correlation: higher values go with more rejections. Binned rates: compare --json."
             + (f" Depths reached by fewer than {MIN_N} chains: not shown." if hidden else ""))
-
-
-def _pct(a: float, b: float) -> str:
-    return f", {100 * (a - b) / b:+.0f}%" if b and math.isfinite(a) and math.isfinite(b) and abs(b) > 1e-9 else ""
 
 
 def plain_summary(cmp: Comparison, s: pd.DataFrame | None = None) -> list[str]:

@@ -13,7 +13,6 @@ import pandas as pd
 from ..errors import DriftError
 from ..trace.reader import TraceData, group_of_id
 
-BRANCHES = ("main path", "side branches", "accepted path", "all nodes")
 METRICS = ("self_mass", "sink_mass", "prompt_mass", "entropy", "accepted")
 
 

@@ -18,7 +18,6 @@ from drifttool.errors import DriftError
 REPO = Path(__file__).resolve().parents[2]  # a checkout's root (drifttool/dashboard/lib.py)
 SAMPLES = REPO / "sample_traces"
 TREES = SAMPLES / "trees"
-FILTER_KEYS = ("flt_prompts", "flt_tags", "flt_depth", "flt_heads")
 # Show every given trace at once only while they hold at most this many series together; else the first trace
 # (a selector adds the others). 24 series on one chart is a hairball, 3-6 reads at a glance.
 MAX_DEFAULT_SERIES = 6

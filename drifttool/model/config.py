@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # Flags a user may override at load time ("what-if" questions).
-FLAG_NAMES = ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual")
+# The drafter flags, in the order conform tries them and the manifest lists them: the one list every reader,
+# writer and diagnosis iterates (a new flag is a name here, a field below and its effect in drafter.py).
+FLAG_NAMES = ("fc_norm", "norm_output", "norm_before_fc", "norm_before_residual")
 # How eagle_aux_hidden_state_layer_ids are read. "input": id i = the input of target layer i = HF
 # hidden_states[i] (vLLM; i = L is the last layer's output before the final norm). "output": id i = the output
 # of layer i (ModelOpt / SpecForge hooks, SGLang's explicit ids), i.e. input-convention id i + 1.

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DriftError
+from .config import FLAG_NAMES
 from .layouts import detect_layout
 
-FLAGS = ("fc_norm", "norm_output", "norm_before_fc", "norm_before_residual")
+FLAGS = FLAG_NAMES
 
 # Where each engine reads a flag and what it assumes when the config is silent, from the installed source
 # (vLLM 0.32.0, the version scripts/test_vllm.sh installs). Paths are inside the vllm package.

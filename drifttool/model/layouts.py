@@ -68,10 +68,7 @@ def _save_speculators(cfg: DrafterConfig, sd: dict, llama: Config) -> tuple[dict
         "draft_vocab_size": cfg.draft_vocab_size,
         "target_hidden_size": cfg.target_hidden_size,
         "eagle_aux_hidden_state_layer_ids": cfg.input_aux_layer_ids,
-        "norm_before_residual": cfg.norm_before_residual,
-        "norm_before_fc": cfg.norm_before_fc,
-        "fc_norm": cfg.fc_norm,
-        "norm_output": cfg.norm_output,
+        **cfg.flags(),  # speculators keeps every flag at the top level, where vLLM reads them
         "speculators_config": {
             "algorithm": "eagle3",
             "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],

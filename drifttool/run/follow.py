@@ -16,12 +16,13 @@ import numpy as np
 import torch
 
 from ..errors import DriftError
+from ..model.config import FLAG_NAMES
 from ..model.drafter import Eagle3Drafter
 from ..model.target import Target
 from .loop import draft_chain, draft_token, refresh
 
 # what the diagnosis varies: the four flags, the aux-feature order and the drafter's attention window
-VARIED = ("fc_norm", "norm_output", "norm_before_fc", "norm_before_residual")
+VARIED = FLAG_NAMES
 
 
 @dataclass

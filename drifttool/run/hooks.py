@@ -231,7 +231,6 @@ class Capture(Observer):
     # -- observer protocol ---------------------------------------------------------------------
     def begin_round(self, drafter, round_idx: int, context_len: int, depth: int, seq: list[int]) -> None:
         self._reset_round()
-        self._round = round_idx
         self._ctx = context_len
         self._seq = seq
 

@@ -124,7 +124,28 @@ def speculate(
         seq.append(first)
         verify = partial(verify_round, target, seq, temperature=temperature, gen=gen)
     cache = drafter.new_cache(capacity=len(prompt_ids) + max_new_tokens + 2 * depth + 8)
-    rounds: list[RoundRecord] = []
+
+    def chain_round(index: int, step: DraftStep, n: int, t0: float):
+        drafts, dprobs, fed = draft_chain(drafter, cache, step, n, depth, seq[-1], pick, forced_seq)
+        draft_s = time.perf_counter() - t0
+        v = verify(drafts, dprobs, n)
+        rec = RoundRecord(round=index, context_len=n, draft_ids=drafts, target_ids=v.target_ids,
+                          accepted=v.accepted, match=[d == t for d, t in zip(drafts, v.target_ids)], bonus=v.bonus,
+                          input_ids=fed, draft_s=draft_s, verify_s=v.seconds)
+        return rec, [*drafts[: v.accepted], v.bonus], v.features
+
+    rounds = run_rounds(drafter, cache, prompt_ids, seq, pending, max_new_tokens, stop_ids, depth, observers,
+                        chain_round)
+    return SpecResult(prompt_ids, until_stop(seq[len(prompt_ids) :], stop_ids)[:max_new_tokens], rounds)
+
+
+def run_rounds(drafter: Eagle3Drafter, cache: KVCache, prompt_ids: list[int], seq: list[int],
+               pending: torch.Tensor, max_new_tokens: int, stop_ids: tuple[int, ...], depth: int,
+               observers, one_round) -> list:
+    """The round loop chains and trees share: refresh the drafter with the features committed since the last
+    round, draft and verify (`one_round(index, step, n, t0)` -> (record, committed tokens, their features)),
+    observers around each round; until max_new_tokens or a stop token. `seq` grows in place (observers hold it)."""
+    rounds: list = []
     committed = 0  # drafter slots 0..committed-1 hold target features
     while len(seq) - len(prompt_ids) < max_new_tokens and not (stop_ids and seq[-1] in stop_ids):
         n = len(seq) - 1  # position of the newest committed token x_n; the depth-1 query sits at slot n-1
@@ -133,18 +154,12 @@ def speculate(
         t0 = time.perf_counter()
         step = refresh(drafter, cache, seq[committed + 1 :], committed, pending)
         committed += pending.shape[0]
-        drafts, dprobs, fed = draft_chain(drafter, cache, step, n, depth, seq[-1], pick, forced_seq)
-        draft_s = time.perf_counter() - t0
-        v = verify(drafts, dprobs, n)
-        rec = RoundRecord(round=len(rounds), context_len=n, draft_ids=drafts, target_ids=v.target_ids,
-                          accepted=v.accepted, match=[d == t for d, t in zip(drafts, v.target_ids)], bonus=v.bonus,
-                          input_ids=fed, draft_s=draft_s, verify_s=v.seconds)
+        rec, tokens, pending = one_round(len(rounds), step, n, t0)
         for o in observers:
             o.end_round(drafter, cache, rec)
         rounds.append(rec)
-        seq.extend([*drafts[: v.accepted], v.bonus])  # in place: observers hold `seq`
-        pending = v.features
-    return SpecResult(prompt_ids, until_stop(seq[len(prompt_ids) :], stop_ids)[:max_new_tokens], rounds)
+        seq.extend(tokens)
+    return rounds
 
 
 def check_settings(depth: int, max_new_tokens: int, mode: str, temperature: float, draft_sampling: str) -> None:

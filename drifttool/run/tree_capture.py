@@ -20,7 +20,6 @@ from . import attention_stats as stats
 from .hooks import DrafterAdapter, Observer
 
 # per query row and head: sink / ancestors before the row's own slot / own slot, entropy, largest weight, its slot
-TREE_HEAD_FIELDS = stats.HEAD_FIELDS  # a tree node's query row carries what a chain's depth row does
 
 
 @dataclass
@@ -30,7 +29,7 @@ class TreeRoundCapture:
     round: int
     context_len: int
     rows: list[int]  # node of each query row (0 = root, then the fed nodes in tree numbering)
-    heads: np.ndarray  # [R, nh, 6] TREE_HEAD_FIELDS
+    heads: np.ndarray  # [R, nh, 6] stats.HEAD_FIELDS (a tree node's query row carries what a chain's depth row does)
     hidden: np.ndarray  # [R, 7] attention_stats.HIDDEN_FIELDS
 
 
@@ -61,7 +60,7 @@ def tree_head_stats(
     sink_idx: torch.Tensor,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """TREE_HEAD_FIELDS [R, nh, 6] of R query rows q [R, nh, hd] over keys [nkv, n + F, hd] (context slots 0..n-1,
+    """stats.HEAD_FIELDS [R, nh, 6] of R query rows q [R, nh, hd] over keys [nkv, n + F, hd] (context slots 0..n-1,
     then the F fed slots), each row seeing the context and the fed slots marked in anc | own ([R, F]): the chain's
     maths (attention_stats.masked_logits + head_stats) under the tree's tail masks."""
     tail = stats.tree_tail(anc.to(keys.device), own.to(keys.device))

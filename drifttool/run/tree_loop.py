@@ -13,7 +13,7 @@ from ..errors import DriftError
 from ..model.drafter import Eagle3Drafter
 from ..model.target import Target
 from .argcheck import need_int, need_number, token_ids
-from .loop import Prefill, check_features, check_prompt, prefill_target, refresh, until_stop
+from .loop import Prefill, check_features, check_prompt, prefill_target, run_rounds, until_stop
 from .tree import DraftTree, TreeSpec, draft_tree, greedy_walk, sampled_walk, tree_mask
 
 
@@ -75,23 +75,16 @@ def speculate_tree(
     first, pending = prefill_target(target, prompt_ids, temperature, gen, prefill)
     seq = [*prompt_ids, first]
     cache = drafter.new_cache(capacity=len(prompt_ids) + max_new_tokens + tree.max_nodes + 8)
-    rounds: list[TreeRoundRecord] = []
-    committed = 0
-    while len(seq) - len(prompt_ids) < max_new_tokens and not (stop_ids and seq[-1] in stop_ids):
-        n = len(seq) - 1
-        for o in observers:
-            o.begin_round(drafter, len(rounds), n, tree.max_depth, seq)
-        t0 = time.perf_counter()
-        step = refresh(drafter, cache, seq[committed + 1 :], committed, pending)
-        committed += pending.shape[0]
+
+    def tree_round(index: int, step, n: int, t0: float):
         dt = draft_tree(drafter, cache, step, n, seq[-1], tree)
         draft_s = time.perf_counter() - t0
-        path, bonus, tgt, pending, verify_s = verify_tree(target, dt, n, temperature, gen)
-        rec = TreeRoundRecord(len(rounds), n, dt, path, tgt, bonus, draft_s, verify_s)
-        for o in observers:
-            o.end_round(drafter, cache, rec)
-        rounds.append(rec)
-        seq.extend([*(dt.tokens[u] for u in path), bonus])
+        path, bonus, tgt, features, verify_s = verify_tree(target, dt, n, temperature, gen)
+        rec = TreeRoundRecord(index, n, dt, path, tgt, bonus, draft_s, verify_s)
+        return rec, [*(dt.tokens[u] for u in path), bonus], features
+
+    rounds = run_rounds(drafter, cache, prompt_ids, seq, pending, max_new_tokens, stop_ids, tree.max_depth,
+                        observers, tree_round)
     return TreeResult(prompt_ids, until_stop(seq[len(prompt_ids) :], stop_ids)[:max_new_tokens], rounds)
 
 
