@@ -41,6 +41,7 @@ class RealArgs:
     work: str = "runs/real/train"
     out: str = "runs/real/drafters"
     target_dir: str = ""
+    init: str = ""  # warm start: a folder of exported drafters (<variant>/model.safetensors) and their draft vocab
     minutes: float = 60.0
     lr: float = 1e-3
     warmup_steps: int = 10
@@ -94,6 +95,34 @@ class Shards:
 
     def tokens(self) -> int:
         return sum(b - a for _, a, b in self.rows)
+
+
+def cover(shards: Shards, d2t: torch.Tensor, vocab: int) -> float:
+    """The share of the cached target argmax choices a draft vocab covers (an upper bound on depth-1 acceptance)."""
+    top = torch.zeros(vocab, dtype=torch.long)
+    for row in shards.rows:
+        top += torch.bincount(shards.get(row)["top1"].long(), minlength=vocab)[:vocab]
+    return float(top[torch.arange(len(d2t)) + d2t].sum() / top.sum().clamp(min=1))
+
+
+def warm_start(models: dict[str, Eagle3Drafter], init: Path) -> None:
+    """Each variant's weights from `init/<variant>` (an export of this trainer: speculators layout, no
+    embeddings); the draft vocab must be the one the models were built with."""
+    from safetensors.torch import load_file
+
+    for v, m in models.items():
+        sd = load_file(str(init / v / "model.safetensors"))
+        if not torch.equal(sd.pop("d2t").long(), m.d2t.long()):
+            raise SystemExit(f"--init {init / v}: another draft vocabulary than {init}/eagle3's")
+        sd.pop("t2d", None)
+        missing, unexpected = m.load_state_dict({k: t.float() for k, t in sd.items()}, strict=False)
+        if unexpected or set(missing) - {"embed_tokens.weight", "d2t"}:  # d2t: checked equal above
+            raise SystemExit(f"--init {init / v}: tensors do not match variant {v} ({missing}, {unexpected})")
+
+
+def init_vocab(init: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    with safe_open(str(init / "eagle3" / "model.safetensors"), framework="pt") as h:
+        return h.get_tensor("d2t").long(), h.get_tensor("t2d").bool()
 
 
 def draft_vocab(shards: Shards, target_dir: Path, vocab: int, n: int, conversations: int = 6000,
@@ -262,6 +291,12 @@ def train(a: RealArgs, log=print) -> None:
 
         vv = load_file(str(vocab_file))
         d2t, t2d, coverage = vv["d2t"], vv["t2d"], float(vv["coverage"])
+    elif a.init:  # warm start: keep the vocab the initial drafters were trained with
+        from safetensors.torch import save_file
+
+        d2t, t2d = init_vocab(Path(a.init))
+        coverage = cover(shards, d2t, tcfg["vocab_size"])
+        save_file({"d2t": d2t, "t2d": t2d, "coverage": torch.tensor(coverage)}, str(vocab_file))
     else:
         from safetensors.torch import save_file
 
@@ -271,6 +306,9 @@ def train(a: RealArgs, log=print) -> None:
     draft_ids = torch.arange(a.draft_vocab_size) + d2t
     e_draft = embed[draft_ids]
     models = build_pair(a, tcfg, embed, d2t)
+    if a.init and not (work / "ckpt" / "state.json").exists():
+        warm_start(models, Path(a.init))
+        log(f"warm start from {a.init}")
     opts = {v: adamw([p for p in m.parameters() if p.requires_grad], a.lr, a.betas, 0.0) for v, m in models.items()}
     state: dict[str, Any] = load_ckpt(work / "ckpt", *_ckpt_files(models, opts)) or {"step": 0, "elapsed": 0.0,
                                                                                       "tokens": 0, "checkpoints": 0}
@@ -355,12 +393,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trained-window", type=int, default=RealArgs.trained_window)
     p.add_argument("--fp32", action="store_true", help="no bf16 autocast")
     p.add_argument("--ckpt-minutes", type=float, default=RealArgs.ckpt_minutes)
+    p.add_argument("--init", default="", help="warm start from a folder of exported drafters (e.g. the shipped ones)")
     p.add_argument("--variants", default=",".join(RealArgs.variants), help="comma list (one process per variant)")
     x = p.parse_args(argv)
     a = RealArgs(features=x.features, work=x.work, out=x.out, target_dir=str(smollm2.fetch()), minutes=x.minutes,
                  threads=x.threads, draft_vocab_size=x.draft_vocab, batch_tokens=x.batch_tokens, lr=x.lr,
                  trained_window=x.trained_window, bf16=not x.fp32, ckpt_minutes=x.ckpt_minutes,
-                 variants=tuple(x.variants.split(",")))
+                 variants=tuple(x.variants.split(",")), init=x.init)
     train(a, log=lambda m: print(time.strftime("%H:%M:%S"), m, flush=True))
     return 0
 

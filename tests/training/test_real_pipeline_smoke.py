@@ -1,7 +1,7 @@
 """The real-target training pipeline at tiny size: teacher-forced bf16 batched features equal the KV-cached
 per-sequence path within bf16 error and land in the shards the trainer reads; the trainer (both variants on the
 same batches and soft labels, bf16 autocast) is killed after its first checkpoint and resumes from it, exporting
-both drafters and the checkpoint series."""
+both drafters and the checkpoint series; a warm start from that export reproduces it."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ import sys
 from training.train_real import RealArgs, train
 train(RealArgs(features=sys.argv[1], work=sys.argv[2], out=sys.argv[3], target_dir=sys.argv[4], minutes=float(sys.argv[5]),
                ckpt_minutes=0.02, batch_tokens=256, hidden_size=128, num_attention_heads=4, num_key_value_heads=4,
-               head_dim=32, intermediate_size=352, draft_vocab_size=512, aux_layer_ids=[1, 2, 3], trained_window=128),
+               head_dim=32, intermediate_size=352, draft_vocab_size=512, aux_layer_ids=[1, 2, 3], trained_window=128,
+               init=sys.argv[6] if len(sys.argv) > 6 else ""),
       log=lambda m: print(m, flush=True))
 """
 
@@ -89,3 +90,12 @@ def test_trainer_killed_and_resumed(tmp_path):
         rep = json.loads((out / v / "report.json").read_text())
         assert rep["final"] and rep["train_args"]["bf16"] and len(rep["heldout_top1_per_step"]) == 3
     assert any((d / "eagle3.1" / "config.json").is_file() for d in (out / "steps").iterdir())
+    # warm start (--init) from the export, in a fresh work folder, no steps: the same weights, vocab and scores
+    warm_work, warm_out = tmp_path / "warm", tmp_path / "warm_out"
+    cmd = [sys.executable, "-c", TRAIN, str(feats), str(warm_work), str(warm_out), str(TARGET), "0", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0 and f"warm start from {out}" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    for v in ("eagle3", "eagle3.1"):
+        a, b = (json.loads((d / v / "report.json").read_text()) for d in (out, warm_out))
+        assert a["heldout_top1_per_step"] == b["heldout_top1_per_step"]
+        assert a["heldout_ce_per_step"] == b["heldout_ce_per_step"]
