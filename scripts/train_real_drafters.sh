@@ -11,12 +11,15 @@
 #      checkpoint's export under runs/real/drafters/steps/step-N (the checkpoint series)
 # Env: MINUTES (trainer wall-clock budget, default 100), FEATURE_MINUTES (default 35), WORKERS (default 1),
 #      CONVERSATIONS (default 12000), WINDOW (trained window and max conversation length, default 4096),
-#      OVERLAP=1 starts the trainer beside the feature workers (needs a free core per process).
+#      OVERLAP=1 starts the trainer beside the feature workers (needs a free core per process),
+#      FIRST=N feature workers start at conversation N (new data beyond an earlier cache of the first N),
+#      INIT=DIR warm-starts the trainer from exported drafters (e.g. drifttool/zoo/models/smollm2), LR its peak lr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 MINUTES=${MINUTES:-100}; FMIN=${FEATURE_MINUTES:-35}; WORKERS=${WORKERS:-1}; N=${CONVERSATIONS:-12000}
-WINDOW=${WINDOW:-4096}
+WINDOW=${WINDOW:-4096}; FIRST=${FIRST:-0}
+TRAIN_ARGS=(); [ -n "${INIT:-}" ] && TRAIN_ARGS+=(--init "$INIT"); [ -n "${LR:-}" ] && TRAIN_ARGS+=(--lr "$LR")
 mkdir -p runs/real
 $PY -m drifttool.cli zoo fetch smollm2 >/dev/null
 $PY -m training.tf_features --out runs/real/features --split heldout --n 32 --long --sample-every 2 \
@@ -24,10 +27,10 @@ $PY -m training.tf_features --out runs/real/features --split heldout --n 32 --lo
 pids=()
 for w in $(seq 0 $((WORKERS - 1))); do
   $PY -m training.tf_features --out runs/real/features --split train --n "$N" --long --worker "$w" \
-    --workers "$WORKERS" --max-len "$WINDOW" --minutes "$FMIN" >> "runs/real/feat_w$w.log" 2>&1 &
+    --workers "$WORKERS" --first "$FIRST" --max-len "$WINDOW" --minutes "$FMIN" >> "runs/real/feat_w$w.log" 2>&1 &
   pids+=($!)
 done
 if [ "${OVERLAP:-0}" != "1" ]; then wait "${pids[@]}"; else sleep 300; fi
-$PY -m training.train_real --minutes "$MINUTES" --trained-window "$WINDOW" >> runs/real/train.log 2>&1
+$PY -m training.train_real --minutes "$MINUTES" --trained-window "$WINDOW" "${TRAIN_ARGS[@]}" >> runs/real/train.log 2>&1
 kill "${pids[@]}" 2>/dev/null || true
 echo "drafters: runs/real/drafters (copy to drifttool/zoo/models/smollm2/ to ship)"

@@ -157,13 +157,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample-every", type=int, default=8, help="every N-th conversation: a target-sampled reply")
     p.add_argument("--max-new", type=int, default=48)
     p.add_argument("--long", action="store_true", help="conversations up to ~4k tokens (the 4096 window)")
+    p.add_argument("--first", type=int, default=0,
+                   help="start at conversation N of the split (new data beyond an earlier cache; own folder)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--minutes", type=float, default=None)
     p.add_argument("--target", default=None, help="target folder (default: the converted SmolLM2)")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
-    convs = real_conversations.build(a.n, a.split, long=a.long)[a.worker :: a.workers]
-    out = Path(a.out) / a.split / f"w{a.worker}"
+    convs = real_conversations.build(a.n, a.split, long=a.long)[a.first :][a.worker :: a.workers]
+    # conversations from --first on get their own folder, so a cache of the first ones (same names) stays apart
+    out = Path(a.out) / a.split / (f"w{a.worker}" + (f"-from{a.first}" if a.first else ""))
     res = extract_tf(convs, a.target or smollm2.fetch(), out, a.max_len, a.batch_tokens, a.shard_tokens,
                      a.sample_every, a.max_new, seed=a.worker, minutes=a.minutes,
                      log=lambda m: print(time.strftime("%H:%M:%S"), m, flush=True))
