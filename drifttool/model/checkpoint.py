@@ -22,8 +22,9 @@ from ..errors import DriftError
 from ..jsonfile import read_json_object
 from .ckpt_config import OTHER_OVERRIDES, check_conflicts, normalise_config, parse_override
 from .config import DrafterConfig
-from .drafter import Eagle3Drafter
+from .drafter import DrafterBase, Eagle3Drafter
 from .layouts import BY_NAME, canonical_key, detect_layout, savable  # noqa: F401 - detect_layout re-exported
+from .mtp_checkpoint import is_mtp_config, read_mtp_drafter
 from .target import Target, TargetShape, check_aux_ids, load_target
 
 
@@ -160,9 +161,10 @@ def read_drafter(
     overrides: dict[str, Any] | None = None,
     device: str | torch.device = "cpu",
     dtype: torch.dtype | str = torch.float32,
-) -> Eagle3Drafter:
+) -> DrafterBase:
     """A drafter checkpoint checked against the target's shape only; the target is not touched (the caller
-    sets its aux layers: `target.set_aux_layer_ids(model.config.input_aux_layer_ids)`)."""
+    sets its aux layers: `target.set_aux_layer_ids(model.config.input_aux_layer_ids)`). A target folder whose
+    config.json carries MTP layers gives its MTP head (an MTPDrafter, mtp.py)."""
     from .hub import resolve
 
     p = resolve(path, "drafter")
@@ -170,6 +172,11 @@ def read_drafter(
         raise DriftError(f"{p}: drafter folder does not exist")
     dtype = parse_dtype(dtype)
     raw = _read_json(p / "config.json")
+    if is_mtp_config(raw):  # a target folder: its own multi-token-prediction head (mtp_checkpoint.py)
+        model = read_mtp_drafter(p, raw, overrides, device, dtype)
+        if shape is not None:
+            _check_target(model.config, shape, p)
+        return model
     cfg = normalise_config(raw, p, shape)
     check_conflicts(cfg, str(p / "config.json"))
     for k, v in (overrides or {}).items():

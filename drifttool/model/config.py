@@ -53,6 +53,9 @@ class DrafterConfig:
     norm_output: bool = False
     norm_before_residual: bool = False
     has_embed: bool = True
+    # A multi-token-prediction head read from its target's checkpoint (mtp.py / mtp_checkpoint.py): family, its
+    # layers, concatenation order, attention and MoE fields, which layer each draft step runs. None: EAGLE-3.
+    mtp: dict[str, Any] | None = None
     # provenance: what the loader saw and decided
     layout: str = "unknown"
     overrides: dict[str, Any] = field(default_factory=dict)
@@ -80,7 +83,10 @@ class DrafterConfig:
     @property
     def variant(self) -> str:
         """EAGLE-3.1 = a feature norm (per-chunk fc_norm, or speculators' default single norm_before_fc) plus
-        post-norm feedback; neither = EAGLE-3; anything else mixed is a what-if."""
+        post-norm feedback; neither = EAGLE-3; anything else mixed is a what-if. An MTP head is `mtp` (its
+        what-if overrides are recorded under `overrides`)."""
+        if self.mtp:
+            return "mtp"
         if self.norm_output and (self.fc_norm or self.norm_before_fc):
             return "eagle3.1"
         if not self.fc_norm and not self.norm_output:
@@ -99,6 +105,8 @@ class DrafterConfig:
             d.pop(k)
         if d["trained_window"] is None:  # added later: hashes of drafters that do not set it stay as they were
             d.pop("trained_window")
+        if d["mtp"] is None:  # likewise: EAGLE drafters hash as before MTP heads existed
+            d.pop("mtp")
         return d
 
     def config_hash(self) -> str:

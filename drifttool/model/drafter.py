@@ -66,7 +66,67 @@ class DraftStep:
     feedback: torch.Tensor  # tensor fed to the next depth: post if norm_output else pre
 
 
-class Eagle3Drafter(nn.Module):
+class DrafterBase(nn.Module):
+    """What every drafter family shares with the loop and the capture: `config`, `layers[0].self_attn` (hook
+    points, softmax scale), `lm_head`, the hook points `hook_layer_in` / `hook_pre` / `hook_post`, `d2t`, the
+    KV cache, and `forward(ids, hidden, positions, cache, hidden_is_feature, mask) -> DraftStep`. EAGLE-3
+    (below) and MTP heads (mtp.py) are the families."""
+
+    config: DrafterConfig
+
+    def _rope_dim(self) -> int:
+        return self.config.rope_dim
+
+    def _apply(self, fn, recurse=True):
+        # RoPE frequencies stay fp32 whatever dtype the weights are cast to (as vLLM/HF compute them);
+        # a bf16/fp16 inv_freq would put O(position * 2^-8) errors into every rotation angle.
+        super()._apply(fn, recurse)
+        cfg = self.config
+        self.inv_freq = rope.inv_freq(self._rope_dim(), cfg.rope_theta, cfg.rope_scaling).to(self.inv_freq.device)
+        return self
+
+    @property
+    def layer(self) -> nn.Module:
+        return self.layers[0]
+
+    def set_attn_impl(self, impl: str) -> None:
+        if impl not in ("sdpa", "eager"):
+            raise ValueError(f"attn_impl must be 'sdpa' or 'eager', got {impl!r}")
+        for layer in self.layers:
+            layer.self_attn.attn_impl = impl
+
+    def draft_to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return draft_ids + self.d2t[draft_ids]
+
+    def target_probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """Softmax over the draft vocab scattered into target-vocab positions [..., V] (fp32)."""
+        p = logits.float().softmax(-1)
+        out = p.new_zeros(*p.shape[:-1], self.config.vocab_size)
+        idx = self.draft_to_target(torch.arange(p.shape[-1], device=p.device)).expand_as(p)
+        return out.scatter_add_(-1, idx, p)  # add: two draft ids may map to one target id
+
+    def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
+        p = self.lm_head.weight
+        a = self.layer.self_attn
+        # values padded to the key width (MLA): the lse-returning fused kernel needs equal head sizes
+        return KVCache(batch, a.nkv, a.hd, p.device, p.dtype, capacity, v_dim=max(a.vd, a.hd))
+
+    def attend_cached(self, attn: nn.Module, z: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+                      mask: torch.Tensor | None) -> torch.Tensor:
+        """Project the layer input z [B,T,*] at `positions`, append its K/V to `cache` and attend: each slot sees
+        every cached slot before it (and the window), or exactly the slots `mask` marks (trees)."""
+        cos, sin = rope.cos_sin(positions, self.inv_freq, z.dtype, self.rope_scale)
+        q, k, v = attn.project(z, cos, sin)
+        start = cache.length
+        kk, vv = cache.append(k, v)
+        t = q.shape[2]
+        window = self.config.sliding_window
+        if mask is None and ((t > 1 and start > 0) or (window is not None and kk.shape[2] > window)):
+            mask = visible(start, t, kk.shape[2], window, q.device)
+        return attn.attend(q, kk, vv, mask, causal=mask is None and t > 1 and start == 0)
+
+
+class Eagle3Drafter(DrafterBase):
     """One EAGLE-3 decoder layer over [embeddings ; fc(aux target features)]; keys as speculators/vLLM."""
 
     def __init__(self, cfg: DrafterConfig):
@@ -93,24 +153,7 @@ class Eagle3Drafter(nn.Module):
         )
         self.rope_scale = rope.mscale(cfg.rope_scaling, deepseek=cfg.mla is not None)  # YaRN's magnitude factor on cos/sin (1 otherwise)
 
-    def _apply(self, fn, recurse=True):
-        # RoPE frequencies stay fp32 whatever dtype the weights are cast to (as vLLM/HF compute them);
-        # a bf16/fp16 inv_freq would put O(position * 2^-8) errors into every rotation angle.
-        super()._apply(fn, recurse)
-        cfg = self.config
-        self.inv_freq = rope.inv_freq(cfg.rope_dim, cfg.rope_theta, cfg.rope_scaling).to(self.inv_freq.device)
-        return self
-
     # -- pieces -------------------------------------------------------------------------------
-    @property
-    def layer(self) -> Eagle3DecoderLayer:
-        return self.layers[0]
-
-    def set_attn_impl(self, impl: str) -> None:
-        if impl not in ("sdpa", "eager"):
-            raise ValueError(f"attn_impl must be 'sdpa' or 'eager', got {impl!r}")
-        self.layer.self_attn.attn_impl = impl
-
     def combine(self, features: torch.Tensor) -> torch.Tensor:
         """Aux target features [..., A*Ht] -> drafter hidden [..., H] (docs/eagle3.md §2); identity without aux features."""
         if not self.config.num_aux:
@@ -132,22 +175,6 @@ class Eagle3Drafter(nn.Module):
         logits = self.lm_head(post) if logits else None
         return DraftStep(logits, pre, post, post if self.config.norm_output else pre)
 
-    def draft_to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
-        return draft_ids + self.d2t[draft_ids]
-
-    def target_probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """Softmax over the draft vocab scattered into target-vocab positions [..., V] (fp32)."""
-        p = logits.float().softmax(-1)
-        out = p.new_zeros(*p.shape[:-1], self.config.vocab_size)
-        idx = self.draft_to_target(torch.arange(p.shape[-1], device=p.device)).expand_as(p)
-        return out.scatter_add_(-1, idx, p)  # add: two draft ids may map to one target id
-
-    def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
-        p = self.lm_head.weight
-        a = self.layer.self_attn
-        # values padded to the key width (MLA): the lse-returning fused kernel needs equal head sizes
-        return KVCache(batch, a.nkv, a.hd, p.device, p.dtype, capacity, v_dim=max(a.vd, a.hd))
-
     # -- the real chain / teacher-forced chain -----------------------------------------------
     def forward(
         self,
@@ -165,16 +192,7 @@ class Eagle3Drafter(nn.Module):
         x = self.hook_layer_in(x)
         emb = self.embed_tokens(input_ids)
         z, r0 = self.layer.inputs(emb, x)
-        cos, sin = rope.cos_sin(positions, self.inv_freq, z.dtype, self.rope_scale)
-        attn = self.layer.self_attn
-        q, k, v = attn.project(z, cos, sin)
-        start = cache.length
-        kk, vv = cache.append(k, v)
-        t = q.shape[2]
-        window = self.config.sliding_window
-        if mask is None and ((t > 1 and start > 0) or (window is not None and kk.shape[2] > window)):
-            mask = visible(start, t, kk.shape[2], window, q.device)
-        out = attn.attend(q, kk, vv, mask, causal=mask is None and t > 1 and start == 0)
+        out = self.attend_cached(self.layer.self_attn, z, positions, cache, mask)
         return self.head(self.layer.finish(r0, out))
 
     # -- training-time test (docs/eagle3.md §5) ---------------------------------------------------------

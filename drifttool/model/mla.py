@@ -31,9 +31,10 @@ def softmax_scale(head_dim: int, scaling: dict | None) -> float:
 class MLAAttention(Eagle3Attention):
     """Same interface as Eagle3Attention (project / attend, hook points); nkv = nh after decompression."""
 
-    def __init__(self, cfg: DrafterConfig):
+    def __init__(self, cfg: DrafterConfig, in_features: int | None = None):
+        """`in_features`: the width of the layer input (2H for an EAGLE-3 layer's [emb ; hidden], H for an MTP block)."""
         nn.Module.__init__(self)
-        m, h2 = cfg.mla, 2 * cfg.hidden_size
+        m, h2 = cfg.mla, in_features or 2 * cfg.hidden_size
         self.nope, self.rd, self.vd = int(m["qk_nope_head_dim"]), int(m["qk_rope_head_dim"]), int(m["v_head_dim"])
         self.kvr, qr = int(m["kv_lora_rank"]), m.get("q_lora_rank")
         self.nh = self.nkv = cfg.num_attention_heads
