@@ -12,7 +12,7 @@ import pandas as pd
 from .analysis.compare import Comparison
 from .dtypes import dtype_name
 from .errors import DriftError
-from .model.drafter import Eagle3Drafter
+from .model.drafter import DrafterBase, Eagle3Drafter
 from .model.target import Target, load_target
 from .run.argcheck import need_int, run_settings, token_ids
 from .run.engines.hf import capture_one
@@ -288,7 +288,7 @@ class LiveCapture:
     def __init__(self, target, drafter: Eagle3Drafter, depth: int = 8, mode: str = "generate",
                  max_new_tokens: int = 64, sink: SinkSpec | None = None, name: str | None = None, seed: int = 0):
         target, drafter = _target_drafter(target, drafter)
-        if not isinstance(drafter, Eagle3Drafter):
+        if not isinstance(drafter, DrafterBase):
             raise DriftError(f"drafter: {type(drafter).__name__}; expected a loaded drafter (drifttool.load_drafter(PATH))")
         run_settings(depth, max_new_tokens, 0.0, seed, 0, None, sink, prefix="")
         if mode not in MODES:
@@ -386,7 +386,7 @@ class LiveCapture:
 
 def _target_drafter(a, b) -> tuple:
     """(target, drafter) from either argument order: `speculate(target, drafter)` is the documented one."""
-    if isinstance(a, Eagle3Drafter) and not isinstance(b, Eagle3Drafter):
+    if isinstance(a, DrafterBase) and not isinstance(b, DrafterBase):
         return b, a
     return a, b
 
@@ -419,7 +419,7 @@ def capture_tree(target, drafter: Eagle3Drafter, prompt: str | list[int], tree: 
     from .run.tree import parse_tree
 
     target, drafter = _target_drafter(target, drafter)
-    if not isinstance(drafter, Eagle3Drafter):
+    if not isinstance(drafter, DrafterBase):
         raise DriftError(f"drafter: {type(drafter).__name__}; expected a loaded drafter (drifttool.load_drafter(PATH))")
     run_settings(None, max_new_tokens, temperature, seed, 0, None, sink, prefix="")  # depth: the tree's
     spec = parse_tree(tree)
