@@ -242,6 +242,9 @@ def save_drafter(model: Eagle3Drafter, out_dir, layout: str = "speculators") -> 
     """Write a checkpoint in a real public layout (speculators/vLLM by default; any layout in layouts.LAYOUTS
     with a `save`: safeailab, specforge)."""
     cfg = model.config
+    if cfg.mtp:
+        raise DriftError(f"save_drafter: an MTP head ({cfg.mtp['vllm_module']}) lives in its target's checkpoint; "
+                         "there is no drafter layout to write it in (use the target folder itself)")
     if not cfg.use_aux_hidden_state:
         raise DriftError("save_drafter: a drafter without aux features (use_aux_hidden_state false) cannot be "
                          "written in these layouts; use its original folder")

@@ -174,3 +174,6 @@ def test_unsupported_and_broken_checkpoints_are_one_error_line(tmp_path):
     with pytest.raises(DriftError) as e:
         drifttool.load_drafter(base, overrides={"fc_norm": "true"})
     assert "not an MTP head setting" in _one_line(e)
+    with pytest.raises(DriftError) as e:
+        drifttool.save_drafter(drifttool.load_drafter(base), tmp_path / "out")
+    assert "lives in its target's checkpoint" in _one_line(e)
