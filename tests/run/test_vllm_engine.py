@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -431,3 +432,119 @@ def test_conform_names_vllms_misread_of_a_nested_flag(models, tmp_path):
     assert rep.diagnosis["best"]["as"].startswith("norm_output ignored"), rep.diagnosis["finalists"]
     ok = conform(str(dirs["eagle3.1"]), str(root / "target"), str(probes), "vllm", **kw)
     assert ok.conformant, (ok.findings, ok.divergence, ok.notes)
+
+
+# -- serving shape: batched requests, the engine core in its own process, tensor parallel ----------------------
+def _capture_shape(root, dirs, probes, out, monkeypatch, args: list[str], multiprocess: bool):
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1" if multiprocess else "0")
+    return drifttool.load(run_capture_vllm(str(root / "target"), [DrafterSpec.parse(f"{n}={p}") for n, p in dirs.items()],
+                                           str(probes), str(out), depth=DEPTH, max_new_tokens=NEW, progress=False,
+                                           vllm_kwargs=parse_vllm_args(VLLM_ARGS + args)))
+
+
+@pytest.fixture(scope="module")
+def six_probes(models):
+    """Six prompts of 5-12 tokens (different lengths, so vLLM's batch mixes prefill and decode steps)."""
+    target, root, dirs, prompts, probes = models
+    more = pick_prompts_varied(target)
+    path = root / "six.jsonl"
+    path.write_text("".join(json.dumps({"id": f"q{i}", "token_ids": p}) + "\n" for i, p in enumerate(more)))
+    return path, more
+
+
+def pick_prompts_varied(target) -> list[list[int]]:
+    from tests.support.tiny_training import pick_prompts
+
+    return [p for n, length in ((2, 5), (2, 8), (2, 12)) for p in pick_prompts(target, n, length=length, seed=length)]
+
+
+@needs_vllm
+def test_batched_capture_equals_one_request_at_a_time(models, six_probes, tmp_path, monkeypatch):
+    """All prompts in one vLLM submission (continuous batching, engine core in its own process) against the old
+    shape (max_num_seqs=1, engine core in-process): per prompt the same tokens, the same acceptance per round and
+    the same masses and magnitudes (<= 1e-5), and vLLM really batched (its drafter ran several requests at once)."""
+    target, root, dirs, prompts, probes = models
+    path, more = six_probes
+    tb = _capture_shape(root, dirs, path, tmp_path / "batched.drift", monkeypatch, ["max_num_seqs=8"], True)
+    ts = _capture_shape(root, dirs, path, tmp_path / "serial.drift", monkeypatch, ["max_num_seqs=1"], False)
+    vb, vs = tb.manifest["capture"]["vllm"], ts.manifest["capture"]["vllm"]
+    assert (vb["engine_core"], vs["engine_core"]) == ("own process", "in-process")
+    assert tb.manifest["status"] == ts.manifest["status"] == "complete"
+    assert not tb.manifest.get("flags") and not ts.manifest.get("flags")
+    pb, ps = (t.prompts.sort_values(["drafter", "prompt_id"]).reset_index(drop=True) for t in (tb, ts))
+    assert len(pb) == len(ps) == len(dirs) * len(more)
+    assert (pb.vllm_max_batch > 1).any() and (ps.vllm_max_batch == 1).all()
+    for c in ("output_ids", "vllm_accepted_per_pos"):
+        assert [list(x) for x in pb[c]] == [list(x) for x in ps[c]], c
+    for c in ("vllm_num_drafts", "vllm_num_accepted_tokens", "replay_draft_agreement"):
+        assert (pb[c].to_numpy() == ps[c].to_numpy()).all(), c
+    key = ["drafter", "prompt_id", "round", "depth"]
+    db, ds = (t.depths.sort_values(key).reset_index(drop=True) for t in (tb, ts))
+    assert len(db) == len(ds) > 0
+    for c in ("context_len", "position", "input_id", "draft_id", "target_id", "match", "reached", "accepted"):
+        assert (db[c].to_numpy() == ds[c].to_numpy()).all(), c
+    for c in ("sink_mass", "draft_mass", "own_mass", "self_mass", "prompt_mass", "entropy", "rms_in", "rms_pre",
+              "rms_post"):
+        np.testing.assert_allclose(db[c].to_numpy(), ds[c].to_numpy(), atol=1e-5, rtol=0, err_msg=c)
+    hb, hs = (t.heads.sort_values([*key, "head"]).reset_index(drop=True) for t in (tb, ts))
+    for c in ("sink_mass", "draft_mass", "own_mass", "entropy"):
+        np.testing.assert_allclose(hb[c].to_numpy(), hs[c].to_numpy(), atol=1e-5, rtol=0, err_msg=c)
+
+
+@needs_vllm
+def test_tensor_parallel_2(models, tmp_path, monkeypatch):
+    """tensor_parallel_size=2: the recorder on rank 0 of vLLM's workers, the replay as at TP=1. Where vLLM's CPU
+    backend cannot run TP=2 on this machine, the skip reason is vLLM's own message."""
+    target, root, dirs, prompts, probes = models
+    one = {"eagle3": dirs["eagle3"]}
+    if not torch.cuda.is_available() and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        # vLLM's CPU backend binds each TP worker's threads to a NUMA node of its own; on a one-node machine it
+        # asks for a manual binding ("Not enough allowed NUMA nodes ... bind threads manually"): a core each
+        monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")
+    try:
+        t2 = _capture_shape(root, one, probes, tmp_path / "tp2.drift", monkeypatch, ["tensor_parallel_size=2"], True)
+    except DriftError as e:
+        if "could not start" in str(e):
+            pytest.skip(f"vLLM (CPU) does not run tensor_parallel_size=2 here: {e}")
+        raise
+    t1 = _capture_shape(root, one, probes, tmp_path / "tp1.drift", monkeypatch, [], True)
+    assert t2.manifest["capture"]["vllm"]["engine_args"]["tensor_parallel_size"] == 2
+    key = ["prompt_id", "round", "depth"]
+    d2, d1 = (t.depths.sort_values(key).reset_index(drop=True) for t in (t2, t1))
+    assert (t2.prompts.replay_draft_agreement == 1.0).all() and t2.prompts.replay_ok.all()
+    for c in ("draft_id", "accepted"):
+        assert (d2[c].to_numpy() == d1[c].to_numpy()).all(), c
+    np.testing.assert_allclose(d2.sink_mass.to_numpy(), d1.sink_mass.to_numpy(), atol=1e-4, rtol=0)
+
+
+@needs_vllm
+def test_compiled_target_with_eager_drafter(models, tmp_path, monkeypatch):
+    """enforce_eager=false: vLLM compiles the target (torch.compile; CUDA graphs on a GPU) while the drafter stays
+    eager (speculative_config.enforce_eager, which the recorder needs); the trace equals the all-eager run's."""
+    target, root, dirs, prompts, probes = models
+    one = {"eagle3.1": dirs["eagle3.1"]}
+    tc = _capture_shape(root, one, probes, tmp_path / "compiled.drift", monkeypatch, ["enforce_eager=false"], True)
+    te = _capture_shape(root, one, probes, tmp_path / "eager.drift", monkeypatch, [], True)
+    vc, ve = tc.manifest["capture"]["vllm"], te.manifest["capture"]["vllm"]
+    assert (vc["target_eager"], vc["drafter_eager"], ve["target_eager"]) == (False, True, True)
+    assert (tc.prompts.replay_draft_agreement == 1.0).all() and tc.prompts.replay_ok.all()
+    key = ["prompt_id", "round", "depth"]
+    dc, de = (t.depths.sort_values(key).reset_index(drop=True) for t in (tc, te))
+    assert len(dc) == len(de) > 0
+    for c in ("draft_id", "target_id", "accepted"):
+        assert (dc[c].to_numpy() == de[c].to_numpy()).all(), c
+    np.testing.assert_allclose(dc.sink_mass.to_numpy(), de.sink_mass.to_numpy(), atol=1e-4, rtol=0)
+
+
+@needs_vllm
+def test_mtp_head_refused_in_one_line(tmp_path):
+    """An MTP head (a DeepSeek-V3 target folder) is refused before vLLM starts, naming the head and --engine hf."""
+    from tests.support import mtp_fixtures as fx
+
+    folder = fx.write_target(tmp_path / "ds", fx.DEEPSEEK)
+    probes = tmp_path / "p.jsonl"
+    probes.write_text(json.dumps({"id": "a", "token_ids": [5, 9, 14, 3]}) + "\n")
+    with pytest.raises(DriftError, match="multi-token-prediction head .* use --engine hf for MTP heads"):
+        run_capture_vllm(str(folder), [DrafterSpec.parse(f"mtp={folder}")], str(probes), str(tmp_path / "x.drift"),
+                         depth=2, max_new_tokens=4, progress=False)
+    assert not (tmp_path / "x.drift").exists()

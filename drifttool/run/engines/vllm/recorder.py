@@ -1,11 +1,14 @@
-"""Hooks on a live `vllm.LLM`, recording per prompt what vLLM's drafter was given and what vLLM decided:
+"""Hooks on vLLM's model runner (in whichever process it lives: the engine core's, a TP worker's), recording per
+request what vLLM's drafter was given and what vLLM decided, for any batch vLLM schedules:
 - on the drafter module (vLLM's `Eagle3LlamaForCausalLM` / `Eagle3Qwen3ForCausalLM`): every forward's input
   token ids, positions and input hidden state (the combined target features in the first pass, the fed-back
-  tensor in steps 2..K);
+  tensor in steps 2..K), cut per request (first pass: the request's rows of the batch; later steps: its row);
 - around the proposer's `propose`: the raw aux target features, the row the first draft is sampled from
   (vLLM's padded drafter batch also runs rejected slots), the K drafted tokens, the drafter's wall time;
 - on the rejection sampler: vLLM's verdict per verify step (accepted drafts + bonus token) and the target's
-  argmax at every drafted position."""
+  argmax at every drafted position.
+Requests are told apart by the runner's batch order (`input_batch.req_ids`), the order both the proposer and
+the rejection sampler see."""
 
 from __future__ import annotations
 
@@ -16,7 +19,6 @@ from dataclasses import dataclass, field
 import torch
 
 from ....errors import DriftError
-from .launch import model_runner
 
 
 @dataclass
@@ -36,7 +38,8 @@ class Proposal:
     sample_idx: int  # first-pass row the first draft is sampled from
     drafts: list[int]
     steps: list[Step] = field(default_factory=list)
-    wall: float = float("nan")
+    wall: float = float("nan")  # the drafter's batched step, divided by the requests in it (its share)
+    batch: int = 1  # requests in the drafter's batched step
 
 
 @dataclass
@@ -48,15 +51,22 @@ class Verify:
     sampled: list[int]  # accepted drafts + the bonus/recovered token
 
 
+def external_id(req_id: str) -> str:
+    """vLLM's engine suffixes the request id it was given ("3" -> "3-1a2b3c4d"); the given id."""
+    head, dash, tail = str(req_id).rpartition("-")
+    return head if dash and len(tail) == 8 else str(req_id)
+
+
 def _unwrap(m):
     return m.unwrap() if hasattr(m, "unwrap") else m  # a (breakable) CUDA-graph wrapper around the module
 
 
 class VllmRecorder:
-    """Hooks on a live `vllm.LLM`: drafter module inputs, proposals and verify verdicts, in order (`events`)."""
+    """Hooks on a vLLM model runner: drafter module inputs, proposals and verify verdicts, per request in order
+    (`events[request id]`, vLLM's given ids)."""
 
-    def __init__(self, llm, store_device: str | torch.device = "cpu"):
-        runner = model_runner(llm)
+    def __init__(self, runner, store_device: str | torch.device = "cpu"):
+        self.runner = runner
         self.proposer = getattr(runner, "drafter", None)
         self.sampler = getattr(runner, "rejection_sampler", None)
         if self.proposer is None or not hasattr(self.proposer, "propose") or self.sampler is None:
@@ -70,7 +80,7 @@ class VllmRecorder:
                 f"--engine vllm: vLLM's drafter {type(self.model).__name__} is not an EAGLE-3 model"
             )
         self.store = torch.device(store_device)
-        self.events: list[Proposal | Verify] = []
+        self.events: dict[str, list[Proposal | Verify]] = {}
         self._handles: list = []
         self._steps: list[Step] | None = None
         self._pending: tuple | None = None
@@ -78,36 +88,42 @@ class VllmRecorder:
     def _keep(self, t: torch.Tensor) -> torch.Tensor:
         return t.detach().to(self.store, copy=True)  # vLLM reuses its input buffers
 
+    def _req_ids(self, n: int) -> list[str]:
+        ids = [external_id(r) for r in list(self.runner.input_batch.req_ids)[:n]]
+        if len(ids) != n or None in ids:
+            raise DriftError(f"--engine vllm: {n} requests in a step but the runner's batch lists {len(ids)}")
+        return ids
+
+    def _add(self, req: str, ev: Proposal | Verify) -> None:
+        self.events.setdefault(req, []).append(ev)
+
     def _propose_wrapper(self, orig):
         sig = inspect.signature(orig)
 
         def propose(*args, **kwargs):
             a = sig.bind(*args, **kwargs).arguments
-            nxt = a.get("next_token_ids")
-            if nxt is not None and nxt.shape[0] != 1:
-                raise DriftError(
-                    f"--engine vllm: {nxt.shape[0]} requests in one step; the recorder follows one"
-                )
+            qsl = [int(x) for x in a["common_attn_metadata"].query_start_loc_cpu.tolist()]
+            b = len(qsl) - 1
+            tis = a.get("token_indices_to_sample")
+            last = [int(x) for x in tis.reshape(-1).tolist()[:b]] if tis is not None else [q - 1 for q in qsl[1:]]
+            reqs = self._req_ids(b)
+            feats = self._keep(a["target_hidden_states"][: qsl[-1]])
             self._steps = []
             t0 = time.perf_counter()
             try:
                 out = orig(*args, **kwargs)
             finally:
                 steps, self._steps = self._steps, None
-            wall = time.perf_counter() - t0
+            wall = (time.perf_counter() - t0) / max(1, b)
             if out is None or out.numel() == 0 or not steps:
                 return out
-            tis = a.get("token_indices_to_sample")
-            idx = int(tis.reshape(-1)[0]) if tis is not None else int(a["target_token_ids"].shape[0]) - 1
-            self.events.append(
-                Proposal(
-                    self._keep(a["target_hidden_states"]),
-                    idx,
-                    [int(t) for t in out.reshape(-1).tolist()],
-                    steps,
-                    wall,
-                )
-            )
+            drafts = out.reshape(b, -1).tolist()
+            first = steps[0]
+            for i, req in enumerate(reqs):
+                lo, hi = qsl[i], qsl[i + 1]
+                mine = [Step(first.ids[lo:hi], first.pos[lo:hi], first.hidden[lo:hi])]
+                mine += [Step(st.ids[i : i + 1], st.pos[i : i + 1], st.hidden[i : i + 1]) for st in steps[1:]]
+                self._add(req, Proposal(feats[lo:hi], last[i] - lo, [int(t) for t in drafts[i]], mine, wall, b))
             return out
 
         return propose
@@ -130,23 +146,25 @@ class VllmRecorder:
         md = args[0] if args else kwargs["metadata"]
         logits = args[2] if len(args) > 2 else kwargs["logits"]
         self._pending = (
+            [int(n) for n in md.num_draft_tokens],
             md.draft_token_ids.reshape(-1).tolist(),
             logits[md.target_logits_indices].argmax(-1).tolist(),
         )
 
     def _sampler_post(self, _m, _args, _kwargs, out) -> None:
-        row = out.sampled_token_ids.reshape(out.sampled_token_ids.shape[0], -1)
-        if row.shape[0] != 1:
-            raise DriftError(
-                f"--engine vllm: {row.shape[0]} requests verified in one step; the recorder follows one"
-            )
-        drafts, tgt = self._pending or ([], [])
-        sampled = []
-        for t in row[0].tolist():
-            if t < 0:  # PLACEHOLDER_TOKEN_ID pads the rejected tail
-                break
-            sampled.append(int(t))
-        self.events.append(Verify([int(t) for t in drafts], [int(t) for t in tgt], sampled))
+        rows = out.sampled_token_ids.reshape(out.sampled_token_ids.shape[0], -1).tolist()
+        counts, drafts, tgt = self._pending or ([0] * len(rows), [], [])
+        if len(counts) != len(rows):
+            raise DriftError(f"--engine vllm: {len(rows)} sampled rows for {len(counts)} requests in a step")
+        at = 0
+        for req, n, row in zip(self._req_ids(len(rows)), counts, rows):
+            sampled = []
+            for t in row:
+                if t < 0:  # PLACEHOLDER_TOKEN_ID pads the rejected tail
+                    break
+                sampled.append(int(t))
+            self._add(req, Verify([int(t) for t in drafts[at : at + n]], [int(t) for t in tgt[at : at + n]], sampled))
+            at += n
         self._pending = None
 
     def attach(self) -> VllmRecorder:
@@ -166,5 +184,7 @@ class VllmRecorder:
         self._handles = []
         self.proposer.__dict__.pop("propose", None)
 
-    def reset(self) -> None:
-        self.events = []
+    def take(self) -> dict[str, list[Proposal | Verify]]:
+        """The events recorded since the last take, per request; the recorder starts empty again."""
+        out, self.events = self.events, {}
+        return out
