@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors.torch import save_file
 
@@ -97,5 +98,6 @@ def test_trainer_killed_and_resumed(tmp_path):
     assert r.returncode == 0 and f"warm start from {out}" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
     for v in ("eagle3", "eagle3.1"):
         a, b = (json.loads((d / v / "report.json").read_text()) for d in (out, warm_out))
-        assert a["heldout_top1_per_step"] == b["heldout_top1_per_step"]
-        assert a["heldout_ce_per_step"] == b["heldout_ce_per_step"]
+        # the export is bf16 and the first report scored the fp32 weights: equal up to that rounding
+        np.testing.assert_allclose(b["heldout_top1_per_step"], a["heldout_top1_per_step"], atol=2e-3, rtol=0)
+        np.testing.assert_allclose(b["heldout_ce_per_step"], a["heldout_ce_per_step"], atol=2e-3, rtol=0)
