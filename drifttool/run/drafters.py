@@ -55,6 +55,12 @@ def check_drafters(drafters: list) -> None:
 
 
 def check_same_aux(models: dict) -> None:
+    """One capture runs the target once per prompt for all drafters, so they must read the same target states."""
+    kinds = {bool(m.config.mtp) for m in models.values()}
+    if len(kinds) > 1:
+        mtp = sorted(n for n, m in models.items() if m.config.mtp)
+        raise DriftError(f"--drafter: {mtp} are MTP heads (they read the target's last hidden state) and the others "
+                         "EAGLE heads (three aux layers): one capture runs one kind; capture them separately")
     aux = {tuple(m.config.input_aux_layer_ids) for m in models.values()}
     if len(aux) > 1:
         raise DriftError(f"--drafter: drafters disagree on eagle_aux_hidden_state_layer_ids {sorted(aux)}; capture them separately")

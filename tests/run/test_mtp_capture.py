@@ -122,3 +122,17 @@ def test_capture_cli_writes_a_trace_compare_and_the_api_read(deepseek, tmp_path,
     df = depths() if callable(depths) else depths
     assert set(df["drafter"]) == {"mtp", "mtp-postnorm"}
     assert sorted(df["depth"].unique()) == list(range(1, DEPTH + 1))
+
+
+def test_an_mtp_head_and_an_eagle_head_in_one_capture_is_refused_by_kind(deepseek):
+    """One capture runs the target once for all drafters: an MTP head (last hidden state) beside an EAGLE head (three
+    aux layers) is refused naming which are MTP heads, not as a disagreement on aux layer ids."""
+    from drifttool.errors import DriftError
+    from drifttool.model.tiny import tiny_drafter, tiny_target
+    from drifttool.run.drafters import check_same_aux
+
+    _, _, mtp = deepseek
+    eagle = tiny_drafter(tiny_target())
+    with pytest.raises(DriftError, match=r"\['ds'\] are MTP heads .* capture them separately"):
+        check_same_aux({"ds": mtp, "e3": eagle})
+    check_same_aux({"ds": mtp})  # one kind: fine
