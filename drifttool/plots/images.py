@@ -32,17 +32,20 @@ def export_images(traces: list[TraceData], folder: str | Path, fmt: str = "png",
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise DriftError(f"{out}: cannot create the image folder ({e.strerror})") from None
-    written = []
+    figs, paths, heights = [], [], []
     for i, (title, fig) in enumerate(charts(build_view(traces)), start=1):
-        p = out / f"{i:02d}_{_slug(title)}.{fmt}"
-        try:
-            fig.write_image(str(p), format=fmt, width=1200, height=max(int(fig.layout.height or 450), 300),
-                            scale=scale if fmt == "png" else 1)
-        except OSError as e:
-            raise DriftError(f"{p}: cannot write ({e.strerror})") from None
-        except Exception as e:  # noqa: BLE001 - kaleido's own errors (no Chrome found, browser crashed): one line
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise DriftError(f"{p}: kaleido could not render the chart ({first}); it needs Chrome or Chromium "
-                             "(kaleido.get_chrome() installs one)") from None
-        written.append(p)
-    return written
+        figs.append(fig)
+        paths.append(out / f"{i:02d}_{_slug(title)}.{fmt}")
+        heights.append(max(int(fig.layout.height or 450), 300))
+    import plotly.io as pio
+
+    try:  # one browser session for every chart (a session per chart was slower and, on a loaded machine, raced)
+        pio.write_images(figs, [str(p) for p in paths], format=fmt, width=1200, height=heights,
+                         scale=scale if fmt == "png" else 1)
+    except OSError as e:
+        raise DriftError(f"{out}: cannot write the images ({e.strerror})") from None
+    except Exception as e:  # noqa: BLE001 - kaleido's own errors (no Chrome found, browser crashed): one line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DriftError(f"{out}: kaleido could not render the charts ({first}); it needs Chrome or Chromium "
+                         "(kaleido.get_chrome() installs one)") from None
+    return paths
