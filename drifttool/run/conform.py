@@ -201,6 +201,26 @@ def intended_flags(declared: dict[str, Any], findings: list[Finding]) -> dict[st
     return out
 
 
+def refuse_mtp_head(path: Path) -> None:
+    """conform checks an EAGLE-3 checkpoint's declared flags against an engine's reading of them (and diagnoses
+    by re-running flag combinations); an MTP head has no such flags (it is read from its target's checkpoint by the
+    family's rules), so it is refused in one line naming what checks an MTP head instead."""
+    from ..jsonfile import read_json_object
+    from ..model.mtp_checkpoint import FAMILIES, is_mtp_config
+
+    cfg = path / "config.json"
+    try:
+        raw = read_json_object(cfg, "a drafter config") if cfg.is_file() else None
+    except DriftError:
+        return  # static_findings reports an unreadable config
+    if isinstance(raw, dict) and is_mtp_config(raw):
+        module = FAMILIES.get(str(raw.get("model_type")), str(raw.get("model_type")))
+        raise DriftError(f"conform {path}: a multi-token-prediction head ({module}), not an EAGLE-3 checkpoint: "
+                         "conform checks EAGLE-3 flags against an engine's reading; for an MTP head, "
+                         "`capture --engine vllm` checks vLLM's run against drifttool's replay per prompt "
+                         "(replay_draft_agreement, fed-back tensor diff, in `drifttool info`)")
+
+
 def conform(drafter: str, target: str, probes: str, engine: str = "hf", *, depth: int = 4,
             max_new_tokens: int = 32, limit: int | None = None, engine_overrides: dict[str, str] | None = None,
             engine_options: dict[str, Any] | None = None, out: str | None = None, device: str = "cpu",
@@ -212,6 +232,7 @@ def conform(drafter: str, target: str, probes: str, engine: str = "hf", *, depth
     from .engines import engine as engine_named
 
     path = resolve(drafter, "drafter")
+    refuse_mtp_head(path)
     declared, findings = static_findings(path)
     rep = ConformReport(str(path), engine, declared, findings)
     eng = engine_named(engine)

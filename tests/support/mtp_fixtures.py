@@ -65,8 +65,10 @@ def _mlp(gen, inter: int) -> dict[str, torch.Tensor]:
             "down_proj.weight": _w(gen, H, inter)}
 
 
-def mtp_tensors(conf: dict[str, Any], gen: torch.Generator, moe: bool, own_embed: bool = True) -> dict[str, torch.Tensor]:
-    """One MTP layer's tensors, prefix-free, under the family's public names."""
+def mtp_tensors(conf: dict[str, Any], gen: torch.Generator, moe: bool, own_embed: bool = True,
+                own_head: bool = True) -> dict[str, torch.Tensor]:
+    """One MTP layer's tensors, prefix-free, under the family's public names (`own_embed` / `own_head`: the
+    layer's own embed_tokens / shared_head.head, else the target's are read)."""
     t: dict[str, torch.Tensor] = {"input_layernorm.weight": _norm(gen, H),
                                   "post_attention_layernorm.weight": _norm(gen, H)}
     mimo = conf["model_type"] == "mimo"
@@ -75,7 +77,9 @@ def mtp_tensors(conf: dict[str, Any], gen: torch.Generator, moe: bool, own_embed
               ("input_proj.weight" if mimo else "eh_proj.weight"): _w(gen, H, 2 * H),
               ("final_layernorm.weight" if mimo else "shared_head.norm.weight"): _norm(gen, H)})
     if not mimo:
-        t["shared_head.head.weight"] = _w(gen, VOCAB, H) * 4
+        head = _w(gen, VOCAB, H) * 4
+        if own_head:
+            t["shared_head.head.weight"] = head
         if own_embed:
             t["embed_tokens.weight"] = torch.randn(VOCAB, H, generator=gen)
     nh = conf["num_attention_heads"]
@@ -125,7 +129,7 @@ def hf_model(conf: dict[str, Any], seed: int = 0):
 
 
 def write_target(out: Path, conf: dict[str, Any], moe: bool | None = None, seed: int = 0, mtp_layers: int = 1,
-                 own_embed: bool = True) -> Path:
+                 own_embed: bool = True, own_head: bool = True) -> Path:
     """A target folder: transformers' target weights plus `mtp_layers` MTP layers, one model.safetensors, and
     the public-style config.json. `moe`: the MTP blocks' MLP (default: per layer, what the config's dense/MoE rule
     says for decoder layer num_hidden_layers + i)."""
@@ -140,7 +144,7 @@ def write_target(out: Path, conf: dict[str, Any], moe: bool | None = None, seed:
         pre = f"model.mtp_layers.{i}." if conf["model_type"] == "mimo" else f"model.layers.{n + i}."
         is_moe = moe if moe is not None else (conf.get("n_routed_experts") is not None
                                               and n + i >= conf.get("first_k_dense_replace", 0))
-        sd.update({pre + k: v.contiguous() for k, v in mtp_tensors(conf, gen, is_moe, own_embed).items()})
+        sd.update({pre + k: v.contiguous() for k, v in mtp_tensors(conf, gen, is_moe, own_embed, own_head).items()})
     save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(conf, indent=2))
     return out
@@ -153,3 +157,37 @@ def layer_tensors(folder: Path, conf: dict[str, Any], i: int = 0) -> dict[str, t
     w = {k[len(pre):]: v for k, v in sd.items() if k.startswith(pre)}
     w["target.embed"], w["target.lm_head"] = sd["model.embed_tokens.weight"], sd["lm_head.weight"]
     return w
+
+
+# At the head sizes vLLM's CPU attention takes (tests/run/test_vllm_engine.py): DeepSeek-V3's MLA at the only
+# latent size vLLM's CPU_MLA kernel runs (kv_lora_rank 512 + rope 64 = 576, the public model's; the other MLA dims
+# stay small); GLM-4.5: head_dim 32 (still 4/2 heads, partial rotary 16); MiMo: 2 query heads / 1 KV head of
+# 64 / 2 = 32 (CPU attention needs head_dim >= 32).
+VLLM_CPU = {
+    "deepseek_v3": dict(DEEPSEEK, qk_nope_head_dim=32, qk_rope_head_dim=64, v_head_dim=32, kv_lora_rank=512,
+                        q_lora_rank=32),
+    "glm4_moe": dict(GLM, head_dim=32),
+    "mimo": dict(MIMO, num_attention_heads=2, num_key_value_heads=1),
+}
+
+# MiMo-7B's configuration_mimo.py (XiaomiMiMo/MiMo-7B-RL; `auto_map` in its config.json): transformers has no
+# `mimo` model type, so the public checkpoint ships this config class and loaders need trust_remote_code.
+MIMO_CONFIG_PY = '''from transformers.models.qwen2.configuration_qwen2 import Qwen2Config
+
+
+class MiMoConfig(Qwen2Config):
+    model_type = "mimo"
+
+    def __init__(self, *args, num_nextn_predict_layers=0, **kwargs):
+        self.num_nextn_predict_layers = num_nextn_predict_layers
+        super().__init__(*args, **kwargs)
+'''
+
+
+def add_mimo_remote_config(folder: Path) -> Path:
+    """Give a MiMo fixture folder the public checkpoint's config class (`auto_map` + configuration_mimo.py)."""
+    conf = json.loads((folder / "config.json").read_text())
+    conf["auto_map"] = {"AutoConfig": "configuration_mimo.MiMoConfig"}
+    (folder / "config.json").write_text(json.dumps(conf, indent=2))
+    (folder / "configuration_mimo.py").write_text(MIMO_CONFIG_PY)
+    return folder

@@ -27,7 +27,7 @@ import torch
 from ....errors import DriftError
 from ....model.checkpoint import detect_layout, save_drafter
 from ....model.config import trained_window
-from ....model.drafter import Eagle3Drafter
+from ....model.drafter import DrafterBase
 from ...drafters import DrafterSpec, load_drafters
 from ...hooks import Capture
 from ...loop import RoundRecord, positions_needed
@@ -39,6 +39,7 @@ from .crosscheck import check_acceptance, metrics_delta, spec_metrics, tolerance
 from .events import read_events
 from .launch import DEFAULT_ARGS, first_line, import_vllm, parse_vllm_args, shutdown, start_llm
 from .launch import engine_args as llm_engine_args
+from .mtp import confirm_on_worker, prepare_mtp_drafter
 from .recorder import Proposal
 from .replay import replay_prompt
 from .target_info import TargetInfo
@@ -67,8 +68,12 @@ def given_as_is(spec: DrafterSpec) -> bool:
 
 
 @contextmanager
-def vllm_checkpoint(spec: DrafterSpec, drafter: Eagle3Drafter) -> Iterator[str]:
-    """The drafter folder vLLM loads: the user's, or a temporary speculators copy of exactly what is replayed."""
+def vllm_checkpoint(spec: DrafterSpec, drafter: DrafterBase) -> Iterator[str | None]:
+    """The drafter folder vLLM loads: the user's, or a temporary speculators copy of exactly what is replayed;
+    None for an MTP head (vLLM reads it from the target's own checkpoint)."""
+    if drafter.config.mtp:
+        yield None
+        return
     if given_as_is(spec):
         yield spec.path
         return
@@ -148,7 +153,7 @@ def per_request_counts(records: list[RoundRecord], metrics) -> dict[str, Any] | 
             "accepted_per_pos": [sum(c for j, c in enumerate(hist) if j > i) for i in range(k)]}
 
 
-def replay_one(run: VllmRun, name: str, drafter: Eagle3Drafter, probe: Probe, ids: list[int], mnt: int,
+def replay_one(run: VllmRun, name: str, drafter: DrafterBase, probe: Probe, ids: list[int], mnt: int,
                out, events: list, wall: float) -> tuple[dict, dict, str | None, list[RoundRecord]]:
     """One prompt's recorded rounds through the replay: (tables, sampled rows, the replay's problem, rounds)."""
     st = run.settings
@@ -180,7 +185,7 @@ def replay_one(run: VllmRun, name: str, drafter: Eagle3Drafter, probe: Probe, id
     return tabs, add_rows(tabs, name, probe.id, cap.rounds), problem, records
 
 
-def capture_batch(run: VllmRun, llm, writer, bar, name: str, drafter: Eagle3Drafter,
+def capture_batch(run: VllmRun, llm, writer, bar, name: str, drafter: DrafterBase,
                   batch: list[tuple[Probe, list[int], int]]) -> None:
     """The batch through vLLM together, then each prompt replayed and written as its shard. vLLM's counters over
     the batch must equal the rounds of all its prompts (and each prompt's its per-request stats)."""
@@ -207,7 +212,7 @@ def capture_batch(run: VllmRun, llm, writer, bar, name: str, drafter: Eagle3Draf
 
 
 def run_drafter(
-    run: VllmRun, writer, bar, spec: DrafterSpec, drafter: Eagle3Drafter, todo: list[Probe]
+    run: VllmRun, writer, bar, spec: DrafterSpec, drafter: DrafterBase, todo: list[Probe]
 ) -> None:
     """One vLLM engine serving `drafter`; every prompt not yet in the trace becomes a shard (flagged when the
     replay disagrees with vLLM beyond tolerance)."""
@@ -222,6 +227,8 @@ def run_drafter(
             if sum(bool(r.get("recording")) for r in ranks) != 1:
                 raise DriftError(f"--engine vllm: the recorder attached on {ranks} (expected one recording rank)")
             pid = next(r["pid"] for r in ranks if r.get("recording"))
+            if drafter.config.mtp:
+                confirm_on_worker(ranks, drafter, spec.name)
             inproc = engine_core() == "in-process"
             single = int(kw.get("tensor_parallel_size") or 1) * int(kw.get("pipeline_parallel_size") or 1) == 1
             if (inproc and single and pid != os.getpid()) or (not inproc and pid == os.getpid()):
@@ -276,15 +283,15 @@ def run_capture_vllm(
     llm_kwargs = {**parse_vllm_args(engine_args or []), **(vllm_kwargs or {})}
     check_vllm_settings(st, target)
     vllm = import_vllm()
-    info = TargetInfo(target)
+    info = TargetInfo(target, trust_remote_code=llm_kwargs.get("trust_remote_code") is True)
     models = load_drafters(drafters, info.shape(), st.device, st.torch_dtype)
     info.set_aux_layer_ids(next(iter(models.values())).config.input_aux_layer_ids)  # as the manifest records
+    specs = {d.name: d for d in drafters}
     for name, m in models.items():
-        if m.config.mtp:
-            raise DriftError(
-                f"--engine vllm: drafter {name!r} is a multi-token-prediction head ({m.config.mtp.get('vllm_module')}); "
-                "the vllm engine records and replays vLLM's EAGLE-3 proposer only: use --engine hf for MTP heads"
-            )
+        if m.config.mtp:  # vLLM runs the target's MTP layers (method mtp); the replay reads them as it does
+            prepare_mtp_drafter(vllm, specs[name], str(target), name, m,
+                                int(llm_kwargs.get("pipeline_parallel_size") or 1))
+            continue
         if m.config.mla:
             raise DriftError(
                 f"--engine vllm: drafter {name!r} has an MLA (DeepSeek-style latent attention) draft layer; "
@@ -293,7 +300,8 @@ def run_capture_vllm(
             )
     run = VllmRun(vllm, info, str(target), st, llm_kwargs)
     manifest = build_manifest(
-        info, str(target), models, capture_settings(run, probes, len(suite), drafters), extra_manifest
+        info, str(target), models, capture_settings(run, probes, len(suite), drafters, {n for n, m in models.items() if m.config.mtp}),
+        extra_manifest,
     )
 
     def plan(writer):
@@ -316,11 +324,12 @@ def run_capture_vllm(
 
 
 def capture_settings(
-    run: VllmRun, probes: str, n_prompts: int, drafters: list[DrafterSpec]
+    run: VllmRun, probes: str, n_prompts: int, drafters: list[DrafterSpec], mtp: set[str]
 ) -> dict[str, Any]:
     """The manifest's capture settings: the shared ones plus what vLLM ran and how the replay is judged."""
     st = run.settings
     given = {d.name: "as is" if given_as_is(d) else "converted to speculators layout" for d in drafters}
+    given.update({name: "the target's own MTP layers (speculative_config method mtp)" for name in mtp})
     return {
         **st.record(probes, n_prompts),
         "engine": "vllm",

@@ -72,8 +72,17 @@ def parse_vllm_args(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def engine_args(vllm, target: str, draft_dir: str, depth: int, dtype: str, seed: int, user: dict) -> dict:
-    """`vllm.LLM` keyword arguments: the recorder's requirements, the drafter as speculative_config, the user's."""
+def speculative_config(draft_dir: str | None, depth: int) -> dict[str, Any]:
+    """vLLM's speculative_config: an EAGLE-3 drafter folder, or (`draft_dir` None) the target's own MTP layers
+    (`method: mtp`; vLLM reads them from the target's checkpoint). The drafter always runs eagerly."""
+    if draft_dir is None:
+        return {"method": "mtp", "num_speculative_tokens": depth, "enforce_eager": True}
+    return {"method": "eagle3", "model": draft_dir, "num_speculative_tokens": depth, "enforce_eager": True}
+
+
+def engine_args(vllm, target: str, draft_dir: str | None, depth: int, dtype: str, seed: int, user: dict) -> dict:
+    """`vllm.LLM` keyword arguments: the recorder's requirements, the drafter as speculative_config (an EAGLE-3
+    folder, or None: the target's MTP head), the user's."""
     for k, v in REQUIRED_ARGS.items():
         if k in user and user[k] != v:
             raise DriftError(f"--vllm-arg {k}={user[k]}: the vllm engine needs {k}={v} ({WHY[k]})")
@@ -86,13 +95,14 @@ def engine_args(vllm, target: str, draft_dir: str, depth: int, dtype: str, seed:
         "disable_log_stats": False,
         **DEFAULT_ARGS,
         **REQUIRED_ARGS,
-        "speculative_config": {"method": "eagle3", "model": draft_dir, "num_speculative_tokens": depth,
-                               "enforce_eager": True},
+        "speculative_config": speculative_config(draft_dir, depth),
     }
     known = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
     if "per_request_spec_decode_metrics" in known:
         kw["per_request_spec_decode_metrics"] = "detailed"
     kw.update({k: v for k, v in user.items() if k not in REQUIRED_ARGS})
+    if "attention_backend" in user:  # vLLM never lets the drafter inherit it (llm_base_proposer: "Never inherit")
+        kw["speculative_config"]["attention_backend"] = user["attention_backend"]
     return kw
 
 

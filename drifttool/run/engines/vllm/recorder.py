@@ -1,8 +1,9 @@
 """Hooks on vLLM's model runner (in whichever process it lives: the engine core's, a TP worker's), recording per
 request what vLLM's drafter was given and what vLLM decided, for any batch vLLM schedules:
-- on the drafter module (vLLM's `Eagle3LlamaForCausalLM` / `Eagle3Qwen3ForCausalLM`): every forward's input
-  token ids, positions and input hidden state (the combined target features in the first pass, the fed-back
-  tensor in steps 2..K), cut per request (first pass: the request's rows of the batch; later steps: its row);
+- on the drafter module (vLLM's `Eagle3LlamaForCausalLM` / `Eagle3Qwen3ForCausalLM`, or an MTP model such as
+  `DeepSeekMTP` / `Glm4MoeMTP`): every forward's input token ids, positions and input hidden state (the combined
+  target features in the first pass — for MTP the target's last hidden state itself —, the fed-back tensor in
+  steps 2..K), cut per request (first pass: the request's rows of the batch; later steps: its row);
 - around the proposer's `propose`: the raw aux target features, the row the first draft is sampled from
   (vLLM's padded drafter batch also runs rejected slots), the K drafted tokens, the drafter's wall time;
 - on the rejection sampler: vLLM's verdict per verify step (accepted drafts + bonus token) and the target's
@@ -57,6 +58,14 @@ def external_id(req_id: str) -> str:
     return head if dash and len(tail) == 8 else str(req_id)
 
 
+def fingerprint(w: torch.Tensor, rows: int | None = None) -> list[float]:
+    """Three float64 sums that tell two [V, H] tensors apart (vLLM pads the vocabulary: the first `rows` rows,
+    or all): the sum, the absolute sum and the row-index-weighted sum; vocabulary-sharded ranks give a shard's."""
+    w = w.detach()[: rows if rows is not None else w.shape[0]].double().cpu()
+    idx = torch.arange(1, w.shape[0] + 1, dtype=torch.float64)[:, None]
+    return [float(w.sum()), float(w.abs().sum()), float((w * idx).sum())]
+
+
 def _unwrap(m):
     return m.unwrap() if hasattr(m, "unwrap") else m  # a (breakable) CUDA-graph wrapper around the module
 
@@ -75,9 +84,11 @@ class VllmRecorder:
                 "(is speculative_config method eagle3?)"
             )
         self.model = _unwrap(self.proposer.model)
-        if not hasattr(self.model, "combine_hidden_states"):
+        self.method = str(getattr(self.proposer, "method", ""))
+        # an MTP model's first pass takes the target's last hidden state as is; EAGLE-3 combines aux features
+        if self.method != "mtp" and not hasattr(self.model, "combine_hidden_states"):
             raise DriftError(
-                f"--engine vllm: vLLM's drafter {type(self.model).__name__} is not an EAGLE-3 model"
+                f"--engine vllm: vLLM's drafter {type(self.model).__name__} is not an EAGLE-3 or MTP model"
             )
         self.store = torch.device(store_device)
         self.events: dict[str, list[Proposal | Verify]] = {}
@@ -167,15 +178,42 @@ class VllmRecorder:
             at += n
         self._pending = None
 
+    def describe(self) -> dict:
+        """What vLLM built: the proposer's method, its drafter model, and (MTP) whether that model returns
+        (logits hidden, fed-back hidden) — which tensor vLLM feeds back (engines/vllm/mtp.py)."""
+        tup = getattr(self.proposer, "model_returns_tuple", None)
+        out = {"method": self.method, "model": type(self.model).__name__,
+               "returns_tuple": bool(tup()) if callable(tup) else None}
+        if self.method == "mtp":  # which embedding / head tensors vLLM loaded (a checkpoint may hold two)
+            params = dict(self.model.named_parameters())
+            heads = [k for k in params if k.endswith("shared_head.head.weight")] or ["lm_head.weight"]
+            vocab = int(self.runner.model_config.get_vocab_size())
+            for part, name in (("embed", "model.embed_tokens.weight"), ("head", sorted(heads)[0])):
+                if name in params:
+                    out[f"{part}_fingerprint"] = fingerprint(params[name], vocab)
+        return out
+
+    def _forward_wrapper(self, orig):
+        sig = inspect.signature(orig)
+
+        def forward(*args, **kwargs):
+            self._model_pre(self.model, (), dict(sig.bind(*args, **kwargs).arguments))
+            return orig(*args, **kwargs)
+
+        return forward
+
     def attach(self) -> VllmRecorder:
         self.proposer.propose = self._propose_wrapper(
             self.proposer.propose
         )  # shadows the method; detach() drops it
         self._handles = [
-            self.model.register_forward_pre_hook(self._model_pre, with_kwargs=True),
             self.sampler.register_forward_pre_hook(self._sampler_pre, with_kwargs=True),
             self.sampler.register_forward_hook(self._sampler_post, with_kwargs=True),
         ]
+        if type(self.model).__call__ is torch.nn.Module.__call__:
+            self._handles.append(self.model.register_forward_pre_hook(self._model_pre, with_kwargs=True))
+        else:  # vLLM's @support_torch_compile replaces __call__ and calls self.forward: hooks never fire
+            self.model.forward = self._forward_wrapper(self.model.forward)  # detach() drops it
         return self
 
     def detach(self) -> None:
@@ -183,6 +221,7 @@ class VllmRecorder:
             h.remove()
         self._handles = []
         self.proposer.__dict__.pop("propose", None)
+        self.model.__dict__.pop("forward", None)
 
     def take(self) -> dict[str, list[Proposal | Verify]]:
         """The events recorded since the last take, per request; the recorder starts empty again."""

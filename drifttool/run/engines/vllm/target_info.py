@@ -14,7 +14,9 @@ from ....model.target import TargetBase, default_aux_layer_ids
 class TargetInfo(TargetBase):
     """An HF target folder read without loading its model: what read_drafter (its `shape()`), the probes and the manifest use."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, trust_remote_code: bool = False):
+        """`trust_remote_code`: read a config class shipped with the folder (`auto_map`, e.g. MiMo's), only when
+        the user gave vLLM `trust_remote_code` too (it then runs that code itself)."""
         p = Path(path)
         if not p.is_dir():
             raise DriftError(
@@ -25,7 +27,7 @@ class TargetInfo(TargetBase):
         from transformers import AutoConfig
 
         try:
-            self.config = AutoConfig.from_pretrained(p)
+            self.config = AutoConfig.from_pretrained(p, trust_remote_code=trust_remote_code)
         except (OSError, ValueError, KeyError) as e:
             raise DriftError(
                 f"{p / 'config.json'}: cannot read as an HF config: {str(e).splitlines()[0]}"

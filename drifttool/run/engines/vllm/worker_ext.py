@@ -26,7 +26,10 @@ class DrifttoolRecorder:
         self._drifttool_rec = VllmRecorder(runner).attach()
         self._drifttool_dir = Path(store_dir)
         self._drifttool_takes = 0
-        return {"tp_rank": rank, "recording": True, "pid": os.getpid()}
+        from vllm.distributed import get_pp_group, get_tensor_model_parallel_world_size
+
+        sizes = {"tp_size": int(get_tensor_model_parallel_world_size()), "pp_size": int(get_pp_group().world_size)}
+        return {"tp_rank": rank, "recording": True, "pid": os.getpid(), **sizes, **self._drifttool_rec.describe()}
 
     def drifttool_take(self) -> str | None:
         """Write the events recorded since the last take; their path (None on ranks that do not record)."""
