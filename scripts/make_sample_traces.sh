@@ -42,7 +42,8 @@ trees() {  # the Draft trees page's trace (SGLang's default tree for Llama) and 
 a=$!
 ( cap long_code teacher_forced/smollm2-long_code-tf --mode teacher-forced --keep-rows 0 "$@" \
   && cap doc_qa smollm2-doc_qa "$@" \
-  && { [ -f "$SUITES/short_chat.jsonl" ] || exit 0; cap short_chat smollm2-short_chat "$@"; } ) &
+  && if [ -f "$SUITES/short_chat.jsonl" ]; then cap short_chat smollm2-short_chat "$@"
+     else SUITES=probes/real ROWS=2 cap short_chat smollm2-short_chat "$@"; fi ) &  # the first suites' control
 b=$!
 wait $a
 wait $b

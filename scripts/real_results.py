@@ -241,11 +241,18 @@ def budget() -> None:
     r = reps["eagle3"]
     acc = " / ".join(f"{reps[v]['heldout_top1_per_step'][0]:.2f} ({v})" for v in reps)
     window = TRAINED_WINDOW  # the drafter config's trained_window
-    print(f"Shipped drafters (their report.json): {r['cache_tokens']:,} cached training tokens in "
-          f"{r['cache_conversations']:,} conversations, {r['train_tokens_seen']:,} seen per variant in {r['steps']} "
-          f"steps ({r['train_seconds'] / 60:.0f} min of training on 2 shared CPU cores), trained window {window}; "
-          f"held-out teacher-forced depth-1 agreement with the target {acc} over {r['heldout_positions']:,} "
-          "positions.")
+    w = r.get("warm_start")  # a run that started from the drafters shipped before it: totals over both runs
+    tot = {k: r[k] + (w[k] if w else 0) for k in ("cache_tokens", "cache_conversations", "train_tokens_seen", "steps",
+                                                   "train_seconds")}
+    how = (f" (a first run of {w['steps']} steps on {w['cache_tokens']:,} tokens, then a run warm-started from it of "
+           f"{r['steps']} steps on {r['cache_tokens']:,} tokens of conversations the first never saw)" if w else "")
+    print(f"Shipped drafters (their report.json): {tot['cache_tokens']:,} cached training tokens in "
+          f"{tot['cache_conversations']:,} conversations, {tot['train_tokens_seen']:,} seen per variant in "
+          f"{tot['steps']} steps{how} ({tot['train_seconds'] / 60:.0f} min of training on 2 shared CPU cores), "
+          f"trained window {window}; held-out teacher-forced depth-1 agreement with the target {acc} over "
+          f"{r['heldout_positions']:,} positions" + (" (" + " / ".join(
+              f"{w['eval']['heldout_top1_per_step'][0]:.2f}" for w in (reps[v]["warm_start"] for v in reps))
+              + " before the warm-started run)." if w else "."))
     print()
 
 
