@@ -680,3 +680,14 @@ def test_mtp_head_from_another_folder_or_with_overrides_refused_in_one_line(tmp_
             run_capture_vllm(str(folder), [DrafterSpec.parse(spec)], str(probes), str(tmp_path / "x.drift"),
                              depth=2, max_new_tokens=4, progress=False)
         assert not (tmp_path / "x.drift").exists()
+
+
+@needs_vllm
+def test_engine_core_start_failure_points_to_its_log(models, tmp_path):
+    """vLLM failing inside its engine-core process reaches the driver only as "see root cause above": the one
+    error line says where that cause is (here: a KV cache of 1 KiB, too small for one block)."""
+    target, root, dirs, prompts, probes = models
+    with pytest.raises(DriftError, match="vLLM could not start .* the cause is in vLLM's engine-core log lines above"):
+        run_capture_vllm(str(root / "target"), [DrafterSpec.parse(f"e3={dirs['eagle3']}")], str(probes),
+                         str(tmp_path / "x.drift"), depth=DEPTH, max_new_tokens=NEW, progress=False,
+                         vllm_kwargs={"kv_cache_memory_bytes": 1024})

@@ -113,9 +113,12 @@ def start_llm(vllm, kwargs: dict, target: str, drafter: str):
     except DriftError:
         raise
     except Exception as e:
+        # a failure inside the engine-core process reaches here only as "see root cause above": say where it is
+        where = ("; the cause is in vLLM's engine-core log lines above (ERROR ... EngineCore failed to start)"
+                 if "root cause above" in str(e) else "")
         raise DriftError(
             f"--engine vllm: vLLM could not start with target {target} and drafter {drafter} "
-            f"({type(e).__name__}: {first_line(e)})"
+            f"({type(e).__name__}: {first_line(e)}){where}"
         ) from None
 
 
