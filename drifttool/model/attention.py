@@ -75,14 +75,19 @@ class KVCache:
 
 
 class Eagle3Attention(nn.Module):
-    def __init__(self, cfg: DrafterConfig):
+    """GQA + RoPE. EAGLE-3 reads the 2H-wide [embeddings ; hidden] input without biases over whole heads; MTP
+    blocks (mtp.py) take the H-wide input, q/k/v biases and rotary on the first `rotary_dim` dims (GLM-4.5)."""
+
+    def __init__(self, cfg: DrafterConfig, in_dim: int | None = None, bias: bool = False,
+                 rotary_dim: int | None = None):
         super().__init__()
-        h2 = 2 * cfg.hidden_size
+        h2 = in_dim or 2 * cfg.hidden_size
         self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.vd, self.scale = self.hd, self.hd**-0.5  # value head dim, softmax scale (MLA differs)
-        self.q_proj = nn.Linear(h2, self.nh * self.hd, bias=False)
-        self.k_proj = nn.Linear(h2, self.nkv * self.hd, bias=False)
-        self.v_proj = nn.Linear(h2, self.nkv * self.hd, bias=False)
+        self.rd = rotary_dim or self.hd
+        self.q_proj = nn.Linear(h2, self.nh * self.hd, bias=bias)
+        self.k_proj = nn.Linear(h2, self.nkv * self.hd, bias=bias)
+        self.v_proj = nn.Linear(h2, self.nkv * self.hd, bias=bias)
         self.o_proj = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
         if cfg.qk_norm:  # Qwen3: RMSNorm over each head's q and k, before RoPE
             self.q_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
@@ -101,6 +106,11 @@ class Eagle3Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = rearrange(q, "b t h d -> b h t d"), rearrange(k, "b t h d -> b h t d")
         v = rearrange(self.v_proj(z), "b t (h d) -> b h t d", d=self.hd)
+        if self.rd < self.hd:  # partial rotary: the rest of each head passes unrotated
+            rd = self.rd
+            q = torch.cat([rope.apply(q[..., :rd], cos, sin), q[..., rd:]], -1)
+            k = torch.cat([rope.apply(k[..., :rd], cos, sin), k[..., rd:]], -1)
+            return q, k, v
         return rope.apply(q, cos, sin), rope.apply(k, cos, sin), v
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from einops import rearrange
 from torch import nn
 
 from . import rope
@@ -97,32 +96,7 @@ class GQAAttention(Eagle3Attention):
     before RoPE (GLM's use_qk_norm), rotate-half RoPE on the first `rotary_dim` dims of each head (partial)."""
 
     def __init__(self, cfg: DrafterConfig, bias: bool, rotary_dim: int):
-        nn.Module.__init__(self)
-        h = cfg.hidden_size
-        self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        self.vd, self.scale, self.rd = self.hd, self.hd**-0.5, rotary_dim
-        self.q_proj = nn.Linear(h, self.nh * self.hd, bias=bias)
-        self.k_proj = nn.Linear(h, self.nkv * self.hd, bias=bias)
-        self.v_proj = nn.Linear(h, self.nkv * self.hd, bias=bias)
-        self.o_proj = nn.Linear(self.nh * self.hd, h, bias=False)
-        if cfg.qk_norm:
-            self.q_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
-            self.k_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
-        self.qk_norm = cfg.qk_norm
-        self.hook_q, self.hook_k, self.hook_probs, self.hook_lse = HookPoint(), HookPoint(), HookPoint(), HookPoint()
-        self.attn_impl = "sdpa"
-
-    def project(self, z: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        q = rearrange(self.q_proj(z), "b t (h d) -> b t h d", d=self.hd)
-        k = rearrange(self.k_proj(z), "b t (h d) -> b t h d", d=self.hd)
-        if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = rearrange(q, "b t h d -> b h t d"), rearrange(k, "b t h d -> b h t d")
-        v = rearrange(self.v_proj(z), "b t (h d) -> b h t d", d=self.hd)
-        rd = self.rd
-        q = torch.cat([rope.apply(q[..., :rd], cos, sin), q[..., rd:]], -1)
-        k = torch.cat([rope.apply(k[..., :rd], cos, sin), k[..., rd:]], -1)
-        return q, k, v
+        super().__init__(cfg, in_dim=cfg.hidden_size, bias=bias, rotary_dim=rotary_dim)
 
 
 class SharedHead(nn.Module):
