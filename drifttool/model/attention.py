@@ -172,7 +172,8 @@ def _cuda_lse(q, k, v, bias, causal, scale):
     qq = q.reshape(b, nkv, rep * t, d)  # head h = g * rep + r: kv group g's query heads as rows
     if bias is not None:  # rows as the folded queries; the row stride padded to 16 as the kernel wants
         length = bias.shape[-1]
-        bias = F.pad(bias.repeat(rep, 1), (0, -length % 16))[..., :length].expand(b, nkv, rep * t, length)
+        lead = [1] * (bias.dim() - 2)  # [T, L] or a ragged cache's per-sequence [B, 1, T, L]
+        bias = F.pad(bias.repeat(*lead, rep, 1), (0, -length % 16))[..., :length].expand(b, nkv, rep * t, length)
     out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(
         qq, k, v, bias, True, 0.0, causal, scale=scale)[:2]
     return out.reshape(b, nh, t, v.shape[-1]), lse[..., : rep * t].reshape(b, nh, t).float()

@@ -17,6 +17,7 @@ from torch import nn
 from . import rope
 from .attention import Eagle3Attention, HookPoint, KVCache, RMSNorm, gqa_repeat, visible  # noqa: F401 - re-exported
 from .config import DrafterConfig
+from .ragged_cache import RaggedKVCache
 
 
 class Eagle3MLP(nn.Module):
@@ -111,12 +112,22 @@ class DrafterBase(nn.Module):
         # values padded to the key width (MLA): the lse-returning fused kernel needs equal head sizes
         return KVCache(batch, a.nkv, a.hd, p.device, p.dtype, capacity, v_dim=max(a.vd, a.hd))
 
+    def new_ragged_cache(self, batch: int, capacity: int) -> RaggedKVCache:
+        """A cache of `batch` independent sequences (model/ragged_cache.py): one forward steps them all."""
+        p, a = self.lm_head.weight, self.layer.self_attn
+        return RaggedKVCache(batch, a.nkv, a.hd, p.device, p.dtype, capacity, v_dim=max(a.vd, a.hd))
+
     def attend_cached(self, attn: nn.Module, z: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                       mask: torch.Tensor | None) -> torch.Tensor:
         """Project the layer input z [B,T,*] at `positions`, append its K/V to `cache` and attend: each slot sees
         every cached slot before it (and the window), or exactly the slots `mask` marks (trees)."""
         cos, sin = rope.cos_sin(positions, self.inv_freq, z.dtype, self.rope_scale)
         q, k, v = attn.project(z, cos, sin)
+        if isinstance(cache, RaggedKVCache):
+            if mask is not None:
+                raise ValueError("a ragged cache builds its own mask (chains only)")
+            kk, vv, mask = cache.append(k, v, self.config.sliding_window)
+            return attn.attend(q, kk, vv, mask)
         start = cache.length
         kk, vv = cache.append(k, v)
         t = q.shape[2]

@@ -350,3 +350,32 @@ class Capture(Observer):
         p = self.scores(q, keys, n)[depth - 1]
         p = p.mean(0) if head is None else p[head]
         return p[: n + depth - 1].cpu().numpy()
+
+
+class RowCaptures(Observer):
+    """Several prompts' `Capture`s on one drafter stepping them together (a ragged cache's batch): batch row b of
+    every hooked output goes to the capture `rows[b]` names (None: that row is padding in this forward, or the
+    call is not a captured step), so each capture sees exactly what it would see running its prompt alone."""
+
+    def __init__(self, drafter: nn.Module, captures: list[Capture]):
+        self.drafter, self.adapter, self.captures = drafter, captures[0].adapter, captures
+        self.rows: list[int | None] = []  # batch row -> index into captures, set before each forward
+        self._setup()
+
+    def _taps(self, mods: dict[str, nn.Module]) -> list[tuple[str, object]]:
+        per = [c._taps(mods) for c in self.captures]
+        names = [name for name, _ in per[0]]
+        if any([name for name, _ in p] != names for p in per):
+            raise DriftError("row captures: the captures hook different points")
+
+        def route(i: int):
+            fns = [p[i][1] for p in per]
+
+            def f(out):
+                for b, c in enumerate(self.rows):
+                    if c is not None:
+                        fns[c](None if out is None else out[b : b + 1])
+
+            return f
+
+        return [(name, route(i)) for i, name in enumerate(names)]

@@ -178,6 +178,12 @@ def test_vllm_capture_matches_greedy_metrics_and_own_loop(models, tmp_path):
     hv, hh = (t.heads.sort_values([*key, "head"]).reset_index(drop=True) for t in (tv, th))
     for c in ("sink_mass", "draft_mass", "own_mass", "entropy"):
         np.testing.assert_allclose(hv[c].to_numpy(), hh[c].to_numpy(), atol=1e-4, rtol=0, err_msg=c)
+    # per aux layer, the depth-1 slot's feature magnitudes (the replay once wrote one number for every layer)
+    akey = ["drafter", "prompt_id", "round", "layer_id"]
+    av, ah = (t.aux.sort_values(akey).reset_index(drop=True) for t in (tv, th))
+    assert len(av) == len(ah) > 0
+    for c in ("rms_before", "rms_after"):
+        np.testing.assert_allclose(av[c].to_numpy(), ah[c].to_numpy(), atol=1e-4, rtol=1e-4, err_msg=c)
     # EAGLE-3.1 really ran as 3.1 in vLLM: its fed-back tensor (post-norm) matched the replay's to fp32 noise.
     assert (pv.replay_max_feedback_diff < 1e-3).all() and (pv.replay_max_fc_diff < 1e-3).all()
 

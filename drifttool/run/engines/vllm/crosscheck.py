@@ -83,15 +83,20 @@ def metrics_delta(before: dict, after: dict) -> dict[str, Any]:
     return d
 
 
+def acceptance_counts(records: list[RoundRecord], k: int | None = None) -> dict:
+    """vLLM's spec-decode counters (drafts, draft tokens, accepted, accepted per position) as these rounds give
+    them: what vLLM's counters must equal, and a prompt's counts where vLLM gave no per-request stats."""
+    k = (len(records[0].draft_ids) if records else 0) if k is None else k
+    return {"num_drafts": len(records), "num_draft_tokens": sum(len(r.draft_ids) for r in records),
+            "num_accepted_tokens": sum(r.accepted for r in records),
+            "accepted_per_pos": [sum(r.accepted > i for r in records) for i in range(k)]}
+
+
 def check_acceptance(records: list[RoundRecord], delta: dict, per_request, where: str) -> None:
     """The trace's acceptance must equal vLLM's spec-decode metrics (and its per-request stats)."""
     acc = [r.accepted for r in records]
     k = len(records[0].draft_ids) if records else len(delta["accepted_per_pos"])
-    mine = {
-        "num_drafts": len(acc),
-        "num_accepted_tokens": sum(acc),
-        "accepted_per_pos": [sum(a > i for a in acc) for i in range(k)],
-    }
+    mine = {key: v for key, v in acceptance_counts(records, k).items() if key != "num_draft_tokens"}
     theirs = {
         "num_drafts": delta["num_drafts"],
         "num_accepted_tokens": delta["num_accepted_tokens"],

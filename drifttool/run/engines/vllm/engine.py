@@ -35,13 +35,13 @@ from ...manifest import build_manifest
 from ...probes import Probe
 from ...records import add_rows, prompt_row, prompt_tables
 from ...runner import RunSettings, begin, prompt_seed, write_run
-from .crosscheck import check_acceptance, metrics_delta, spec_metrics, tolerance, verdict
+from .crosscheck import acceptance_counts, check_acceptance, metrics_delta, spec_metrics, tolerance, verdict
 from .events import read_events
 from .launch import DEFAULT_ARGS, first_line, import_vllm, parse_vllm_args, shutdown, start_llm
 from .launch import engine_args as llm_engine_args
 from .mtp import confirm_on_worker, prepare_mtp_drafter
 from .recorder import Proposal
-from .replay import replay_prompt
+from .replay import REPLAY_BATCH, ReplayStats, replay_prompts
 from .target_info import TargetInfo
 
 
@@ -153,23 +153,18 @@ def per_request_counts(records: list[RoundRecord], metrics) -> dict[str, Any] | 
             "accepted_per_pos": [sum(c for j, c in enumerate(hist) if j > i) for i in range(k)]}
 
 
-def replay_one(run: VllmRun, name: str, drafter: DrafterBase, probe: Probe, ids: list[int], mnt: int,
-               out, events: list, wall: float) -> tuple[dict, dict, str | None, list[RoundRecord]]:
-    """One prompt's recorded rounds through the replay: (tables, sampled rows, the replay's problem, rounds)."""
+def prompt_shard(run: VllmRun, name: str, drafter: DrafterBase, probe: Probe, ids: list[int], mnt: int, out,
+                 events: list, wall: float, cap: Capture, records: list[RoundRecord],
+                 stats: ReplayStats) -> tuple[dict, dict, str | None]:
+    """One replayed prompt as its shard's tables and sampled rows, and the replay's problem (None: agrees)."""
     st = run.settings
     out_ids = [int(t) for t in out.token_ids]
     metrics = getattr(out, "spec_decode_metrics", None)
-    with Capture(drafter, sink=st.sink, keep_rows=st.keep_rows, seed=prompt_seed(st.seed, probe.id),
-                 full_every=st.full_every) as cap:
-        records, stats = replay_prompt(drafter, cap, events, ids, out_ids, st.depth)
     counts = per_request_counts(records, metrics)
     if counts is not None:
         check_acceptance(records, counts, metrics, f"prompt {probe.id}")
-    else:  # vLLM gave no per-request stats: the trace's own counts; the batch check below is vLLM's
-        counts = {"num_drafts": len(records), "num_draft_tokens": sum(len(r.draft_ids) for r in records),
-                  "num_accepted_tokens": sum(r.accepted for r in records),
-                  "accepted_per_pos": [sum(r.accepted > i for r in records)
-                                       for i in range(len(records[0].draft_ids) if records else 0)]}
+    else:  # vLLM gave no per-request stats: the trace's own counts; the batch check is vLLM's
+        counts = acceptance_counts(records)
     problem = verdict(stats.to_dict(), st.dtype)
     cfg = drafter.config
     tabs = prompt_tables(name, probe.id, records, cap.rounds, cfg.input_aux_layer_ids,
@@ -182,13 +177,15 @@ def replay_one(run: VllmRun, name: str, drafter: DrafterBase, probe: Probe, ids:
         vllm_max_batch=max((e.batch for e in events if isinstance(e, Proposal)), default=1),
         **stats.to_dict(), replay_ok=problem is None,
     )
-    return tabs, add_rows(tabs, name, probe.id, cap.rounds), problem, records
+    return tabs, add_rows(tabs, name, probe.id, cap.rounds), problem
 
 
 def capture_batch(run: VllmRun, llm, writer, bar, name: str, drafter: DrafterBase,
                   batch: list[tuple[Probe, list[int], int]]) -> None:
-    """The batch through vLLM together, then each prompt replayed and written as its shard. vLLM's counters over
-    the batch must equal the rounds of all its prompts (and each prompt's its per-request stats)."""
+    """The batch through vLLM together, then its prompts replayed side by side (REPLAY_BATCH at a time) and each
+    written as its shard. vLLM's counters over the batch must equal the rounds of all its prompts (and each
+    prompt's its per-request stats)."""
+    st = run.settings
     llm.collective_rpc("drifttool_take")  # drop anything recorded outside this batch
     before = spec_metrics(llm)
     res, wall = generate(run, llm, batch)
@@ -196,18 +193,27 @@ def capture_batch(run: VllmRun, llm, writer, bar, name: str, drafter: DrafterBas
     events = take_events(llm)
     if len(res) != len(batch):
         raise DriftError(f"--engine vllm: vLLM returned {len(res)} outputs for {len(batch)} prompts")
+    mine = []
+    for (probe, _, _), r in zip(batch, res):
+        if str(r.request_id) not in events:
+            raise DriftError(f"--engine vllm: prompt {probe.id}: nothing recorded for vLLM request {r.request_id}")
+        mine.append(events[str(r.request_id)])
     every: list[RoundRecord] = []
     share = wall / len(batch)  # a batch's wall time, shared: a request's own time is not separable
-    for (probe, ids, mnt), r in zip(batch, res):
-        mine = events.get(str(r.request_id))
-        if mine is None:
-            raise DriftError(f"--engine vllm: prompt {probe.id}: nothing recorded for vLLM request {r.request_id}")
-        tabs, rows, problem, records = replay_one(run, name, drafter, probe, ids, mnt, r.outputs[0], mine, share)
-        every += records
-        writer.add(f"{name}:{probe.id}", tabs, rows)
-        if problem is not None:  # after the shard: the flag names a prompt the trace holds
-            writer.flag(f"{name}:{probe.id}", "replay", problem)
-        bar.advance(probe.id, len(records))
+    for i in range(0, len(batch), REPLAY_BATCH):
+        part = list(zip(batch, res, mine))[i : i + REPLAY_BATCH]
+        caps = [Capture(drafter, sink=st.sink, keep_rows=st.keep_rows, seed=prompt_seed(st.seed, p.id),
+                        full_every=st.full_every) for (p, _, _), _, _ in part]
+        jobs = [(ev, ids, list(r.outputs[0].token_ids)) for (_, ids, _), r, ev in part]
+        for cap, ((probe, ids, mnt), r, ev), (records, stats) in zip(
+                caps, part, replay_prompts(drafter, caps, jobs, st.depth)):
+            tabs, rows, problem = prompt_shard(run, name, drafter, probe, ids, mnt, r.outputs[0], ev, share, cap,
+                                               records, stats)
+            every += records
+            writer.add(f"{name}:{probe.id}", tabs, rows)
+            if problem is not None:  # after the shard: the flag names a prompt the trace holds
+                writer.flag(f"{name}:{probe.id}", "replay", problem)
+            bar.advance(probe.id, len(records))
     check_acceptance(every, delta, None, f"prompts {batch[0][0].id}..{batch[-1][0].id} (one vLLM batch)")
 
 
