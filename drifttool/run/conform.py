@@ -7,7 +7,8 @@ trace; drifttool's reference drafter, loaded as the checkpoint declares, is re-r
 when they disagree, the reference is re-run under each combination of fc_norm, norm_output, norm_before_fc,
 norm_before_residual, aux-feature order and attention window, and the combination that reproduces the engine
 is named (or none). Training vs serving: the trainer's held-out depth-1 agreement (report.json) against the
-measured depth-1 acceptance, with its interval over groups (source documents)."""
+measured depth-1 acceptance, with its interval over groups (source documents). An MTP head (a target folder with
+multi-token-prediction layers) gets its family's readings instead of EAGLE-3 flags (conform_mtp.py)."""
 
 from __future__ import annotations
 
@@ -25,17 +26,11 @@ from ..errors import DriftError
 from ..model.checkpoint import read_drafter
 from ..model.conformance import Finding, static_findings
 from ..model.target import load_target
+from .conform_mtp import diagnose_mtp, mtp_declared, mtp_static_findings, own_tensors
+from .conform_rules import AGREE, NAMES, agreement, drafts_of  # noqa: F401 - AGREE, NAMES: public here
 from .drafters import DrafterSpec
 from .follow import VARIED, Followed, committed_sequence, follow, variant
 from .probes import load_suite
-
-AGREE = 0.98  # draft agreement at or above this, over all depths, counts as the same drafter (float noise)
-NAMES = {("fc_norm", False): "fc_norm ignored", ("fc_norm", True): "fc_norm applied with unit weights",
-         ("norm_output", False): "norm_output ignored (pre-norm hidden fed back, as EAGLE-3)",
-         ("norm_output", True): "post-norm hidden fed back (norm_output applied)",
-         ("norm_before_fc", True): "norm_before_fc applied (unit weights)", ("norm_before_fc", False): "norm_before_fc ignored",
-         ("norm_before_residual", True): "norm_before_residual assumed true",
-         ("norm_before_residual", False): "norm_before_residual assumed false"}
 
 
 @dataclass
@@ -90,10 +85,6 @@ def _features(target, prompt_ids: list[int], rounds: list[dict]) -> tuple[list[i
     return seq, torch.cat([out.features, rest.features])
 
 
-def _agreement(ref: np.ndarray, eng: np.ndarray) -> float:
-    return float((ref == eng).mean()) if ref.size else float("nan")
-
-
 def _describe(declared: dict[str, Any], combo: dict[str, Any]) -> str:
     parts = [NAMES.get((k, v), f"{k}={v}") for k, v in combo.items()
              if k in VARIED and bool(declared.get(k)) != bool(v)]
@@ -102,14 +93,6 @@ def _describe(declared: dict[str, Any], combo: dict[str, Any]) -> str:
     if combo.get("window") == "off":
         parts.append("attention window not applied")
     return "; ".join(parts) or "as declared"
-
-
-def _drafts_of(target, m, prompts, depth: int, order, rounds_per_prompt: int | None) -> np.ndarray:
-    out = []
-    for seq, feats, rounds in prompts.values():
-        ctx = [r["context_len"] for r in rounds][:rounds_per_prompt]
-        out.append(follow(target, m, seq, ctx, depth, feats, order).drafts)
-    return np.concatenate(out)
 
 
 def diagnose(target, drafter, prompts: dict[str, tuple[list[int], torch.Tensor, list[dict]]], depth: int,
@@ -134,15 +117,15 @@ def diagnose(target, drafter, prompts: dict[str, tuple[list[int], torch.Tensor, 
         for (oname, order), (wname, win) in itertools.product(orders.items(), windows.items()):
             combo = {**flags, "aux_order": oname, "window": wname}
             m = variant(drafter, **flags, sliding_window=win)
-            drafts = _drafts_of(target, m, prompts, depth, order, screen)
+            drafts = drafts_of(target, m, prompts, depth, order, screen)
             tried.append({**combo, "as": _describe(base, combo), "screened_rounds": int(len(screened_rows)),
-                          "screen_agreement": _agreement(drafts, engine_drafts[screened_rows]), "agreement": None,
+                          "screen_agreement": agreement(drafts, engine_drafts[screened_rows]), "agreement": None,
                           "_model": (m, order)})
     tried.sort(key=lambda t: (-t["screen_agreement"], t["as"] != "as declared"))
     final = tried[:finalists] + [t for t in tried[finalists:] if t["as"] == "as declared"]
     for t in final:
         m, order = t["_model"]
-        t["agreement"] = _agreement(_drafts_of(target, m, prompts, depth, order, None), engine_drafts)
+        t["agreement"] = agreement(drafts_of(target, m, prompts, depth, order, None), engine_drafts)
     for t in tried:
         t.pop("_model")
     final.sort(key=lambda t: (-t["agreement"], t["as"] != "as declared"))
@@ -201,24 +184,17 @@ def intended_flags(declared: dict[str, Any], findings: list[Finding]) -> dict[st
     return out
 
 
-def refuse_mtp_head(path: Path) -> None:
-    """conform checks an EAGLE-3 checkpoint's declared flags against an engine's reading of them (and diagnoses
-    by re-running flag combinations); an MTP head has no such flags (it is read from its target's checkpoint by the
-    family's rules), so it is refused in one line naming what checks an MTP head instead."""
+def mtp_config_of(path: Path) -> dict[str, Any] | None:
+    """The raw config of an MTP head's folder (a target with multi-token-prediction layers), else None."""
     from ..jsonfile import read_json_object
-    from ..model.mtp_checkpoint import FAMILIES, is_mtp_config
+    from ..model.mtp_checkpoint import is_mtp_config
 
     cfg = path / "config.json"
     try:
         raw = read_json_object(cfg, "a drafter config") if cfg.is_file() else None
     except DriftError:
-        return  # static_findings reports an unreadable config
-    if isinstance(raw, dict) and is_mtp_config(raw):
-        module = FAMILIES.get(str(raw.get("model_type")), str(raw.get("model_type")))
-        raise DriftError(f"conform {path}: a multi-token-prediction head ({module}), not an EAGLE-3 checkpoint: "
-                         "conform checks EAGLE-3 flags against an engine's reading; for an MTP head, "
-                         "`capture --engine vllm` checks vLLM's run against drifttool's replay per prompt "
-                         "(replay_draft_agreement, fed-back tensor diff, in `drifttool info`)")
+        return None  # static_findings reports an unreadable config
+    return raw if isinstance(raw, dict) and is_mtp_config(raw) else None
 
 
 def conform(drafter: str, target: str, probes: str, engine: str = "hf", *, depth: int = 4,
@@ -232,8 +208,11 @@ def conform(drafter: str, target: str, probes: str, engine: str = "hf", *, depth
     from .engines import engine as engine_named
 
     path = resolve(drafter, "drafter")
-    refuse_mtp_head(path)
-    declared, findings = static_findings(path)
+    mtp = mtp_config_of(path)
+    if mtp is not None:  # an MTP head: the family's readings, not EAGLE-3 flags (conform_mtp.py)
+        declared, findings = mtp_declared(mtp, path), mtp_static_findings(path, mtp, depth)
+    else:
+        declared, findings = static_findings(path)
     rep = ConformReport(str(path), engine, declared, findings)
     eng = engine_named(engine)
     with tempfile.TemporaryDirectory() as tmp:
@@ -293,7 +272,8 @@ def conform(drafter: str, target: str, probes: str, engine: str = "hf", *, depth
             "engine": aux.groupby("chunk")["rms_before"].mean().astype(float).round(4).tolist(),
             "reference": ref_feat.mean(0).round(4).tolist()}
     if run_diagnosis and same.mean() < AGREE:
-        rep.diagnosis = diagnose(tgt, ref, prompts, depth, eng_drafts)
+        rep.diagnosis = (diagnose_mtp(tgt, ref, prompts, depth, eng_drafts, own_tensors(path, mtp)) if mtp is not None
+                         else diagnose(tgt, ref, prompts, depth, eng_drafts))
     by_group: dict[str, list[bool]] = {}  # the statistical unit is the source document (probe.group)
     for pid, (_, _, rr) in prompts.items():
         by_group.setdefault(suite[pid].group or pid, []).extend(r["accepted"] >= 1 for r in rr)

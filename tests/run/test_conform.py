@@ -107,17 +107,3 @@ def test_cli_exit_codes_and_json(models, capsys):
     assert main(["conform", str(broken), *base[1:]]) == 1  # static error, and the engine cannot load it
     out = capsys.readouterr().out
     assert "weights_without_flag" in out and "NOT conformant" in out
-
-
-def test_an_mtp_head_is_refused_in_one_line(tmp_path, capsys):
-    """An MTP head (a target folder with num_nextn_predict_layers) has no EAGLE-3 flags to check: one error line
-    naming its vLLM module and what checks an MTP head instead, exit 2, before any model runs."""
-    from tests.support import mtp_fixtures as fx
-
-    folder = fx.write_target(tmp_path / "ds", fx.DEEPSEEK)
-    probes = write_probes(tmp_path / "p.jsonl", [{"id": "a", "token_ids": [5, 9, 14, 3]}])
-    capsys.readouterr()
-    assert main(["conform", str(folder), "--target", str(folder), "--probes", str(probes)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "a multi-token-prediction head (deepseek_mtp), not an EAGLE-3 checkpoint" in err[0]
-    assert "capture --engine vllm" in err[0]

@@ -697,3 +697,21 @@ def test_engine_core_start_failure_points_to_its_log(models, tmp_path):
         run_capture_vllm(str(root / "target"), [DrafterSpec.parse(f"e3={dirs['eagle3']}")], str(probes),
                          str(tmp_path / "x.drift"), depth=DEPTH, max_new_tokens=NEW, progress=False,
                          vllm_kwargs={"kv_cache_memory_bytes": 1024})
+
+
+@needs_vllm
+def test_conform_names_vllms_reading_of_an_mtp_layers_own_embeddings(tmp_path):
+    """conform --engine vllm on a GLM-4.5 head whose MTP layer stores embeddings and a head of its own (unlike the
+    target's): the static warning says vLLM 0.32.0 runs the target's, the reference (the checkpoint's own) disagrees
+    with vLLM's drafts, and the diagnosis names the reading that reproduces them."""
+    from drifttool.run.conform import conform
+
+    folder = _mtp_target("glm4_moe", tmp_path / "glm")
+    probes = tmp_path / "p.jsonl"
+    probes.write_text("".join(json.dumps({"id": f"p{i}", "token_ids": p, "max_new_tokens": NEW}) + "\n"
+                              for i, p in enumerate(MTP_PROMPTS)))
+    rep = conform(str(folder), str(folder), str(probes), "vllm", depth=DEPTH, max_new_tokens=NEW,
+                  engine_options={"engine_args": VLLM_ARGS})
+    assert "mtp_own_embeddings" in {f.code for f in rep.findings} and not rep.conformant
+    assert rep.divergence["agreement"] < 0.98
+    assert rep.diagnosis["verdict"].startswith("the engine ran this MTP head with the target's embeddings and head")
