@@ -15,6 +15,9 @@ from drifttool.model.drafter import Eagle3Drafter
 VARIANTS: dict[str, dict[str, bool]] = {
     "eagle3": {"fc_norm": False, "norm_output": False},
     "eagle3.1": {"fc_norm": True, "norm_output": True},
+    # the two single-change ablations: which of EAGLE-3.1's changes does what (the 2x2 with the two above)
+    "fc_norm-only": {"fc_norm": True, "norm_output": False},
+    "norm_output-only": {"fc_norm": False, "norm_output": True},
 }
 
 

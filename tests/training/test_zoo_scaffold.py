@@ -80,5 +80,12 @@ def test_variant_pair_shares_initial_weights():
     for k in a:
         torch.testing.assert_close(a[k], b[k], atol=0, rtol=0, msg=k)
     assert not pair["eagle3.1"].embed_tokens.weight.requires_grad and (b["fc_norm.0.weight"] == 1).all()
+    # the single-change ablations start from the same weights too (the 2x2: only the two flags differ)
+    assert set(pair["fc_norm-only"].state_dict()) == set(b) and set(pair["norm_output-only"].state_dict()) == set(a)
+    for v in ("fc_norm-only", "norm_output-only"):
+        sd, c = pair[v].state_dict(), pair[v].config
+        assert (c.fc_norm, c.norm_output) == (v == "fc_norm-only", v == "norm_output-only")
+        for k in a:
+            torch.testing.assert_close(sd[k], a[k], atol=0, rtol=0, msg=f"{v}: {k}")
     again = variant_drafters(cfg, ["eagle3"], 3, embed, d2t)["eagle3"].state_dict()
     torch.testing.assert_close(again["fc.weight"], a["fc.weight"], atol=0, rtol=0)
