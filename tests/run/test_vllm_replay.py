@@ -132,3 +132,18 @@ def test_aux_magnitudes_are_the_depth1_slots_features(cases, name):
             np.testing.assert_allclose(rc.aux[:, 1], torch.stack([a.pow(2).mean().sqrt() for a in after]).detach().numpy(),
                                        rtol=1e-4)
             assert len(set(np.round(rc.aux[:, 0], 6))) == len(chunks)  # one number per layer, not one for all
+
+
+def test_submissions_bound_prompts_and_recorded_bytes():
+    """A submission holds at most `size` prompts and at most the budget of recorded inputs (one prompt always
+    goes, however long); order is kept."""
+    from drifttool.run.engines.vllm.engine import submissions
+
+    prompts = [(f"p{i}", [0] * n, 8) for i, n in enumerate([100, 100, 300, 50, 1000, 20, 20, 20])]
+    got = submissions(prompts, size=3, bytes_per_token=10, budget=3000)
+    assert [[p[0] for p in b] for b in got] == [["p0", "p1"], ["p2"], ["p3"], ["p4"], ["p5", "p6", "p7"]]
+    assert [p for b in got for p in b] == prompts
+    for b in got:
+        assert len(b) <= 3 and (len(b) == 1 or sum(len(p[1]) + p[2] for p in b) * 10 <= 3000)
+    assert submissions(prompts, size=64, bytes_per_token=1, budget=1 << 30) == [prompts]
+    assert submissions([], 4, 1) == []

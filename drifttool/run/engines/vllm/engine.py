@@ -1,6 +1,7 @@
 """The vllm engine's run (`run_capture_vllm`): one vLLM engine per drafter (vLLM serves one at a time); the
 prompts go to vLLM together (continuous batching as the user's `max_num_seqs` allows, in submissions of
-`SUBMIT` prompts so an interruption loses at most one), the recorder in vLLM's worker keys what it sees by
+`SUBMIT` prompts — fewer where their recorded inputs would pass RECORD_BUDGET — so an interruption loses at most
+one), the recorder in vLLM's worker keys what it sees by
 request, and each prompt is replayed through drifttool's drafter, cross-checked and written as the shard
 `DRAFTER:PROMPT` by the runner's shared body.
 
@@ -110,8 +111,29 @@ def checked_prompts(
 SUBMIT = 64
 
 
+# Recorded inputs a submission may hold on the host until its replay (mostly the prefills' aux features): a
+# 70B-class target's three aux layers are 48 KiB per token in bf16, so 64 prompts of 8k tokens would hold 25 GiB.
+RECORD_BUDGET = 8 << 30
+
+
 def submit_size(engine_kwargs: dict[str, Any]) -> int:
     return max(SUBMIT, int(engine_kwargs.get("max_num_seqs") or 0))
+
+
+def submissions(prompts: list, size: int, bytes_per_token: int, budget: int = RECORD_BUDGET) -> list[list]:
+    """The prompts (probe, ids, new tokens) in submission order, cut into batches of at most `size` prompts whose
+    recorded inputs (prompt + new tokens, `bytes_per_token` each) stay within `budget` (at least one prompt each)."""
+    out: list[list] = []
+    cur: list = []
+    held = 0
+    for p in prompts:
+        need = (len(p[1]) + p[2]) * bytes_per_token
+        if cur and (len(cur) >= size or held + need > budget):
+            out.append(cur)
+            cur, held = [], 0
+        cur.append(p)
+        held += need
+    return out + [cur] if cur else out
 
 
 def generate(run: VllmRun, llm, batch: list[tuple[Probe, list[int], int]]) -> tuple[list, float]:
@@ -224,7 +246,7 @@ def run_drafter(
     replay disagrees with vLLM beyond tolerance)."""
     prompts = checked_prompts(run.target, todo, run.settings)
     st = run.settings
-    size = submit_size(run.engine_kwargs)
+    size, cfg = submit_size(run.engine_kwargs), drafter.config
     with vllm_checkpoint(spec, drafter) as draft_dir, tempfile.TemporaryDirectory(prefix="drifttool-rec-") as rec_dir:
         kw = llm_engine_args(run.vllm, run.target_path, draft_dir, st.depth, st.dtype, st.seed, run.engine_kwargs)
         llm = start_llm(run.vllm, kw, run.target_path, spec.path)
@@ -240,8 +262,9 @@ def run_drafter(
             if (inproc and single and pid != os.getpid()) or (not inproc and pid == os.getpid()):
                 raise DriftError(f"--engine vllm: the recorder runs in process {pid}, but the engine core is "
                                  f"recorded as {engine_core()!r} (this process: {os.getpid()})")
-            for i in range(0, len(prompts), size):
-                capture_batch(run, llm, writer, bar, spec.name, drafter, prompts[i : i + size])
+            width = max(cfg.num_aux, 1) * cfg.target_hidden_size  # recorded feature width per token
+            for batch in submissions(prompts, size, width * torch.finfo(st.torch_dtype).bits // 8):
+                capture_batch(run, llm, writer, bar, spec.name, drafter, batch)
         finally:
             shutdown(llm)
 
@@ -350,6 +373,8 @@ def capture_settings(
             "drafter_eager": True,  # speculative_config.enforce_eager: the recorder's hooks need it
             "target_eager": bool(run.engine_kwargs.get("enforce_eager", DEFAULT_ARGS["enforce_eager"])),
             "prompts_per_submission": submit_size(run.engine_kwargs),
+            "recorded_bytes_per_submission": f"at most {RECORD_BUDGET >> 30} GiB of recorded inputs (fewer prompts "
+                                             "per submission when they would hold more)",
             "draft_s": "the drafter's batched step time divided by the requests in it",
             "wall_s": "a submission's generate time divided by its prompts",
             "engine_args": run.engine_kwargs,
