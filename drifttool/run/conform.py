@@ -27,7 +27,7 @@ from ..model.checkpoint import read_drafter
 from ..model.conformance import Finding, static_findings
 from ..model.target import load_target
 from .conform_mtp import diagnose_mtp, mtp_declared, mtp_static_findings, own_tensors
-from .conform_rules import AGREE, NAMES, agreement, drafts_of  # noqa: F401 - AGREE, NAMES: public here
+from .conform_rules import AGREE, NAMES, agreement, drafts_of, judged  # noqa: F401 - AGREE, NAMES: public here
 from .drafters import DrafterSpec
 from .follow import VARIED, Followed, committed_sequence, follow, variant
 from .probes import load_suite
@@ -128,16 +128,7 @@ def diagnose(target, drafter, prompts: dict[str, tuple[list[int], torch.Tensor, 
         t["agreement"] = agreement(drafts_of(target, m, prompts, depth, order, None), engine_drafts)
     for t in tried:
         t.pop("_model")
-    final.sort(key=lambda t: (-t["agreement"], t["as"] != "as declared"))
-    best = final[0]
-    declared = next(t for t in final if t["as"] == "as declared")
-    if best["agreement"] >= AGREE and best["as"] != "as declared" and best["agreement"] > declared["agreement"]:
-        verdict = f"the engine ran this checkpoint with {best['as']} ({best['agreement']:.1%} of drafts reproduced)"
-    elif declared["agreement"] >= AGREE:
-        verdict = "the engine runs the checkpoint as declared"
-    else:
-        verdict = (f"no combination tried reproduces the engine (best: {best['as']}, {best['agreement']:.1%} of drafts; "
-                   f"as declared {declared['agreement']:.1%})")
+    best, declared, verdict = judged(final, "this checkpoint", "combination")
     return {"verdict": verdict, "best": best, "declared": declared, "finalists": final, "tried": tried,
             "method": f"{len(tried)} combinations screened on the first {screen} rounds of each prompt; the "
                       f"{finalists} best and the declared reading re-run on all {len(engine_drafts)} rounds"}

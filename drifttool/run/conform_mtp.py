@@ -19,7 +19,7 @@ import torch
 
 from ..model.conformance import Finding
 from ..model.mtp_checkpoint import FAMILIES, mtp_config, read_mtp_weights
-from .conform_rules import AGREE, NAMES, agreement, drafts_of
+from .conform_rules import NAMES, agreement, drafts_of, judged
 
 # The fed-back state per family and engine: True = post-norm. drifttool's own loop follows vLLM's current
 # v1/spec_decode/eagle.py (@f7eef1b); the vLLM 0.32.0 release differs for DeepSeek-V3 (docs/mtp.md, "fed back").
@@ -116,15 +116,7 @@ def diagnose_mtp(target, drafter, prompts, depth: int, engine_drafts: np.ndarray
             drafts = drafts_of(target, m, prompts, depth, None, None)
             tried.append({"norm_output": post, "embeddings": src, "as": "; ".join(parts) or "as declared",
                           "agreement": agreement(drafts, engine_drafts)})
-    tried.sort(key=lambda t: (-t["agreement"], t["as"] != "as declared"))
-    best, declared = tried[0], next(t for t in tried if t["as"] == "as declared")
-    if best["agreement"] >= AGREE and best["as"] != "as declared" and best["agreement"] > declared["agreement"]:
-        verdict = f"the engine ran this MTP head with {best['as']} ({best['agreement']:.1%} of drafts reproduced)"
-    elif declared["agreement"] >= AGREE:
-        verdict = "the engine runs the MTP head as declared"
-    else:
-        verdict = (f"no reading tried reproduces the engine (best: {best['as']}, {best['agreement']:.1%} of drafts; "
-                   f"as declared {declared['agreement']:.1%})")
+    best, declared, verdict = judged(tried, "this MTP head", "reading")
     return {"verdict": verdict, "best": best, "declared": declared, "finalists": tried, "tried": tried,
             "method": f"{len(tried)} readings of the MTP head (fed-back state"
                       + (", embeddings/head source" if own else "") + f") re-run on all {len(engine_drafts)} rounds"}

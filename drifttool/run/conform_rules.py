@@ -26,3 +26,19 @@ def drafts_of(target, m, prompts, depth: int, order, rounds_per_prompt: int | No
         ctx = [r["context_len"] for r in rounds][:rounds_per_prompt]
         out.append(follow(target, m, seq, ctx, depth, feats, order).drafts)
     return np.concatenate(out)
+
+
+def judged(final: list[dict], subject: str, tried: str) -> tuple[dict, dict, str]:
+    """(best, declared, verdict) over readings each scored on all rounds (`agreement`, `as`): the best named when
+    it reproduces the engine and the declared reading does not do as well. `subject`: "this checkpoint" / "this
+    MTP head"; `tried`: what was varied ("combination", "reading")."""
+    final.sort(key=lambda t: (-t["agreement"], t["as"] != "as declared"))
+    best, declared = final[0], next(t for t in final if t["as"] == "as declared")
+    if best["agreement"] >= AGREE and best["as"] != "as declared" and best["agreement"] > declared["agreement"]:
+        verdict = f"the engine ran {subject} with {best['as']} ({best['agreement']:.1%} of drafts reproduced)"
+    elif declared["agreement"] >= AGREE:
+        verdict = f"the engine runs {subject.replace('this ', 'the ')} as declared"
+    else:
+        verdict = (f"no {tried} tried reproduces the engine (best: {best['as']}, {best['agreement']:.1%} of drafts; "
+                   f"as declared {declared['agreement']:.1%})")
+    return best, declared, verdict
