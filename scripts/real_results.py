@@ -241,18 +241,19 @@ def budget() -> None:
     r = reps["eagle3"]
     acc = " / ".join(f"{reps[v]['heldout_top1_per_step'][0]:.2f} ({v})" for v in reps)
     window = TRAINED_WINDOW  # the drafter config's trained_window
-    w = r.get("warm_start")  # a run that started from the drafters shipped before it: totals over both runs
-    tot = {k: r[k] + (w[k] if w else 0) for k in ("cache_tokens", "cache_conversations", "train_tokens_seen", "steps",
-                                                   "train_seconds")}
-    how = (f" (a first run of {w['steps']} steps on {w['cache_tokens']:,} tokens, then a run warm-started from it of "
-           f"{r['steps']} steps on {r['cache_tokens']:,} tokens of conversations the first never saw)" if w else "")
+    runs = r.get("earlier_runs", [])  # runs before this one, each warm-starting the next: totals over all
+    tot = {k: r[k] + sum(w[k] for w in runs) for k in ("cache_tokens", "cache_conversations", "train_tokens_seen",
+                                                       "steps", "train_seconds")}
+    how = (f" ({len(runs) + 1} runs, each after the first warm-started from the drafters shipped before it on "
+           f"conversations no earlier run saw: " + ", then ".join(
+               f"{w['steps']} steps on {w['cache_tokens']:,} tokens" for w in [*runs, r]) + ")" if runs else "")
     print(f"Shipped drafters (their report.json): {tot['cache_tokens']:,} cached training tokens in "
           f"{tot['cache_conversations']:,} conversations, {tot['train_tokens_seen']:,} seen per variant in "
           f"{tot['steps']} steps{how} ({tot['train_seconds'] / 60:.0f} min of training on 2 shared CPU cores), "
           f"trained window {window}; held-out teacher-forced depth-1 agreement with the target {acc} over "
           f"{r['heldout_positions']:,} positions" + (" (" + " / ".join(
-              f"{w['eval']['heldout_top1_per_step'][0]:.2f}" for w in (reps[v]["warm_start"] for v in reps))
-              + " before the warm-started run)." if w else "."))
+              f"{reps[v]['earlier_runs'][-1]['eval']['heldout_top1_per_step'][0]:.2f}" for v in reps)
+              + " before the last run)." if runs else "."))
     print()
 
 

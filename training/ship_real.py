@@ -49,8 +49,39 @@ def reference_metrics(trace: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+RUN_KEYS = ("steps", "train_tokens_seen", "cache_tokens", "cache_conversations", "train_seconds",
+            "draft_vocab_coverage")
+
+
+def earlier_runs(shipped: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs behind a shipped report, oldest first: its own earlier runs and then itself.
+
+    A run warm-started from the shipped drafters keeps this list, so the lineage's totals (distinct tokens,
+    steps, time) stay on record after each new run replaces the weights. Older reports held one earlier run
+    under `warm_start`."""
+    runs = list(shipped.get("earlier_runs") or ([shipped["warm_start"]] if "warm_start" in shipped else []))
+    own = {k: shipped[k] for k in RUN_KEYS}
+    own["eval"] = {k: shipped[k] for k in ("heldout_top1_per_step", "heldout_positions")}
+    own["note"] = "warm-started from the drafters shipped before it" if runs else "from random weights"
+    return [*runs, own]
+
+
+def lineage(src: Path, dst: Path, variant: str) -> list[dict[str, Any]]:
+    """Earlier runs to record for `src`'s run: none if it started from random weights; the shipped drafters'
+    lineage if it was warm-started from them (any other --init is refused: its history is not known here)."""
+    new = json.loads((src / variant / "report.json").read_text())
+    init = new.get("train_args", {}).get("init") or ""
+    if not init:
+        return []
+    if Path(init).resolve() != dst.resolve():
+        raise SystemExit(f"{src / variant / 'report.json'}: train_args.init is {init!r}; expected the shipped "
+                         f"drafters ({dst}) or none, so that the lineage of earlier runs is known")
+    return earlier_runs(json.loads((dst / variant / "report.json").read_text()))
+
+
 def ship(src: Path, dst: Path = SHIP_DIR) -> dict[str, Any]:
     dst.mkdir(parents=True, exist_ok=True)
+    runs = {v: lineage(src, dst, v) for v in VARIANTS}  # read before the shipped reports are replaced
     for v in VARIANTS:
         shutil.rmtree(dst / v, ignore_errors=True)
         shutil.copytree(src / v, dst / v)
@@ -58,6 +89,9 @@ def ship(src: Path, dst: Path = SHIP_DIR) -> dict[str, Any]:
         ref = reference_metrics(reference_capture(dst, Path(tmp) / "ref.drift"))
     for v in VARIANTS:
         rep = json.loads((dst / v / "report.json").read_text())
+        rep.pop("warm_start", None)
+        if runs[v]:
+            rep["earlier_runs"] = runs[v]
         rep["reference"] = {"probes": "probes/real/ci.jsonl", "depth": DEPTH, "max_new_tokens": 24,
                             "dtype": "float32", "greedy": True, **ref[v]}
         (dst / v / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
