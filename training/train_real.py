@@ -395,11 +395,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ckpt-minutes", type=float, default=RealArgs.ckpt_minutes)
     p.add_argument("--init", default="", help="warm start from a folder of exported drafters (e.g. the shipped ones)")
     p.add_argument("--variants", default=",".join(RealArgs.variants), help="comma list (one process per variant)")
+    p.add_argument("--seed", type=int, default=RealArgs.seed,
+                   help="initial weights, batch order and scored slots (another seed: a replicate run)")
     x = p.parse_args(argv)
     a = RealArgs(features=x.features, work=x.work, out=x.out, target_dir=str(smollm2.fetch()), minutes=x.minutes,
                  threads=x.threads, draft_vocab_size=x.draft_vocab, batch_tokens=x.batch_tokens, lr=x.lr,
                  trained_window=x.trained_window, bf16=not x.fp32, ckpt_minutes=x.ckpt_minutes,
-                 variants=tuple(x.variants.split(",")), init=x.init)
+                 variants=tuple(x.variants.split(",")), init=x.init, seed=x.seed)
     train(a, log=lambda m: print(time.strftime("%H:%M:%S"), m, flush=True))
     return 0
 
