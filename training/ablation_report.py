@@ -6,7 +6,12 @@ training, one conversation each): the paired main effect of each change (average
 their interaction and the two together (EAGLE-3.1 - EAGLE-3), each with its 95% t-interval, sign-flip p and
 minimum detectable effect over the groups (drifttool.analysis.stats.paired).
 
-    python -m training.ablation_report runs/real/features/heldout runs/ablation/drafters [--json report.json]
+Several drafter folders (replicate runs under other seeds: other initial weights, batch order and scored slots)
+give each run's contrasts side by side and the contrasts of the per-conversation rates averaged over runs. The
+intervals are over conversations only: with a handful of runs, the spread between runs is shown, not modelled.
+
+    python -m training.ablation_report runs/real/features/heldout runs/ablation/drafters [more folders]
+        [--json report.json]
 """
 
 from __future__ import annotations
@@ -47,11 +52,17 @@ def per_conversation(features: str, folder: str) -> dict[str, np.ndarray]:
     return out
 
 
-def effects(per: dict[str, np.ndarray]) -> dict[str, list[dict[str, float]]]:
-    """Per step, the paired contrasts over conversations of the per-conversation agreement rates."""
+def rates(per: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """variant -> [conversations, steps] agreement rate."""
+    return {v: per[v][:, :, 1] / per[v][:, :, 2] for v in VARIANTS}
+
+
+def effects(per: dict[str, np.ndarray], r: dict[str, np.ndarray] | None = None) -> dict[str, list[dict[str, float]]]:
+    """Per step, the paired contrasts over conversations of the per-conversation agreement rates (`r`, if given:
+    rates already combined, e.g. averaged over replicate runs)."""
     from drifttool.analysis.stats import paired
 
-    r = {v: per[v][:, :, 1] / per[v][:, :, 2] for v in VARIANTS}  # [conv, steps]
+    r = rates(per) if r is None else r
     e3, fc, no, e31 = (r[v] for v in VARIANTS)
     contrasts = {"fc_norm (main effect)": ((fc - e3) + (e31 - no)) / 2,
                  "norm_output (main effect)": ((no - e3) + (e31 - fc)) / 2,
@@ -70,30 +81,55 @@ def pooled(per: dict[str, np.ndarray]) -> dict[str, dict[str, list[float]]]:
     return out
 
 
+def over_runs(pers: list[dict[str, np.ndarray]]) -> dict[str, list[dict[str, float]]]:
+    """Contrasts of the per-conversation rates averaged over replicate runs (same held-out conversations)."""
+    rs = [rates(p) for p in pers]
+    return effects(pers[0], {v: np.mean([r[v] for r in rs], axis=0) for v in VARIANTS})
+
+
+def _ci(s: dict[str, float]) -> str:
+    return f"{s['mean']:+.4f} [{s['lo']:+.4f}, {s['hi']:+.4f}]"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="training.ablation_report", description=__doc__.splitlines()[0])
     p.add_argument("features")
-    p.add_argument("drafters")
+    p.add_argument("drafters", nargs="+", help="one folder per run (replicates under other seeds)")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
-    per = per_conversation(a.features, a.drafters)
-    n_conv = len(next(iter(per.values())))
-    pool, eff = pooled(per), effects(per)
-    print(f"{n_conv} held-out conversations (groups), {pool['eagle3']['positions']} positions; TTT steps 1-{STEPS}\n")
-    print("| variant | fc_norm | norm_output | top-1 agreement, steps 1 / 2 / 3 | fed-back RMS, steps 1 / 2 / 3 |")
-    print("|---|---|---|---|---|")
-    for v in VARIANTS:
-        flags = ("yes" if v in ("fc_norm-only", "eagle3.1") else "no", "yes" if v in ("norm_output-only", "eagle3.1") else "no")
-        print(f"| {v} | {flags[0]} | {flags[1]} | " + " / ".join(f"{x:.3f}" for x in pool[v]["top1_per_step"])
-              + " | " + " / ".join(f"{x:.2f}" for x in pool[v]["feedback_rms_per_step"]) + " |")
-    print("\n| contrast (per conversation, paired) | step | mean [95% CI] | p (sign-flip) | MDE (80% power) |")
-    print("|---|---|---|---|---|")
-    for name, rows in eff.items():
-        for k, s in enumerate(rows):
-            print(f"| {name} | {k + 1} | {s['mean']:+.4f} [{s['lo']:+.4f}, {s['hi']:+.4f}] | {s['p']:.3g} | "
-                  f"{s['mde']:.4f} |")
+    pers = [per_conversation(a.features, d) for d in a.drafters]
+    n_conv = len(next(iter(pers[0].values())))
+    pools, effs = [pooled(x) for x in pers], [effects(x) for x in pers]
+    print(f"{n_conv} held-out conversations (groups), {pools[0]['eagle3']['positions']} positions; TTT steps "
+          f"1-{STEPS}; {len(pers)} run(s): {', '.join(a.drafters)}\n")
+    print("| run | variant | fc_norm | norm_output | top-1 agreement, steps 1 / 2 / 3 | fed-back RMS, steps 1 / 2 / 3 |")
+    print("|---|---|---|---|---|---|")
+    for i, pool in enumerate(pools):
+        for v in VARIANTS:
+            flags = ("yes" if v in ("fc_norm-only", "eagle3.1") else "no",
+                     "yes" if v in ("norm_output-only", "eagle3.1") else "no")
+            print(f"| {i + 1} | {v} | {flags[0]} | {flags[1]} | "
+                  + " / ".join(f"{x:.3f}" for x in pool[v]["top1_per_step"]) + " | "
+                  + " / ".join(f"{x:.2f}" for x in pool[v]["feedback_rms_per_step"]) + " |")
+    both = over_runs(pers) if len(pers) > 1 else None
+    runs_h = " | ".join(f"run {i + 1}: mean [95% CI]" for i in range(len(pers)))
+    print(f"\n| contrast (per conversation, paired) | step | {runs_h} | p (sign-flip) | MDE (80% power) |"
+          + (" averaged over runs: mean [95% CI] | p | MDE |" if both else ""))
+    print("|---|---|" + "---|" * len(pers) + "---|---|" + ("---|---|---|" if both else ""))
+    for name in effs[0]:
+        for k in range(STEPS):
+            cols = " | ".join(_ci(e[name][k]) for e in effs)
+            ps = " / ".join(f"{e[name][k]['p']:.3g}" for e in effs)
+            mdes = " / ".join(f"{e[name][k]['mde']:.4f}" for e in effs)
+            tail = (f" {_ci(both[name][k])} | {both[name][k]['p']:.3g} | {both[name][k]['mde']:.4f} |" if both else "")
+            print(f"| {name} | {k + 1} | {cols} | {ps} | {mdes} |" + tail)
     if a.json:
-        Path(a.json).write_text(json.dumps({"conversations": n_conv, "pooled": pool, "effects": eff}, indent=1))
+        out = {"conversations": n_conv, "pooled": pools[0], "effects": effs[0]}
+        if both:
+            out = {"conversations": n_conv, "runs": [{"drafters": d, "pooled": pl, "effects": e}
+                                                      for d, pl, e in zip(a.drafters, pools, effs)],
+                   "over_runs": both}
+        Path(a.json).write_text(json.dumps(out, indent=1))
     return 0
 
 

@@ -25,3 +25,26 @@ def test_contrasts_recover_planted_effects():
         np.testing.assert_allclose(eff["both (EAGLE-3.1 - EAGLE-3)"][k]["mean"], fc + no + inter, atol=1e-12)
         assert eff["interaction"][k]["n"] == n
     assert pooled(per)["eagle3"]["feedback_rms_per_step"] == [1.0] * steps
+
+
+def test_replicate_runs_average_per_conversation():
+    """Two runs with different planted effects: the over-runs contrast is their mean, still paired over the same
+    conversations (n = conversations, not conversations x runs)."""
+    from training.ablation_report import over_runs
+
+    rng = np.random.default_rng(1)
+    n, steps = 30, 3
+    count = rng.integers(500, 2000, (n, steps)).astype(float)
+
+    def run(fc: float, no: float) -> dict[str, np.ndarray]:
+        base = rng.uniform(0.3, 0.6, (n, steps))
+        rate = {"eagle3": base, "fc_norm-only": base + fc, "norm_output-only": base + no,
+                "eagle3.1": base + fc + no}
+        return {v: np.stack([np.zeros((n, steps)), rate[v] * count, count, count], -1) for v in VARIANTS}
+
+    both = over_runs([run(0.02, 0.04), run(0.00, 0.02)])
+    for k in range(steps):
+        np.testing.assert_allclose(both["fc_norm (main effect)"][k]["mean"], 0.01, atol=1e-12)
+        np.testing.assert_allclose(both["norm_output (main effect)"][k]["mean"], 0.03, atol=1e-12)
+        np.testing.assert_allclose(both["interaction"][k]["mean"], 0.0, atol=1e-12)
+        assert both["both (EAGLE-3.1 - EAGLE-3)"][k]["n"] == n
