@@ -21,7 +21,7 @@ import pandas as pd
 
 from ..errors import DriftError
 from ..trace.reader import TraceData
-from .compare import DEPTH_METRICS, Comparison, check_compatible
+from .compare import DEPTH_METRICS, Comparison, check_compatible, suite_name
 
 SUMMARY_METRICS = ("mean_acceptance_length", "draft_acceptance_rate", "iid_acceptance_length", "iid_p",
                    "drift_score", "feature_growth", "sink_retention", "prompts", "drafts")
@@ -203,8 +203,15 @@ def run_check(trace: TraceData, rules: list[str], baseline: TraceData | None = N
                             "threshold": r.threshold, "value": v if math.isfinite(v) else None,
                             "passed": r.holds(v), **extra})
     base_rows, notes = [], [n for n in cur.cmp.notes if "no drafted rounds" in n or "non-finite" in n]
+    integrity = integrity_rows(trace, baseline)
     if baseline is not None:
-        check_compatible([baseline, trace])
+        notes += [n for n in check_compatible([baseline, trace])
+                  if not n.startswith("FLAGGED") and "partial trace" not in n]  # those fail below, as rows
+        bs, ts = (str((t.manifest["capture"].get("probes") or {}).get("sha256")) for t in (baseline, trace))
+        if bs != ts:
+            raise DriftError(f"--baseline {baseline.path}: captured on probe suite {suite_name(baseline)!r} "
+                             f"(sha256 {bs}), {trace.path} on {suite_name(trace)!r} (sha256 {ts}); a baseline "
+                             "must be captured on the same probe suite")
         base = Values(baseline)
         common = [d for d in cur.drafters if d in base.drafters]
         if not common:
@@ -222,10 +229,27 @@ def run_check(trace: TraceData, rules: list[str], baseline: TraceData | None = N
                                   "value": v if math.isfinite(v) else None,
                                   "relative_drop": change if math.isfinite(change) else None, "max_drop": drop,
                                   "passed": bool(ok)})
-    n_fail = sum(not r["passed"] for r in results) + sum(not r["passed"] for r in base_rows)
+    n_fail = sum(not r["passed"] for r in (*results, *base_rows, *integrity))
     return {"trace": str(trace.path), "baseline_trace": str(baseline.path) if baseline else None,
-            "passed": n_fail == 0, "failed": n_fail, "checks": len(results) + len(base_rows),
-            "rules": results, "baseline": base_rows, "notes": notes}
+            "passed": n_fail == 0, "failed": n_fail, "checks": len(results) + len(base_rows) + len(integrity),
+            "rules": results, "baseline": base_rows, "integrity": integrity, "notes": notes}
+
+
+def integrity_rows(trace: TraceData, baseline: TraceData | None) -> list[dict[str, Any]]:
+    """Failing checks for traces whose numbers a gate cannot stand on: a flagged prompt (a failed faithfulness
+    check: the recorded drafts are not what the engine ran) or a partial capture (fewer prompts than the suite)."""
+    rows = []
+    for role, t in (("trace", trace), ("baseline", baseline)):
+        if t is None:
+            continue
+        for f in t.manifest.get("flags", []):
+            rows.append({"trace": str(t.path), "role": role, "check": "faithfulness", "passed": False,
+                         "detail": f"FLAGGED {f.get('key')}: {f.get('message')}"})
+        if t.manifest.get("status") != "complete":
+            rows.append({"trace": str(t.path), "role": role, "check": "complete", "passed": False,
+                         "detail": f"partial trace: {len(t.manifest.get('shards', []))} prompts captured "
+                                   f"(status {t.manifest.get('status')!r})"})
+    return rows
 
 
 def print_check(c, rep: dict[str, Any]) -> None:
@@ -255,6 +279,13 @@ def print_check(c, rep: dict[str, Any]) -> None:
             d = r["relative_drop"]
             t.add_row(e(r["metric"]), e(r["drafter"]), f(r["baseline"]), f(r["value"]),
                       "-" if d is None else f"{100 * d:+.2f}%", f"{100 * r['max_drop']:.2f}%", res(r["passed"]))
+        c.print(t)
+    if rep.get("integrity"):
+        t = Table(title="trace integrity (a gate cannot pass on these)")
+        for col in ("trace", "check", "detail", "result"):
+            t.add_column(col)
+        for r in rep["integrity"]:
+            t.add_row(e(f"{r['role']}: {r['trace']}"), r["check"], e(r["detail"]), res(r["passed"]))
         c.print(t)
     for n in rep["notes"]:
         c.print(f"[yellow]note:[/yellow] {e(n)}")

@@ -104,11 +104,34 @@ def check_compatible(traces: list[TraceData]) -> list[str]:
                     f"{t.path}: capture {key} {c.get(key)!r} differs from {traces[0].path}'s {base.get(key)!r}; "
                     "traces must share depth, mode and sink definition to be compared"
                 )
+    notes += target_notes(traces)
     notes += suite_notes(traces)
     for t in traces:
         if t.manifest["status"] != "complete":
             notes.append(f"{t.path.name}: partial trace ({len(t.manifest['shards'])} prompts)")
         notes += flag_notes(t.manifest, t.path.name)
+    return notes
+
+
+def target_notes(traces: list[TraceData]) -> list[str]:
+    """Raise when traces come from different targets or verification rules (their acceptance is not a drafter's
+    property then, and paired tests would pair unlike things); note softer differences (dtype, device)."""
+    first, base_t, base_c = traces[0].path, traces[0].manifest.get("target") or {}, traces[0].manifest["capture"]
+    notes = []
+    for t in traces[1:]:
+        tt, c = t.manifest.get("target") or {}, t.manifest["capture"]
+        for key in ("config_hash", "weights"):
+            if base_t.get(key) and tt.get(key) and base_t[key] != tt[key]:
+                raise DriftError(f"{t.path / 'manifest.json'}: target.{key} {tt[key]!r} differs from {first}'s "
+                                 f"{base_t[key]!r}; traces must come from the same target to be compared")
+        if c.get("temperature") != base_c.get("temperature"):
+            raise DriftError(f"{t.path / 'manifest.json'}: capture.temperature {c.get('temperature')!r} differs from "
+                             f"{first}'s {base_c.get('temperature')!r}; acceptance under different sampling rules "
+                             "cannot be compared")
+        for key in ("dtype", "device"):
+            if c.get(key) != base_c.get(key):
+                notes.append(f"{t.path.name}: capture {key} {c.get(key)!r}, {first.name}: {base_c.get(key)!r} "
+                             "(numbers may differ by numerics as well as by drafter)")
     return notes
 
 

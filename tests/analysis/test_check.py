@@ -103,3 +103,59 @@ def test_cli_baseline(traces, capsys):
     assert "depth" in capsys.readouterr().err
     assert main(["check", str(cur), "--baseline", str(base), "--max-drop", "lots"]) == 2
     assert main(["check", str(cur)]) == 2  # nothing to check
+
+
+def _edited(src, dst, edit):
+    """A copy of a trace with its manifest edited (what a flagged, partial or foreign capture records)."""
+    import shutil
+
+    shutil.copytree(src, dst)
+    m = json.loads((dst / "manifest.json").read_text())
+    edit(m)
+    (dst / "manifest.json").write_text(json.dumps(m))
+    return dst
+
+
+def test_gate_fails_on_flagged_or_partial_traces(traces, tmp_path, capsys):
+    """A gate on numbers the capture itself flagged (or on a partial capture) fails, naming why; it used to pass
+    with no note."""
+    cur, base, _ = traces
+    flagged = _edited(cur, tmp_path / "flagged.drift", lambda m: m.setdefault("flags", []).append(
+        {"key": "p0:eagle3", "check": "replay", "message": "replayed drafts differ from vLLM's"}))
+    rep = run_check(read_trace(flagged), ["al>=1"], baseline=read_trace(base), max_drop="50%")
+    assert all(r["passed"] for r in rep["rules"] + rep["baseline"]) and not rep["passed"]
+    assert [r["check"] for r in rep["integrity"]] == ["faithfulness"] and rep["failed"] == 1
+    assert main(["check", str(flagged), "--rule", "al>=1"]) == 1
+    assert "FLAGGED p0:eagle3" in capsys.readouterr().out
+    partial = _edited(cur, tmp_path / "partial.drift", lambda m: m.update(status="partial"))
+    rep = run_check(read_trace(cur), ["al>=1"], baseline=read_trace(partial), max_drop="50%")
+    assert not rep["passed"] and rep["integrity"][0]["role"] == "baseline" and rep["integrity"][0]["check"] == "complete"
+
+
+def _set(path: str, value):
+    def edit(m):
+        *head, last = path.split(".")
+        d = m
+        for k in head:
+            d = d.setdefault(k, {})
+        d[last] = value
+    return edit
+
+
+@pytest.mark.parametrize("field,value,msg", [
+    ("capture.probes.sha256", "0123456789abcdef", "same probe suite"),
+    ("target.weights", "ffffffffffffffffffffffff", "same target"),
+    ("target.config_hash", "ffffffffffffffff", "same target"),
+    ("capture.temperature", 1.0, "different sampling rules"),
+])
+def test_baseline_from_another_suite_target_or_sampling_is_refused(traces, tmp_path, capsys, field, value, msg):
+    cur, base, _ = traces
+    if field == "target.weights":  # synthetic traces record no weights hash: give the current one its own
+        cur = _edited(cur, tmp_path / "cur.drift", _set(field, "aaaaaaaaaaaaaaaaaaaaaaaa"))
+    other = _edited(base, tmp_path / "other.drift", _set(field, value))
+    assert main(["check", str(cur), "--baseline", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and err.strip().count("\n") == 0
+    if field != "capture.probes.sha256":  # compare refuses these too (a suite difference is a note there)
+        assert main(["compare", str(cur), str(other)]) == 2
+        assert msg in capsys.readouterr().err
