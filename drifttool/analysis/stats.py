@@ -166,23 +166,27 @@ def group_depth_means(depths: pd.DataFrame, metric: str) -> pd.DataFrame:
     return out.reset_index()
 
 
-def _changes(means: pd.DataFrame, metric: str, depth: int) -> pd.DataFrame:
-    """Per series x group: value at depth - value at the metric's base depth (groups with both)."""
-    d0 = base_depth(metric)
-    a = means[means["depth"] == d0].set_index(["series", "group"])["value"]
-    b = means[means["depth"] == depth].set_index(["series", "group"])["value"]
+def round_changes(rows: pd.DataFrame, metric: str, d_from: int, d_to: int,
+                  by: tuple[str, ...] = ("series", "group")) -> pd.DataFrame:
+    """Per `by` cell: the metric at d_to minus at d_from within the same rounds (those with rows at both depths
+    in `rows`), with both means. Pairing rounds matters where a population keeps fewer rounds deeper (prefix-
+    correct chains): a change of all rounds' first depth to the survivors' deeper one mixes depth with which
+    chains survive, and the metrics track rejection."""
+    keys = [*by, "prompt_id", "round"]
+    a = rows.loc[rows["depth"] == d_from, [*keys, metric]].set_index(keys)[metric]
+    b = rows.loc[rows["depth"] == d_to, [*keys, metric]].set_index(keys)[metric]
     both = pd.concat([a.rename("base"), b.rename("at")], axis=1, join="inner").dropna()
-    both["change"] = both["at"] - both["base"]
-    return both.reset_index()
+    g = both.groupby(level=list(by), observed=True).mean()
+    g["change"] = g["at"] - g["base"]
+    return g.reset_index()
 
 
 def change_between(depths: pd.DataFrame, metric: str, d_from: int, d_to: int) -> dict[str, float]:
-    """Paired statistics of each group's change of `metric` from depth d_from to d_to (one series' rows)."""
-    g = depths[depths["depth"].isin([d_from, d_to])].groupby(["group", "depth"], observed=True)[metric].mean()
-    w = g.unstack("depth")
-    if d_from not in w.columns or d_to not in w.columns:
+    """Paired statistics of each group's change of `metric` from depth d_from to d_to, within the same rounds
+    (one series' rows)."""
+    if depths.empty:
         return paired(np.array([]))
-    return paired((w[d_to] - w[d_from]).dropna().to_numpy())
+    return paired(round_changes(depths, metric, d_from, d_to, by=("group",))["change"].to_numpy())
 
 
 def _walk(depths: pd.DataFrame, mode: str, metrics, populations, every_depth: bool):
@@ -198,7 +202,7 @@ def _walk(depths: pd.DataFrame, mode: str, metrics, populations, every_depth: bo
             d0 = base_depth(metric)
             have = (depths if every_depth else means)["depth"].unique()
             for k in sorted(int(x) for x in have if x > d0):
-                yield pop, metric, d0, k, means, _changes(means, metric, k)
+                yield pop, metric, d0, k, means, round_changes(sub, metric, d0, k)
 
 
 def depth_trends(depths: pd.DataFrame, mode: str, metrics=TREND_METRICS, populations=POPULATIONS) -> pd.DataFrame:

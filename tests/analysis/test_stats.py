@@ -242,3 +242,27 @@ def test_series_of_another_probe_suite_are_not_paired(tmp_path):
     assert any("mixed probe suites" in n for n in cmp.notes)
     same = Comparison.of([read_trace(pa), read_trace(write_trace(tmp_path / "c.drift", {"e31": b}, K, groups=groups))])
     assert len(same.acceptance_differences()) == 1
+
+
+def test_prefix_correct_change_is_within_the_same_rounds():
+    """A metric constant along each round's chain, but higher in rounds that survive (it tracks acceptance):
+    no round changes with depth, so no depth trend. Comparing all rounds' depth 1 with the survivors' depth 3
+    (what the trend did before) reads a rise of about 0.1 here."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for g in range(12):
+        for r in range(20):
+            survive = int(rng.integers(1, 4))  # the chain is correct up to this depth
+            value = 1.0 + 0.1 * survive + rng.normal(0, 0.01)
+            for d in range(1, 4):
+                rows.append({"series": "s", "group": f"g{g}", "prompt_id": f"g{g}-p", "round": r, "depth": d,
+                             "reached": d <= survive, "rms_in": value})
+    depths = pd.DataFrame(rows)
+    tr = stats.depth_trends(depths, "generate", metrics=("rms_in",), populations=("prefix_correct",))
+    at3 = tr[tr.depth == 3].iloc[0]
+    assert abs(at3["change"]) < 1e-12 and at3["verdict"] == "no change detected"
+    assert at3["base_value"] == pytest.approx(1.3, abs=0.01)  # the survivors' own depth-1 value
+    naive = depths[depths.reached & (depths.depth == 3)].rms_in.mean() - depths[depths.depth == 1].rms_in.mean()
+    assert naive > 0.05
+    st = stats.change_between(depths[depths.reached], "rms_in", 1, 3)
+    assert abs(st["mean"]) < 1e-12 and st["n"] == 12
