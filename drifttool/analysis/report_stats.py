@@ -158,9 +158,13 @@ def findings(cmp: Comparison, tr: pd.DataFrame | None = None, ad: pd.DataFrame |
     tr = cmp.trends() if tr is None else tr
     ad = cmp.acceptance_differences() if ad is None else ad
     out = []
+    pooled = cmp.summary().set_index("series")["mean_acceptance_length"] if len(ad) else None
     for r in ad.itertuples():
-        d = (f"acceptance length {r.base_value + r.difference:.2f} vs {r.base_value:.2f} "
-             f"({r.difference:+.2f} [{r.difference_lo:+.2f}, {r.difference_hi:+.2f}], p {_p(r.p)}, "
+        # the pooled AL is the summary table's (tokens / rounds); the test is over groups, each group's own AL
+        # weighted equally, so its means are named as such (they differ when groups have unequal rounds)
+        d = (f"acceptance length {pooled[r.series]:.2f} vs {pooled[r.baseline]:.2f} (pooled over rounds); "
+             f"per group {r.base_value + r.difference:.2f} vs {r.base_value:.2f} on average, paired difference "
+             f"{r.difference:+.2f} [{r.difference_lo:+.2f}, {r.difference_hi:+.2f}] (p {_p(r.p)}, "
              f"{r.n_groups} groups)") if r.n_groups > 1 else f"acceptance length: {r.n_groups} common group(s)"
         if r.verdict in ("rise", "fall"):
             v = f"{'higher' if r.difference > 0 else 'lower'}, detected"

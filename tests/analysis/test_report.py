@@ -67,7 +67,7 @@ def test_plain_summary_and_findings_state_the_numbers_and_their_power(three):
     for label in ("e31", "e3post"):
         r = ad.loc[label]
         line = next(x for x in found if x.startswith(f"{label} vs e3: acceptance length"))
-        assert f"({r.difference:+.2f} [" in line and f"{int(r.n_groups)} groups" in line
+        assert f"paired difference {r.difference:+.2f} [" in line and f"{int(r.n_groups)} groups" in line
         if r.p < 0.05:
             assert "detected" in line and "no difference" not in line
         elif not r.mde <= r.base_value - 1:

@@ -266,3 +266,29 @@ def test_prefix_correct_change_is_within_the_same_rounds():
     assert naive > 0.05
     st = stats.change_between(depths[depths.reached], "rms_in", 1, 3)
     assert abs(st["mean"]) < 1e-12 and st["n"] == 12
+
+
+def test_in_short_names_pooled_and_per_group_acceptance_apart(tmp_path):
+    """Groups with unequal rounds: the pooled AL (the summary table's) and the mean of per-group ALs differ; the
+    "In short" sentence gives the pooled one as "acceptance length" and the per-group means as such (it printed
+    the per-group mean as the acceptance length)."""
+    from drifttool.analysis.report_stats import findings
+
+    prompts, acc_a, acc_b, groups = [], [], [], {}
+    for g in range(8):
+        n = 2 if g % 2 else 30  # long groups with low acceptance, short ones with high
+        pid = f"doc{g}"
+        groups[pid] = pid
+        for _ in range(n):
+            prompts.append(pid)
+            acc_a.append(0 if n == 30 else 4)
+            acc_b.append(1 if n == 30 else 4)
+    spec = lambda acc: {"accepted": acc, "prompt": prompts, "context": np.full(len(acc), 300)}  # noqa: E731
+    t = write_trace(tmp_path / "t.drift", {"eagle3": spec(acc_a), "eagle3.1": spec(acc_b)}, K, groups=groups)
+    cmp = Comparison.of([read_trace(t)])
+    al = cmp.summary().set_index("series")["mean_acceptance_length"]
+    ad = cmp.acceptance_differences().iloc[0]
+    pooled = (f"acceptance length {al[ad.series]:.2f} vs {al[ad.baseline]:.2f} (pooled over rounds); "
+              f"per group {ad.base_value + ad.difference:.2f} vs {ad.base_value:.2f} on average")
+    assert abs(al[ad.baseline] - ad.base_value) > 1.0  # 1.25 pooled vs 3.0 per group
+    assert any(pooled in f for f in findings(cmp))
