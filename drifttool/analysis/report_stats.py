@@ -158,7 +158,9 @@ def findings(cmp: Comparison, tr: pd.DataFrame | None = None, ad: pd.DataFrame |
     tr = cmp.trends() if tr is None else tr
     ad = cmp.acceptance_differences() if ad is None else ad
     out = []
-    pooled = cmp.summary().set_index("series")["mean_acceptance_length"] if len(ad) else None
+    # pooled AL = 1 + accepted / rounds per series: the summary table's, from the rounds alone (the dashboard's
+    # first page calls this without the per-depth tables)
+    pooled = 1.0 + cmp.rounds.groupby("series", observed=True)["accepted"].mean() if len(ad) else None
     for r in ad.itertuples():
         # the pooled AL is the summary table's (tokens / rounds); the test is over groups, each group's own AL
         # weighted equally, so its means are named as such (they differ when groups have unequal rounds)
