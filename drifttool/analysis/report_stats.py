@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from rich.console import Console
 
-from .compare import Comparison
+from .compare import NEAR_ZERO, Comparison
 from .report_table import label as _lab
 from .report_table import order as _order
 from .report_table import series_width as _sw
@@ -190,11 +190,13 @@ def findings(cmp: Comparison, tr: pd.DataFrame | None = None, ad: pd.DataFrame |
         if pop == "prefix_correct" and cmp.mode == "teacher-forced":
             continue  # the same rows as all rounds
         for r in det.itertuples():
-            d = _dig(r.metric)
+            no_sink = r.metric == "sink_mass" and r.base_value < NEAR_ZERO
+            d = 4 if no_sink else _dig(r.metric)  # a mass below the no-sink floor: digits enough to read it
             out.append(f"{r.series}: {NAMES.get(r.metric, r.metric)} {'rises' if r.change > 0 else 'falls'} "
                        f"from depth {r.from_depth} to {k} by {r.change:+.{d}f} [{r.change_lo:+.{d}f}, "
                        f"{r.change_hi:+.{d}f}] (from {r.base_value:.{d}f}; p {_p(r.p)}, {r.n_groups} groups, "
-                       f"{where}).")
+                       f"{where})" + (f"; below {NEAR_ZERO:g} at depth {r.from_depth}: no sink to leave"
+                                      if no_sink else "") + ".")
         under = s[s.verdict == "underpowered"]
         if len(under):
             names = sorted({f"{NAMES.get(m, m)}" for m in under.metric})
