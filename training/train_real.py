@@ -43,6 +43,7 @@ class RealArgs:
     target_dir: str = ""
     init: str = ""  # warm start: a folder of exported drafters (<variant>/model.safetensors) and their draft vocab
     minutes: float = 60.0
+    max_steps: int = 0  # > 0: a step budget instead (the schedule over steps): a replicate of a run on any machine
     lr: float = 1e-3
     warmup_steps: int = 10
     min_lr_frac: float = 0.1
@@ -218,7 +219,13 @@ def ttt_loss(m: Eagle3Drafter, conv: dict[str, torch.Tensor], e_draft: torch.Ten
 
 
 def lr_at(a: RealArgs, step: int, elapsed: float) -> float:
-    return warmup_cosine(a.lr, a.min_lr_frac, step, a.warmup_steps, min(1.0, elapsed / (a.minutes * 60)))
+    done = step / a.max_steps if a.max_steps else elapsed / (a.minutes * 60)
+    return warmup_cosine(a.lr, a.min_lr_frac, step, a.warmup_steps, min(1.0, done))
+
+
+def running(a: RealArgs, state: dict[str, Any]) -> bool:
+    """Within the budget: steps when one is set (same schedule however fast the machine), else wall clock."""
+    return state["step"] < a.max_steps if a.max_steps else state["elapsed"] < a.minutes * 60
 
 
 @torch.no_grad()
@@ -337,7 +344,7 @@ def train(a: RealArgs, log=print) -> None:
         log(json.dumps({"checkpoint": state["step"], "eval": {v: e["heldout_top1_per_step"] for v, e in ev.items()}}))
 
     budget = Budget(state, "elapsed", a.ckpt_minutes, checkpoint)
-    while state["elapsed"] < a.minutes * 60:
+    while running(a, state):
         step = state["step"]
         if step % 20 == 0:
             shards.refresh()
@@ -386,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default=RealArgs.work)
     p.add_argument("--out", default=RealArgs.out)
     p.add_argument("--minutes", type=float, default=RealArgs.minutes)
+    p.add_argument("--steps", type=int, default=0, help="a step budget in place of --minutes (schedule over steps)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--draft-vocab", type=int, default=RealArgs.draft_vocab_size)
     p.add_argument("--batch-tokens", type=int, default=RealArgs.batch_tokens)
@@ -401,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     a = RealArgs(features=x.features, work=x.work, out=x.out, target_dir=str(smollm2.fetch()), minutes=x.minutes,
                  threads=x.threads, draft_vocab_size=x.draft_vocab, batch_tokens=x.batch_tokens, lr=x.lr,
                  trained_window=x.trained_window, bf16=not x.fp32, ckpt_minutes=x.ckpt_minutes,
-                 variants=tuple(x.variants.split(",")), init=x.init, seed=x.seed)
+                 variants=tuple(x.variants.split(",")), init=x.init, seed=x.seed,
+                 max_steps=x.steps)
     train(a, log=lambda m: print(time.strftime("%H:%M:%S"), m, flush=True))
     return 0
 

@@ -4,6 +4,7 @@ interaction and the total are recovered, per TTT step, as paired means over conv
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from training.ablation_report import VARIANTS, effects, pooled
 
@@ -48,3 +49,16 @@ def test_replicate_runs_average_per_conversation():
         np.testing.assert_allclose(both["norm_output (main effect)"][k]["mean"], 0.03, atol=1e-12)
         np.testing.assert_allclose(both["interaction"][k]["mean"], 0.0, atol=1e-12)
         assert both["both (EAGLE-3.1 - EAGLE-3)"][k]["n"] == n
+
+
+def test_a_step_budget_sets_the_schedule_whatever_the_speed():
+    """--steps: the run stops at that step and its learning rate depends on the step alone (a replicate on a
+    slower or shared machine follows the same schedule); without it, the wall-clock budget as before."""
+    from training.train_real import RealArgs, lr_at, running
+
+    a = RealArgs(max_steps=100, lr=1e-3, warmup_steps=10, min_lr_frac=0.1, minutes=1.0)
+    assert lr_at(a, 50, elapsed=5.0) == lr_at(a, 50, elapsed=5000.0)
+    assert lr_at(a, 100, 0.0) == pytest.approx(1e-4) and lr_at(a, 9, 0.0) == pytest.approx(1e-3)
+    assert running(a, {"step": 99, "elapsed": 1e9}) and not running(a, {"step": 100, "elapsed": 0.0})
+    t = RealArgs(lr=1e-3, warmup_steps=10, min_lr_frac=0.1, minutes=1.0)
+    assert lr_at(t, 50, 5.0) != lr_at(t, 50, 50.0) and not running(t, {"step": 0, "elapsed": 60.0})
