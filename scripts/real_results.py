@@ -3,8 +3,9 @@
 Tables: per suite x drafter (acceptance with 95% CIs over groups, sink / self mass and feature RMS by depth, the
 prefix-correct rounds per depth); paired depth trends with p, MDE and verdict; acceptance length against EAGLE-3
 paired over groups; the result sentences (generated, never typed);
-acceptance inside vs beyond the drafters' 2048-token trained window; where heads look hardest at depth 1 and 8;
-which measured quantity tracks rejections (mean rank correlation over depths >= 2)."""
+acceptance inside vs beyond the drafters' trained window, paired per source document where one was cut both ways;
+where heads look hardest at depth 1 and 8 and which measured quantity tracks rejections (mean rank correlation
+over depths >= 2), pooled over the generate-mode suites and said so."""
 
 from __future__ import annotations
 
@@ -15,8 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from drifttool.analysis.compare import Comparison
-from drifttool.analysis.metrics import bootstrap_ratio
+from drifttool.analysis.compare import NEAR_ZERO, Comparison
 from drifttool.analysis.stats import min_p
 from drifttool.trace import read_trace
 
@@ -43,6 +43,10 @@ def _traces(root: Path) -> list[tuple[str, str, Path]]:
 
 def _ci(v: float, lo: float, hi: float, d: int = 2) -> str:
     return f"{v:.{d}f} [{lo:.{d}f}, {hi:.{d}f}]" if lo == lo and hi == hi else f"{v:.{d}f} (no CI: < 6 groups)"
+
+
+def _p(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def _mde(v: float, d: int = 3) -> str:
@@ -90,9 +94,12 @@ def trends(root: Path) -> list[str]:
             tests.append(r)
             if r.verdict in ("rise", "fall"):
                 floor = " — the smallest p that many groups allow" if abs(r.p - min_p(r.n_groups)) < 1e-12 else ""
-                detected.append(f"{r.series} {r.metric} {'rises' if r.change > 0 else 'falls'} by {r.change:+.{dg}f} "
-                                f"from depth {r.from_depth} to {k} ({suite}, {mode}; p {r.p:.3f}, {r.n_groups} "
-                                f"groups{floor})")
+                no_sink = r.metric == "sink_mass" and r.base_value < NEAR_ZERO
+                dd = 4 if no_sink else dg
+                detected.append(f"{r.series} {r.metric} {'rises' if r.change > 0 else 'falls'} by {r.change:+.{dd}f} "
+                                f"from depth {r.from_depth} to {k} ({suite}, {mode}; p {_p(r.p)}, {r.n_groups} "
+                                f"groups{floor}" + (f"; from {r.base_value:.4f}, below the no-sink floor {NEAR_ZERO:g}"
+                                                    if no_sink else "") + ")")
     return detected, tests
 
 
@@ -191,21 +198,50 @@ def pooled(root: Path) -> Comparison:
     return cmp
 
 
-def window(cmp: Comparison) -> None:
-    # compare's rule (analysis/decay.py): a round is beyond when its deepest draft query sits at >= the window
-    r = cmp.rounds.assign(beyond=cmp.rounds["context_len"] - 2 + cmp.rounds["depth"] >= TRAINED_WINDOW)
-    print("\n| drafter | deepest draft position | groups | rounds | mean acc. length [95% CI, over groups] |")
-    print("|---|---|---|---|---|")
-    for (s, b), g in r.groupby(["series", "beyond"]):
-        agg = g.groupby("group")["accepted"].agg(["sum", "count"])
-        m, lo, hi = bootstrap_ratio(agg["sum"].to_numpy(), agg["count"].to_numpy())
-        label = f"≥ {TRAINED_WINDOW} (beyond)" if b else f"< {TRAINED_WINDOW}"
-        print(f"| {s} | {label} | {g.group.nunique()} | {len(g)} | {_ci(1 + m, 1 + lo, 1 + hi)} |")
+def window(root: Path) -> None:
+    """Acceptance inside vs beyond the trained window, per generate-mode suite and drafter: paired over the groups
+    (source documents) with rounds on both sides (long code cuts each file once inside and once beyond); groups on
+    one side only are counted, not compared (they differ by document as well as by position)."""
+    from drifttool.analysis.stats import paired, verdict
+
+    print(f"\nAcceptance inside vs beyond the {TRAINED_WINDOW}-token trained window (a round is beyond when its "
+          "deepest draft position is), per suite, paired over the groups with rounds on both sides:\n")
+    print("| suite | drafter | groups both sides (one side only) | acc. length inside / beyond (pooled over them) | "
+          "beyond − inside, mean over groups [95% CI] | p | MDE | verdict |")
+    print("|---|---|---|---|---|---|---|---|")
+    unpaired = []
+    for suite, mode, p in _traces(root):
+        if mode != "generate":
+            continue
+        cmp = Comparison.of([read_trace(p)])
+        # compare's rule (analysis/decay.py): a round is beyond when its deepest draft query sits at >= the window
+        r = cmp.rounds.assign(beyond=cmp.rounds["context_len"] - 2 + cmp.rounds["depth"] >= TRAINED_WINDOW)
+        for s, g in r.groupby("series", observed=True):
+            agg = g.groupby(["group", "beyond"], observed=True)["accepted"].agg(["sum", "count"])
+            al = (1 + agg["sum"] / agg["count"]).unstack("beyond")
+            both = al.dropna() if {False, True} <= set(al.columns) else al.iloc[:0]
+            one = len(al) - len(both)
+            if both.empty:
+                sides = {k: int(al[k].notna().sum()) if k in al.columns else 0 for k in (False, True)}
+                unpaired.append(f"{suite} ({sides[False]} inside, {sides[True]} beyond)")
+                break  # the same documents for every drafter of the trace
+            tot = agg.loc[agg.index.get_level_values("group").isin(both.index)].groupby(level="beyond").sum()
+            pooled_al = (1 + tot["sum"] / tot["count"]) if len(both) else pd.Series(dtype=float)
+            st = paired((both[True] - both[False]).to_numpy()) if len(both) else paired(np.array([]))
+            v = verdict(st["mean"], st["p"], st["mde"], float(pooled_al.get(False, np.nan)) - 1.0)
+            ins, bey = (f"{pooled_al[k]:.2f}" if k in pooled_al.index else "–" for k in (False, True))
+            print(f"| {suite} | {s} | {len(both)} ({one}) | {ins} / {bey} | "
+                  f"{_ci(st['mean'], st['lo'], st['hi'])} | {st['p']:.3f} | {_mde(st['mde'], 2)} | "
+                  f"{v.replace('rise', 'higher beyond').replace('fall', 'lower beyond')} |")
+    if unpaired:
+        print(f"\n{'; '.join(unpaired)} groups: every source document of these suites lies on one side of the window "
+              "only, so they give no paired comparison (their inside and beyond rounds differ by document as well).")
 
 
 def where(cmp: Comparison) -> None:
     from drifttool.analysis.where_attention import attention_targets
 
+    print("\nWhere the heads look (pooled over the generate-mode suites per drafter; descriptive):")
     h = cmp.heads()
     d = h["drafter"].astype(str)
     h = h.assign(series=d, prompt_id=h["prompt_id"].astype(str) + "|" + d)
@@ -227,6 +263,7 @@ def predictors(cmp: Comparison) -> None:
         return
     rho = pr[pr.depth >= 2].groupby(["series", "metric", "depth"]).spearman.first().reset_index()
     t = rho.groupby(["series", "metric"]).spearman.agg(["mean", "min", "max"]).reset_index()
+    print("\nWhat tracks rejection (pooled over the generate-mode suites per drafter; descriptive):")
     print("\n| drafter | metric | mean rank corr. with acceptance (depths ≥ 2; rounds pooled, descriptive) | range |")
     print("|---|---|---|---|")
     for _, r in t.iterrows():
@@ -381,7 +418,7 @@ def main(root: str = "sample_traces") -> None:
     sentences(Path(root), detected, tests)
     series(Path(root))
     cmp = pooled(Path(root))
-    window(cmp)
+    window(Path(root))
     where(cmp)
     predictors(cmp)
 
