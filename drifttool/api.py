@@ -79,7 +79,8 @@ class Trace:
         return self.data.tree_heads
 
     def tree_summary(self, *others: Trace) -> pd.DataFrame:
-        """Per depth and branch (main path, side branches, accepted path, all nodes), with 95% intervals."""
+        """Per depth and branch (main path, side branches, accepted path, all nodes): node means with 95% group
+        bootstrap CIs (`{metric}_lo`, `{metric}_hi`; NaN below 6 groups)."""
         from .analysis.tree_compare import tree_depth_table
 
         return tree_depth_table([self.data, *(o.data for o in others)])

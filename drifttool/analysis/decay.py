@@ -2,7 +2,9 @@
 
 **Decay.** Per series, acceptance length (AL = 1 + accepted drafts of a round) and the drift metrics as a
 function of context length, in power-of-two context buckets, and a least-squares trend fitted on the rounds:
-AL(L) = a + b * log2(L), so b is the change in AL per doubling of the context.
+AL(L) = a + b * log2(L), so b is the change in AL per doubling of the context. Its uncertainty is over groups
+(source documents), not rounds: the fit is redone on 1,000 seeded resamples of whole groups (the chain's group
+bootstrap weights), giving a 95% percentile CI and SE of b, none below 6 groups (metrics.MIN_CLUSTERS).
 
 **Break-even.** A round costs K drafter forward calls and one target verify forward and yields AL tokens;
 plain decoding costs about one target forward per token, and verifying K + 1 tokens costs about one decode
@@ -29,21 +31,26 @@ import pandas as pd
 from ..model.config import trained_window
 from ..trace.positions import query_position
 from .compare import Comparison
+from .metrics import MIN_CLUSTERS, _resample_weights
 
 SIDES = ("inside", "beyond")
 
 
 # --- fits -----------------------------------------------------------------------------------------------------
 
-def fit_log2(ctx: np.ndarray, y: np.ndarray) -> dict[str, float]:
+def fit_log2(ctx: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> dict[str, float]:
     """Least squares y = intercept + slope * log2(ctx); slope = change per doubling (nan with < 3 points or one
-    distinct context)."""
+    distinct context). With `groups` (each point's group), slope_se / slope_lo / slope_hi come from
+    `group_slope_ci`; without, they are nan: an OLS standard error would treat rounds as independent."""
     x = np.log2(np.maximum(np.asarray(ctx, float), 1.0))
     y = np.asarray(y, float)
     ok = np.isfinite(x) & np.isfinite(y)
     x, y = x[ok], y[ok]
     n = len(x)
-    out = {"slope": math.nan, "intercept": math.nan, "slope_se": math.nan, "r2": math.nan, "n": int(n)}
+    out = {"slope": math.nan, "intercept": math.nan, "slope_se": math.nan, "slope_lo": math.nan,
+           "slope_hi": math.nan, "r2": math.nan, "n": int(n), "n_groups": 0}
+    if groups is not None:
+        out["n_groups"] = int(pd.unique(np.asarray(groups)[ok]).size)
     if n < 3 or np.ptp(x) == 0:
         return out
     xm, ym = x.mean(), y.mean()
@@ -52,9 +59,29 @@ def fit_log2(ctx: np.ndarray, y: np.ndarray) -> dict[str, float]:
     intercept = float(ym - slope * xm)
     resid = y - (intercept + slope * x)
     sst = ((y - ym) ** 2).sum()
-    out.update(slope=slope, intercept=intercept, slope_se=float(np.sqrt((resid ** 2).sum() / (n - 2) / sxx)),
-               r2=float(1 - (resid ** 2).sum() / sst) if sst > 0 else math.nan)
+    out.update(slope=slope, intercept=intercept, r2=float(1 - (resid ** 2).sum() / sst) if sst > 0 else math.nan)
+    if groups is not None:
+        out.update(zip(("slope_se", "slope_lo", "slope_hi"), group_slope_ci(x, y, np.asarray(groups)[ok])))
     return out
+
+
+def group_slope_ci(x: np.ndarray, y: np.ndarray, groups: np.ndarray, n_boot: int = 1000, seed: int = 0,
+                   min_clusters: int = MIN_CLUSTERS) -> tuple[float, float, float]:
+    """(SE, 2.5%, 97.5%) of the least-squares slope of y on x with whole groups resampled (the same seeded
+    multinomial weights as bootstrap_ratio); nan below `min_clusters` groups. Each resample's fit is computed
+    from per-group sums, so a resample is a weighted fit of the same rounds."""
+    if pd.unique(groups).size < max(2, min_clusters):
+        return math.nan, math.nan, math.nan
+    g = pd.DataFrame({"g": groups, "n": 1.0, "x": x, "y": y, "xx": x * x, "xy": x * y}).groupby("g", sort=True).sum()
+    w = _resample_weights(len(g), n_boot, seed)
+    n, sx, sy, sxx, sxy = (w @ g[c].to_numpy() for c in ("n", "x", "y", "xx", "xy"))
+    den = sxx - sx * sx / n
+    ok = den > 1e-12 * np.maximum(sxx, 1.0)  # a resample of groups at one context length: no slope
+    b = np.divide(sxy - sx * sy / n, den, out=np.full(n_boot, np.nan), where=ok)
+    if ok.sum() < 2:
+        return math.nan, math.nan, math.nan
+    lo, hi = np.nanpercentile(b, [2.5, 97.5])
+    return float(np.nanstd(b, ddof=1)), float(lo), float(hi)
 
 
 def predict(fit: dict[str, float], ctx: float) -> float:
@@ -114,9 +141,9 @@ def crossing(fit: dict[str, float], level: float, lo: float, hi: float,
 # --- per-round frame ------------------------------------------------------------------------------------------
 
 def round_frame(cmp: Comparison) -> pd.DataFrame:
-    """One row per series x round: context, AL, drift (mean self mass over depths >= 2), sink mass, rms_in."""
+    """One row per series x round: group, context, AL, drift (mean self mass over depths >= 2), sink mass, rms_in."""
     keys = ["series", "prompt_id", "round"]
-    r = cmp.rounds[[*keys, "context_len", "accepted"]].copy()
+    r = cmp.rounds[[*keys, "group", "context_len", "accepted"]].copy()
     r["acceptance_length"] = 1.0 + r["accepted"].astype(float)
     d = cmp.depths
     deep = d[d["depth"] >= 2].groupby(keys, observed=True)["self_mass"].mean().rename("drift_score")
@@ -156,8 +183,8 @@ def decay_table(cmp: Comparison, breakeven: float | None = None) -> pd.DataFrame
         sub = f[f["series"] == s.label]
         if sub.empty:
             continue
-        fa = fit_log2(sub["context_len"], sub["acceptance_length"])
-        fd = fit_log2(sub["context_len"], sub["drift_score"])
+        fa = fit_log2(sub["context_len"], sub["acceptance_length"], sub["group"].astype(str).to_numpy())
+        fd = fit_log2(sub["context_len"], sub["drift_score"], sub["group"].astype(str).to_numpy())
         c = cost_ratio(cmp.rounds[cmp.rounds["series"] == s.label], k)
         if breakeven is not None:
             be, src = float(breakeven), "user (--breakeven)"
@@ -170,9 +197,11 @@ def decay_table(cmp: Comparison, breakeven: float | None = None) -> pd.DataFrame
         at, status = crossing(fa, be, lo, hi, measured)
         rows.append({
             "series": s.label, "rounds": int(len(sub)), "context_min": int(lo), "context_max": int(hi),
-            "al_per_doubling": fa["slope"], "al_per_doubling_se": fa["slope_se"], "al_intercept": fa["intercept"],
+            "groups": fa["n_groups"], "al_per_doubling": fa["slope"], "al_per_doubling_se": fa["slope_se"],
+            "al_per_doubling_lo": fa["slope_lo"], "al_per_doubling_hi": fa["slope_hi"], "al_intercept": fa["intercept"],
             "al_r2": fa["r2"], "al_fit_at_min": predict(fa, lo), "al_fit_at_max": predict(fa, hi),
             "drift_per_doubling": fd["slope"], "drift_per_doubling_se": fd["slope_se"],
+            "drift_per_doubling_lo": fd["slope_lo"], "drift_per_doubling_hi": fd["slope_hi"],
             "cost_ratio": c, "breakeven_al": be, "breakeven_source": src,
             "breakeven_context": at, "breakeven_status": status, "measured_al": measured,
         })

@@ -13,6 +13,7 @@ from rich.markup import escape as _e  # names, paths and notes are data, not ric
 from ..styles import drafter_kind, split_label
 from ..trace.positions import query_position
 from .compare import MIN_N, Comparison
+from .metrics import MIN_CLUSTERS
 from .report_table import SERIES_WIDTH  # noqa: F401
 from .report_table import fmt as _f
 from .report_table import label as _lab
@@ -111,21 +112,34 @@ def print_decay(c: Console, cmp: Comparison, breakeven: float | None = None) -> 
                   _f(r.draft_acceptance_rate), _f(r.drift_score), _f(r.sink_mass), _f(r.rms_in, d=2))
     c.print(t)
     dt = decay_table(cmp, breakeven)
-    t = _table("Long-context decay: trend vs log2(context), break-even", "series", "contexts", "AL /\ndoub-\nling",
-               "drift /\ndoub-\nling", "cost\nratio\nc", "break-\neven\nAL", "stops\npaying\nat",
-               widths=_sw(dt["series"]))
+    t = _table("Long-context decay: trend vs log2(context) (95% CI over groups), break-even", "series", "contexts",
+               "AL /\ndoub-\nling", "drift /\ndoub-\nling", "cost\nratio\nc", "break-\neven\nAL",
+               "stops\npaying\nat", widths=_sw(dt["series"]))
     for _, r in dt.iterrows():
-        se = f"\n± {r.al_per_doubling_se:.3f}" if r.al_per_doubling_se == r.al_per_doubling_se else ""
         at = r.breakeven_context
-        t.add_row(_lab(r.series), f"{r.context_min}-{r.context_max}", _f(r.al_per_doubling) + se,
-                  _f(r.drift_per_doubling), _f(r.cost_ratio), _f(r.breakeven_al, d=2),
-                  "-" if at is None or at != at else f"{at:,.0f}")
+        t.add_row(_lab(r.series), f"{r.context_min}-{r.context_max}",
+                  _f(r.al_per_doubling, r.al_per_doubling_lo, r.al_per_doubling_hi), _f(r.drift_per_doubling),
+                  _f(r.cost_ratio), _f(r.breakeven_al, d=2), "-" if at is None or at != at else f"{at:,.0f}")
     c.print(t)
+    c.print(_slope_note(dt), markup=False)
     for _, r in dt.iterrows():
         be = r.breakeven_al
         side = "" if be != be else f"measured AL {r.measured_al:.2f} vs break-even {be:.2f}: "
         c.print(f"  {r.series}: {side}{r.breakeven_status}; break-even from {r.breakeven_source}", markup=False)
     c.print("Break-even AL = 1 + K*c, c = drafter step cost / target verify cost (docs/acceptance.md).")
+
+
+def _slope_note(dt: pd.DataFrame) -> str:
+    """The groups the decay slopes' intervals rest on (resampled whole; rounds of one document are not
+    independent), and which slopes have none: too few groups."""
+    ns = dict(zip(dt["series"], dt["groups"].astype(int)))
+    n = f"n = {next(iter(ns.values()))} groups" if len(set(ns.values())) == 1 else "n groups " + ", ".join(
+        f"{s} {k}" for s, k in ns.items())
+    few = [s for s, k in ns.items() if k < MIN_CLUSTERS]
+    if few and len(few) == len(ns):
+        return f"AL / doubling over {n}, too few for an interval (the group bootstrap needs {MIN_CLUSTERS} or more)."
+    tail = f"; none for {', '.join(few)}: fewer than {MIN_CLUSTERS} groups" if few else ""
+    return f"AL / doubling: 95% CI from refits on 1,000 resamples of whole groups, {n}{tail}."
 
 
 def print_window(c: Console, cmp: Comparison) -> None:

@@ -1,13 +1,13 @@
 """Per-depth statistics of tree traces, split by branch: the main path (rank 0 at every step: what a top-1 chain
 drafter would have drafted), the side branches (some rank > 0 on the path), the accepted path, and all nodes. Means
-over nodes, and a 95% normal-approximation interval over groups (each group's mean is one sample; a group is a
-prompt's source document). Tree traces follow the chain's identity and compatibility rules: a folder given twice is
+over nodes, with the chain's per-depth interval: a 95% percentile bootstrap of the same node mean over groups
+(metrics.bootstrap_ratio: whole groups resampled, a group being a prompt's source document), none below
+metrics.MIN_CLUSTERS groups. Tree traces follow the chain's identity and compatibility rules: a folder given twice is
 refused, labels are unique per trace (a/x.drift and b/x.drift: 'a/x', 'b/x'), and traces must share mode and sink
 definition."""
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from ..errors import DriftError
@@ -27,9 +27,11 @@ def branch_of(nodes: pd.DataFrame) -> dict[str, pd.Series]:
 
 
 def tree_depth_table(traces: list[TraceData]) -> pd.DataFrame:
-    """One row per trace x drafter x branch x depth: node count, per-metric mean and 95% half-width over prompts
-    (`accepted` = the fraction of the branch's nodes that the target accepted)."""
+    """One row per trace x drafter x branch x depth: node count, groups, per-metric node mean and its 95% group
+    bootstrap CI (`{m}_lo`, `{m}_hi`: NaN below MIN_CLUSTERS groups; `accepted` = the fraction of the branch's
+    nodes that the target accepted)."""
     from .compare import check_distinct, trace_labels
+    from .metrics import bootstrap_ratio
 
     chains = [t.path.name for t in traces if not t.is_tree]
     if chains:
@@ -64,13 +66,12 @@ def tree_depth_table(traces: list[TraceData]) -> pd.DataFrame:
                 got = ids.map(t.groups)
                 grp = got.where(got.notna(), group_of_id(ids))
                 row["groups"] = grp.nunique()
-                per_prompt = g.assign(_group=grp.to_numpy()).groupby("_group")[list(METRICS)].mean()
+                # per group: sum and count of each metric's non-NaN nodes; centre and interval are both the
+                # pooled node mean (resampling whole groups), as for the chain's per-depth means
+                per_group = g.assign(_group=grp.to_numpy()).groupby("_group")[list(METRICS)].agg(["sum", "count"])
                 for m in METRICS:
-                    row[m] = float(g[m].mean())
-                    k = len(per_prompt)
-                    row[f"{m}_ci"] = (
-                        float(1.96 * per_prompt[m].std(ddof=1) / np.sqrt(k)) if k > 1 else float("nan")
-                    )
+                    est, lo, hi = bootstrap_ratio(per_group[(m, "sum")].to_numpy(), per_group[(m, "count")].to_numpy())
+                    row.update({m: float(est), f"{m}_lo": float(lo), f"{m}_hi": float(hi)})
                 out.append(row)
     cols = [
         "trace",
@@ -80,7 +81,7 @@ def tree_depth_table(traces: list[TraceData]) -> pd.DataFrame:
         "nodes",
         "prompts",
         "groups",
-        *(c for m in METRICS for c in (m, f"{m}_ci")),
+        *(c for m in METRICS for c in (m, f"{m}_lo", f"{m}_hi")),
     ]
     return pd.DataFrame(out, columns=cols)
 
@@ -97,27 +98,32 @@ def tree_round(nodes: pd.DataFrame, drafter: str, prompt_id: str, round_: int) -
 
 def render_tree_table(console, tab: pd.DataFrame) -> None:
     """The terminal table of `tree_depth_table`: one block per trace/drafter (drafters in the one series order),
-    branches per depth; each interval on the line under its value, so a block fits 80 columns."""
+    branches per depth; each interval under its value (folding to fit 80 columns), none below MIN_CLUSTERS groups:
+    the groups are shown beside the nodes, so a bare value says why."""
     from rich.table import Table
 
     from ..styles import series_order
+    from .metrics import MIN_CLUSTERS
+    from .report_table import fmt
 
     rank = {d: i for i, d in enumerate(series_order([str(d) for d in tab["drafter"].unique()]))} if len(tab) else {}
     blocks = sorted(tab.groupby(["trace", "drafter"], sort=False, observed=True),
                     key=lambda kv: (str(kv[0][0]), rank[str(kv[0][1])]))
     for (trace, drafter), g in blocks:
-        t = Table(title=f"{trace} / {drafter}: per depth, by branch (mean, ± 95% over groups)")
-        for c in ("depth", "branch", "nodes", "self\nmass", "sink\nmass", "entropy", "accepted"):
-            t.add_column(c, justify="right" if c != "branch" else "left", no_wrap=True)
+        t = Table(title=f"{trace} / {drafter}: per depth, by branch (node mean, [95% CI over groups])")
+        for c in ("depth", "branch", "nodes /\ngroups", "self\nmass", "sink\nmass", "entropy", "accepted"):
+            t.add_column(c, justify="right" if c != "branch" else "left", no_wrap=c in ("depth", "branch"),
+                         overflow="fold")
         for _, r in g.sort_values(["depth", "branch"]).iterrows():
             t.add_row(
                 str(r.depth),
                 r.branch,
-                str(r.nodes),
-                *(_cell(r, m) for m in ("self_mass", "sink_mass", "entropy", "accepted")),
+                f"{r.nodes} / {r.groups}",
+                *(fmt(r[m], r[f"{m}_lo"], r[f"{m}_hi"]) for m in ("self_mass", "sink_mass", "entropy", "accepted")),
             )
         console.print(t)
-
-
-def _cell(r: pd.Series, m: str) -> str:
-    return f"{r[m]:.3f}\n±{r[m + '_ci']:.3f}" if np.isfinite(r[m + "_ci"]) else f"{r[m]:.3f}"
+        few = sorted({int(k) for k in g["groups"] if k < MIN_CLUSTERS})
+        if few:
+            n = f"{few[0]}" if len(few) == 1 else f"{few[0]}-{few[-1]}"
+            console.print(f"Rows over n = {n} groups: too few for an interval (the group bootstrap needs "
+                          f"{MIN_CLUSTERS} or more; docs/statistics.md).", markup=False)

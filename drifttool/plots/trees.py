@@ -114,7 +114,8 @@ def tree_round_figure(nodes: pd.DataFrame, color: str = "self_mass", token_text=
 
 
 def tree_depth_curves(tab: pd.DataFrame, metric: str = "self_mass") -> go.Figure:
-    """`metric` per depth, one line per trace/drafter x branch (tree_compare.tree_depth_table), 95% error bars.
+    """`metric` per depth, one line per trace/drafter x branch (tree_compare.tree_depth_table), 95% group
+    bootstrap error bars (none below 6 groups).
     Colour = the drafter's (as on every other chart), dash = the branch; drafters in the one series order."""
     fig = go.Figure()
     dashes = {"main path": "solid", "side branches": "dot", "accepted path": "dash", "all nodes": "dashdot"}
@@ -133,7 +134,8 @@ def tree_depth_curves(tab: pd.DataFrame, metric: str = "self_mass") -> go.Figure
                 mode="lines+markers",
                 line={"dash": dashes.get(branch, "solid"), "color": colors[str(drafter)]},
                 marker={"color": colors[str(drafter)]},
-                error_y={"type": "data", "array": g[f"{metric}_ci"].fillna(0), "visible": True},
+                error_y={"type": "data", "array": (g[f"{metric}_hi"] - g[metric]).fillna(0),
+                         "arrayminus": (g[metric] - g[f"{metric}_lo"]).fillna(0), "visible": True},
             )
         )
     fig.update_layout(

@@ -88,13 +88,14 @@ def _empty_tables(drafter: str, prompt_id: str, aux_layer_ids: list[int], traine
 
 def prompt_row(drafter: str, probe, prompt_len: int, n_generated: int, records: list[RoundRecord], wall: float,
                **extra) -> pd.DataFrame:
-    """The `prompts` table's row of one drafter on one probe (engine-specific columns in `extra`)."""
+    """The `prompts` table's row of one drafter on one probe (engine-specific columns in `extra`). A prompt with
+    no drafted round has no acceptance length: NaN, not 1.0 (which would read as every draft rejected)."""
     acc = sum(r.accepted for r in records)
     return pd.DataFrame([{
         "drafter": drafter, "prompt_id": probe.id, "tags": ",".join(probe.tags), "group": str(probe.group or probe.id),
         "prompt_len": prompt_len,
         "n_generated": n_generated, "n_rounds": len(records), "accepted_total": acc,
-        "mean_acceptance_length": 1.0 + acc / max(1, len(records)), "wall_s": wall, **extra,
+        "mean_acceptance_length": 1.0 + acc / len(records) if records else float("nan"), "wall_s": wall, **extra,
     }])
 
 

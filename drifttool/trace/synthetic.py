@@ -147,7 +147,7 @@ def chain_tables(
         base = {"prompt_len": int(ctx[0]) if n_r else 0, "n_generated": int((acc + 1).sum())}
         cols, val = _columns("prompts", {**base, **prompt})
         shape = {"drafter": drafter, "prompt_id": prompt_id, "n_rounds": n_r, "accepted_total": int(acc.sum()),
-                 "mean_acceptance_length": float(1 + acc.mean()) if n_r else 1.0}
+                 "mean_acceptance_length": float(1 + acc.mean()) if n_r else float("nan")}
         tables["prompts"] = pd.DataFrame([{c: shape[c] if c in shape else val[c] for c in cols}])
     arrays: dict[str, np.ndarray] = {}
     if rows:

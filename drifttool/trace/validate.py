@@ -28,6 +28,8 @@ _FLOATS = (*_MASSES, *_MAGNITUDES, "entropy", "mean_acceptance_length", "wall_s"
 FINITE = _MASSES
 # NaN by design where rounds.full_stats is false: no note for these
 _SCHEDULED = ("depths.entropy", "heads.entropy", "heads.max_prob")
+# NaN by design for a prompt with no drafted round (no acceptance length to average): no note either
+_UNDEFINED = ("prompts.mean_acceptance_length",)
 # masses are float32 sums of probabilities: allow their rounding error, nothing more
 _TOL = 1e-4
 
@@ -134,7 +136,8 @@ def check_values(f: Path, table: str, tbl: pa.Table, depth: int | None, nonfinit
 
 def nonfinite_note(path: Path, counts: dict[str, Any]) -> str | None:
     """One note for every NaN/inf value found in the lenient columns (no per-value warnings)."""
-    counts = {k: v for k, v in counts.items() if k not in ("rounds.draft_s", "rounds.verify_s", *_SCHEDULED)}
+    counts = {k: v for k, v in counts.items()
+              if k not in ("rounds.draft_s", "rounds.verify_s", *_SCHEDULED, *_UNDEFINED)}
     if not counts:
         return None
     parts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))

@@ -20,10 +20,10 @@ def test_fit_recovers_slope_and_crossing():
     rng = np.random.default_rng(0)
     ctx = 2 ** rng.uniform(6, 14, 400)
     al = 6.0 - 0.4 * np.log2(ctx) + rng.normal(0, 0.05, ctx.size)
-    f = dc.fit_log2(ctx, al)
+    f = dc.fit_log2(ctx, al, np.arange(ctx.size) // 10)  # 40 groups of 10 rounds
     assert f["slope"] == pytest.approx(-0.4, abs=0.01)
     assert f["intercept"] == pytest.approx(6.0, abs=0.1)
-    assert f["slope_se"] < 0.01 and f["r2"] > 0.99
+    assert f["slope_se"] < 0.01 and f["slope_lo"] < -0.4 < f["slope_hi"] and f["r2"] > 0.99 and f["n_groups"] == 40
     at, status = dc.crossing(f, 2.0, ctx.min(), ctx.max())  # 6 - 0.4 log2 L = 2  ->  L = 2^10
     assert at == pytest.approx(1024, rel=0.1) and status == "within measured range"
     assert dc.crossing(f, 6.0, ctx.min(), ctx.max())[1] == "below break-even over the whole measured range"
@@ -32,6 +32,59 @@ def test_fit_recovers_slope_and_crossing():
     assert flat["slope"] == pytest.approx(0.0) and dc.crossing(flat, 2.0, 64, 1e4)[0] is None
     assert math.isnan(dc.fit_log2([100, 100, 100], [1, 2, 3])["slope"])  # one distinct context: no trend
     assert dc.breakeven_al(4, 0.25) == 2.0
+
+
+def _group_slopes(tmp_path, n_groups: int):
+    """K = 8; each document (group) has 8 rounds at contexts 2^6..2^13 and its own slope: -0.5, +0.5, ... in
+    turn, plus a little jitter. The rounds fit their group's line almost exactly, so an OLS SE over rounds is
+    small, while the groups disagree about the slope."""
+    ctx, acc, prompt = [], [], []
+    for g in range(n_groups):
+        b = (0.5 if g % 2 else -0.5) + 0.05 * g
+        for j in range(6, 14):
+            ctx.append(2 ** j)
+            acc.append(int(round(4 + b * (j - 9.5))))
+            prompt.append(f"doc{g}")
+    spec = {"accepted": acc, "context": ctx, "prompt": prompt}
+    return read_trace(write_trace(tmp_path / f"groups{n_groups}.drift", {"d": spec}, depth=8))
+
+
+def test_decay_slope_interval_is_over_groups(tmp_path):
+    """The slope's '± SE' was OLS over rounds, as if rounds were independent: a decay table now carries a group
+    bootstrap of the slope (the chain's resampling weights), and nothing below 6 groups."""
+    from rich.console import Console
+
+    from drifttool.analysis.metrics import _resample_weights
+    from drifttool.analysis.report import print_decay
+
+    cmp = Comparison.of([_group_slopes(tmp_path, 12)])
+    row = dc.decay_table(cmp).iloc[0]
+    f = dc.round_frame(cmp)
+    x, y = np.log2(f["context_len"].to_numpy(float)), f["acceptance_length"].to_numpy(float)
+    resid = y - np.polyval(np.polyfit(x, y, 1), x)
+    ols_se = np.sqrt((resid ** 2).sum() / (len(x) - 2) / ((x - x.mean()) ** 2).sum())
+    # naive: refit on each resample of whole documents (rounds repeated as often as their group is drawn)
+    docs = sorted(f["group"].astype(str).unique())
+    slopes = []
+    for w in _resample_weights(len(docs), 1000, 0):
+        keep = np.repeat(np.arange(len(f)), [int(w[docs.index(g)]) for g in f["group"].astype(str)])
+        slopes.append(np.polyfit(x[keep], y[keep], 1)[0])
+    assert row["groups"] == 12 and row["al_per_doubling"] == pytest.approx(np.polyfit(x, y, 1)[0])
+    assert row["al_per_doubling_se"] == pytest.approx(np.std(slopes, ddof=1))
+    assert [row["al_per_doubling_lo"], row["al_per_doubling_hi"]] == pytest.approx(np.percentile(slopes, [2.5, 97.5]))
+    assert row["al_per_doubling_se"] > 2 * ols_se
+    con = Console(record=True, width=80)
+    print_decay(con, cmp)
+    text = " ".join(con.export_text().split())
+    assert f"[{row['al_per_doubling_lo']:.3f}," in text and "n = 12 groups" in text and "±" not in text
+    # 5 documents: the slope, and no interval
+    few = Comparison.of([_group_slopes(tmp_path, 5)])
+    row = dc.decay_table(few).iloc[0]
+    assert row["groups"] == 5 and np.isfinite(row["al_per_doubling"])
+    assert np.isnan([row["al_per_doubling_se"], row["al_per_doubling_lo"], row["al_per_doubling_hi"]]).all()
+    con = Console(record=True, width=80)
+    print_decay(con, few)
+    assert "n = 5 groups, too few for an interval" in " ".join(con.export_text().split())
 
 
 def _decaying(tmp_path, window=4096, rope_scaling=None):

@@ -53,6 +53,21 @@ def main_path(nodes: pd.DataFrame) -> np.ndarray:
     return out
 
 
+def naive_group_bootstrap(sub: pd.DataFrame, m: str, by: str = "prompt_id") -> tuple[float, float]:
+    """95% percentile CI of the node mean with whole groups resampled (1,000 seeded multinomial draws); NaN
+    below 6 groups."""
+    keys = sorted(set(sub[by]))
+    k = len(keys)
+    if k < 6:
+        return np.nan, np.nan
+    x = [sub[sub[by] == key][m].to_numpy(np.float64) for key in keys]
+    sums = np.array([np.nansum(v) for v in x])
+    counts = np.array([np.isfinite(v).sum() for v in x], float)
+    w = np.random.default_rng(0).multinomial(k, np.full(k, 1 / k), size=1000)
+    stats = (w @ sums) / (w @ counts)
+    return tuple(np.nanpercentile(stats, [2.5, 97.5]))
+
+
 def test_tree_depth_table_by_branch(tree_trace):
     n = pd.read_parquet(tree_trace / "tree_nodes")
     n[["drafter", "prompt_id"]] = n[["drafter", "prompt_id"]].astype(str)
@@ -76,15 +91,11 @@ def test_tree_depth_table_by_branch(tree_trace):
             np.testing.assert_allclose(
                 row[m], np.nanmean(x), rtol=1e-6, err_msg=f"{drafter} {branch} {depth} {m}"
             )
-            means = np.array(
-                [
-                    np.nanmean(sub[sub.prompt_id == p][m].to_numpy(np.float64))
-                    for p in sorted(set(sub.prompt_id))
-                ]
-            )
-            ci = 1.96 * np.std(means, ddof=1) / np.sqrt(len(means)) if len(means) > 1 else np.nan
+            # each prompt is its own group here (probes without a group field)
+            lo, hi = naive_group_bootstrap(sub, m)
             np.testing.assert_allclose(
-                row[f"{m}_ci"], ci, rtol=1e-6, equal_nan=True, err_msg=f"{drafter} {branch} {depth} {m}_ci"
+                [row[f"{m}_lo"], row[f"{m}_hi"]], [lo, hi], rtol=1e-6, equal_nan=True,
+                err_msg=f"{drafter} {branch} {depth} {m} CI",
             )
         checked += 1
     # every (drafter, branch, depth) with nodes has its row, and no other
@@ -96,6 +107,43 @@ def test_tree_depth_table_by_branch(tree_trace):
     assert checked == len(want) == len(set(zip(tab.drafter, tab.branch, tab.depth))) and want == set(
         zip(tab.drafter, tab.branch, tab.depth)
     )
-    # the accepted path at the deepest depth misses some prompts: the interval is over the prompts it has
+    # the accepted path at the deepest depth misses some prompts: the groups are those it has
     deep = tab[(tab.branch == "accepted path") & (tab.depth == tab.depth.max())]
     assert (deep.prompts < n.prompt_id.nunique()).any()
+
+
+SAMPLE_TREE = Path(__file__).resolve().parents[2] / "sample_traces" / "trees" / "smollm2-quick-tree.drift"
+
+
+def test_tree_intervals_are_the_chain_group_bootstrap_and_absent_below_six_groups():
+    """The tree table gave '0.444 ± 0.490' from 2 groups (1.96 SD / sqrt(k) of unweighted group means around the
+    node mean): no interval below 6 groups, and above it the chain's group bootstrap of the node mean itself."""
+    from rich.console import Console
+
+    from drifttool.analysis.tree_compare import render_tree_table
+
+    tr = read_trace(SAMPLE_TREE)
+    tab = tree_depth_table([tr])
+    row = tab[(tab.drafter == "eagle3") & (tab.branch == "main path") & (tab.depth == 4)].iloc[0]
+    assert row.groups == 2 and row.accepted == pytest.approx(4 / 9)
+    assert np.isnan(row.accepted_lo) and np.isnan(row.accepted_hi)
+    assert tab.groups.max() < 6 and tab[[f"{m}_{e}" for m in METRICS for e in ("lo", "hi")]].isna().all().all()
+    console = Console(width=80, record=True)
+    render_tree_table(console, tab)
+    out = console.export_text()
+    assert "9 / 2" in out and "too few for an interval" in out and "±" not in out
+    # one group per prompt x round: enough groups for an interval, over the same node means
+    n = tr.tree_nodes.assign(prompt_id=lambda d: d.prompt_id.astype(str) + "#" + d["round"].astype(str))
+    tr.__dict__.update(tree_nodes=n, groups={})
+    split = tree_depth_table([tr])
+    np.testing.assert_allclose(split[list(METRICS)], tab[list(METRICS)])
+    n = n.assign(accepted=n.accepted.astype(float))
+    wide = split[split.groups >= 6]
+    assert len(wide) > 20
+    for _, r in wide.iterrows():
+        sel = n[(n.drafter == r.drafter) & (n.depth == r.depth)]
+        sel = sel[{"main path": sel.main_path, "side branches": ~sel.main_path, "accepted path": sel.accepted > 0,
+                   "all nodes": np.ones(len(sel), bool)}[r.branch]]
+        for m in ("sink_mass", "accepted"):
+            lo, hi = naive_group_bootstrap(sel, m)
+            assert [r[f"{m}_lo"], r[f"{m}_hi"]] == pytest.approx([lo, hi]) and lo <= r[m] <= hi

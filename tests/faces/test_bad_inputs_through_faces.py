@@ -139,7 +139,7 @@ def env(tmp_path_factory):
     tabs = _empty_tables("e3", "p0", [1, 2, 3], 512)
     tabs["prompts"] = pd.DataFrame([{"drafter": "e3", "prompt_id": "p0", "tags": "", "prompt_len": 8,
                                      "n_generated": 1, "n_rounds": 0, "accepted_total": 0,
-                                     "mean_acceptance_length": 1.0, "wall_s": 0.01}])
+                                     "mean_acceptance_length": float("nan"), "wall_s": 0.01}])  # as captured
     w.add("p0", tabs)
     w.finish()
     traces.update(empty=root / "empty.drift", norounds=root / "norounds.drift")

@@ -241,7 +241,8 @@ def test_tree_figures_keep_labels_inside_and_use_the_drafter_colours():
     lo, hi = fig.layout.xaxis.range
     assert lo < 0 and hi > 2.5  # room for the root's label on the left, the deepest labels on the right
     assert fig.layout.height >= 36 * 3  # three leaves, one label line each
-    tab = pd.DataFrame([{"trace": "t", "drafter": d, "branch": b, "depth": k, "self_mass": 0.1, "self_mass_ci": 0.01}
+    tab = pd.DataFrame([{"trace": "t", "drafter": d, "branch": b, "depth": k, "self_mass": 0.1, "self_mass_lo": 0.09,
+                         "self_mass_hi": 0.12}
                         for d in ("eagle3+norm_output", "eagle3.1", "eagle3") for b in ("main path", "side branches")
                         for k in (1, 2)])
     curves = plots.tree_depth_curves(tab)
@@ -250,3 +251,5 @@ def test_tree_figures_keep_labels_inside_and_use_the_drafter_colours():
                                                                                 "eagle3+norm_output"]
     for t in curves.data:
         assert t.line.color == colours[t.name.split("/")[1].split(" \u00b7 ")[0]]
+        assert list(t.error_y.array) == pytest.approx([0.02, 0.02]) and list(t.error_y.arrayminus) == pytest.approx(
+            [0.01, 0.01])  # the bootstrap interval is not symmetric
