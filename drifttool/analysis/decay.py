@@ -195,6 +195,9 @@ def decay_table(cmp: Comparison, breakeven: float | None = None) -> pd.DataFrame
         lo, hi = float(sub["context_len"].min()), float(sub["context_len"].max())
         measured = float(sub["acceptance_length"].mean())
         at, status = crossing(fa, be, lo, hi, measured)
+        if at is not None and not fa["slope_hi"] < 0:  # a crossing read off a slope the groups do not establish
+            status += ("; the AL slope's 95% CI includes 0" if math.isfinite(fa["slope_hi"]) else
+                       "; too few groups for an interval on the AL slope") + ": the crossing is not established"
         rows.append({
             "series": s.label, "rounds": int(len(sub)), "context_min": int(lo), "context_max": int(hi),
             "groups": fa["n_groups"], "al_per_doubling": fa["slope"], "al_per_doubling_se": fa["slope_se"],

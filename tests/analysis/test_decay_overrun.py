@@ -111,9 +111,12 @@ def test_decay_table_on_synthetic_trace(tmp_path):
     assert row["drift_per_doubling"] == pytest.approx(0.02)
     assert row["breakeven_al"] == pytest.approx(1.8)  # 1 + K c
     assert row["breakeven_context"] == pytest.approx(2 ** ((1.8 - 12) / -0.5))
-    assert row["breakeven_status"] == "extrapolated beyond measured range"
+    # one prompt, one group: the slope has no interval, so the crossing is read off but not established
+    assert row["breakeven_status"] == ("extrapolated beyond measured range; too few groups for an interval on the "
+                                       "AL slope: the crossing is not established")
     user = dc.decay_table(cmp, breakeven=6.0).iloc[0]  # 12 - 0.5 j = 6  ->  j = 12
-    assert user["breakeven_context"] == pytest.approx(4096) and user["breakeven_status"] == "within measured range"
+    assert user["breakeven_context"] == pytest.approx(4096)
+    assert user["breakeven_status"].startswith("within measured range;")
     assert user["breakeven_source"].startswith("user")
     cc = dc.context_curve(cmp)
     assert cc["acceptance_length"].tolist() == pytest.approx([12 - 0.5 * j for j in range(6, 14)])
@@ -247,3 +250,30 @@ def test_trained_window_override_reaches_capture_column(tmp_path):
     tr = read_trace(path)
     assert tr.manifest["drafters"][0]["trained_window"] == 40
     assert tr.rounds["beyond_window"].astype(bool).all()  # every round's deepest query is past position 40
+
+
+def test_a_crossing_is_established_only_when_the_groups_agree_the_trend_falls(tmp_path):
+    """Where the break-even context comes from a slope whose group interval includes 0, the status says the crossing
+    is not established (it was stated from the point slope alone); where every group falls, it stands as before."""
+    ctx, acc, prompt = [], [], []
+    for g in range(8):
+        for j in range(6, 14):
+            ctx.append(2 ** j)
+            acc.append(max(0, int(round(7 - 0.6 * (j - 6) + (g % 3 - 1) * 0.4))))
+            prompt.append(f"doc{g}")
+    t = write_trace(tmp_path / "falls.drift", {"d": {"accepted": acc, "context": ctx, "prompt": prompt}}, depth=8)
+    row = dc.decay_table(Comparison.of([read_trace(t)]), breakeven=2.0).iloc[0]
+    assert row["al_per_doubling_hi"] < 0 and row["breakeven_context"] is not None
+    assert "not established" not in row["breakeven_status"]
+    ctx, acc, prompt = [], [], []
+    for g in range(8):  # half the documents fall steeply, half rise: on average a slight fall
+        b = -1.0 if g % 2 else 0.6
+        for j in range(6, 14):
+            ctx.append(2 ** j)
+            acc.append(max(0, int(round(4 + b * (j - 9.5)))))
+            prompt.append(f"doc{g}")
+    t = write_trace(tmp_path / "mixed.drift", {"d": {"accepted": acc, "context": ctx, "prompt": prompt}}, depth=8)
+    mixed = dc.decay_table(Comparison.of([read_trace(t)]), breakeven=3.0).iloc[0]
+    assert mixed["al_per_doubling"] < 0 and mixed["al_per_doubling_lo"] < 0 < mixed["al_per_doubling_hi"]
+    assert mixed["breakeven_context"] is not None
+    assert mixed["breakeven_status"].endswith("95% CI includes 0: the crossing is not established")
