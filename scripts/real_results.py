@@ -90,7 +90,7 @@ def trends(root: Path) -> list[str]:
             dg = 2 if r.metric == "rms_in" else 3
             ch = f"{r.change:+.{dg}f} [{r.change_lo:+.{dg}f}, {r.change_hi:+.{dg}f}]"
             print(f"| {suite} | {mode} | {r.series} | {r.metric} | {r.base_value:.{dg}f} (d{r.from_depth}) | {ch} | "
-                  f"{r.p:.3f} | {_mde(r.mde, dg)} | {r.n_groups} | {r.verdict} |")
+                  f"{_p(r.p)} | {_mde(r.mde, dg)} | {r.n_groups} | {r.verdict} |")
             tests.append(r)
             if r.verdict in ("rise", "fall"):
                 floor = " — the smallest p that many groups allow" if abs(r.p - min_p(r.n_groups)) < 1e-12 else ""
@@ -112,7 +112,7 @@ def between(root: Path) -> None:
         cmp = Comparison.of([read_trace(p)])
         for r in cmp.acceptance_differences().itertuples():
             print(f"| {suite} | {mode} | {r.series} | {r.base_value + r.difference:.2f} vs {r.base_value:.2f} | "
-                  f"{r.difference:+.2f} [{r.difference_lo:+.2f}, {r.difference_hi:+.2f}] | {r.p:.3f} | "
+                  f"{r.difference:+.2f} [{r.difference_lo:+.2f}, {r.difference_hi:+.2f}] | {_p(r.p)} | "
                   f"{_mde(r.mde, 2)} | {r.n_groups} | {r.verdict.replace('rise', 'higher').replace('fall', 'lower')} |")
 
 
@@ -231,7 +231,7 @@ def window(root: Path) -> None:
             v = verdict(st["mean"], st["p"], st["mde"], float(pooled_al.get(False, np.nan)) - 1.0)
             ins, bey = (f"{pooled_al[k]:.2f}" if k in pooled_al.index else "–" for k in (False, True))
             print(f"| {suite} | {s} | {len(both)} ({one}) | {ins} / {bey} | "
-                  f"{_ci(st['mean'], st['lo'], st['hi'])} | {st['p']:.3f} | {_mde(st['mde'], 2)} | "
+                  f"{_ci(st['mean'], st['lo'], st['hi'])} | {_p(st['p'])} | {_mde(st['mde'], 2)} | "
                   f"{v.replace('rise', 'higher beyond').replace('fall', 'lower beyond')} |")
     if unpaired:
         print(f"\n{'; '.join(unpaired)} groups: every source document of these suites lies on one side of the window "
