@@ -193,7 +193,7 @@ def compare(
         help="context length the drafters were trained at (default: their config's trained_window, else "
              "rope_scaling.original_max_position_embeddings, else max_position_embeddings, flagged as assumed)"),
 ):
-    """EAGLE-3 vs 3.1 side by side: per-depth masses, feature RMS, acceptance (95% CIs over prompts)."""
+    """EAGLE-3 vs 3.1 side by side: per-depth masses, feature RMS, acceptance (95% CIs over groups of prompts)."""
     from .analysis.compare import Comparison
     from .analysis.export import comparison_json
     from .trace.reader import read_trace

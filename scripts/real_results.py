@@ -87,7 +87,7 @@ def trends(root: Path) -> list[str]:
         tr = cmp.trends(populations=("all",))
         k = cmp.depth
         for r in tr[(tr.depth == k) & tr.metric.isin(["sink_mass", "self_mass", "rms_in"])].itertuples():
-            dg = 2 if r.metric == "rms_in" else 3
+            dg = 2 if r.metric == "rms_in" else 4 if r.metric == "sink_mass" else 3  # sink masses are ~1e-3 here
             ch = f"{r.change:+.{dg}f} [{r.change_lo:+.{dg}f}, {r.change_hi:+.{dg}f}]"
             print(f"| {suite} | {mode} | {r.series} | {r.metric} | {r.base_value:.{dg}f} (d{r.from_depth}) | {ch} | "
                   f"{_p(r.p)} | {_mde(r.mde, dg)} | {r.n_groups} | {r.verdict} |")

@@ -1,4 +1,4 @@
-"""Statistics over trace tables: acceptance under every common definition, bootstrap CIs over prompts,
+"""Statistics over trace tables: acceptance under every common definition, bootstrap CIs over groups of prompts (source documents),
 context buckets, and which measured quantity tracks rejections.
 
 Acceptance definitions (K = speculation depth, R = drafted chains, a_r = accepted drafts in chain r):

@@ -19,7 +19,7 @@ from .base import subplots as _subplots
 
 def metric_by_depth(per_depth: pd.DataFrame, metrics: Sequence[str], title: str, log_y: bool | Sequence[str] = False,
                     y_range: tuple[float, float] | None = None, min_n: int = MIN_N) -> go.Figure:
-    """One panel per metric: value vs depth, one line per series with its prompt-bootstrap CI band.
+    """One panel per metric: value vs depth, one line per series with its group-bootstrap CI band (groups: source documents).
 
     log_y: True (every panel) or the metrics whose panel gets a log axis fitted to the data (CI bands
     included); y_range: a fixed range for the other panels (default: plotly's autorange)."""
@@ -50,7 +50,7 @@ def metric_by_depth(per_depth: pd.DataFrame, metrics: Sequence[str], title: str,
 
 def depth_curves(per_depth: pd.DataFrame, metrics: Sequence[str] = ("sink_mass", "self_mass", "prompt_mass"),
                  scale: str = "auto") -> go.Figure:
-    """Attention mass on sink / own draft / prompt positions vs depth (95% CI over prompts).
+    """Attention mass on sink / own draft / prompt positions vs depth (95% CI over groups).
 
     scale 'auto': the sink-mass panel on a log axis fitted to the data (a 0.004 -> 0.010 change is visible),
     the other panels auto-ranged; scale 'unit': every panel on the full 0-1 range."""
@@ -123,7 +123,7 @@ def acceptance_length_bars(summary: pd.DataFrame) -> go.Figure:
                              error_y=err, name=d, marker_color=st["color"], customdata=sub["series"],
                              marker_pattern_shape="/" if st["dash"] != "solid" else "",
                              hovertemplate="%{customdata}<br>AL=%{y:.3f}<extra></extra>"))
-    fig.update_layout(title="Mean acceptance length (95% CI over prompts)", template=TEMPLATE, height=380,
+    fig.update_layout(title="Mean acceptance length (95% CI over groups)", template=TEMPLATE, height=380,
                       yaxis_title="tokens per round", xaxis_title="trace" if multi else "series",
                       barmode="group", legend_title_text="drafter", showlegend=multi)
     return fig
