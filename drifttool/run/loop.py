@@ -49,7 +49,10 @@ class SpecResult:
 
     @property
     def mean_acceptance_length(self) -> float:
-        return 1.0 + sum(r.accepted for r in self.rounds) / max(1, len(self.rounds))
+        """1 + accepted drafts per round; NaN with no drafted round (1.0 would read as every draft rejected)."""
+        if not self.rounds:
+            return float("nan")
+        return 1.0 + sum(r.accepted for r in self.rounds) / len(self.rounds)
 
 
 class Observer(Protocol):

@@ -47,3 +47,14 @@ def test_readers_take_a_prompt_without_rounds(tmp_path):
     view = build_view([tr], Filters())
     assert view.prompts["mean_acceptance_length"].isna().sum() == 1
     assert main(["compare", str(path)]) == 0
+
+
+def test_live_results_have_no_acceptance_length_without_rounds():
+    """The live results (`speculate`, `speculate_tree`) say NaN, as the trace does, for a run with no drafted round."""
+    import math
+
+    from drifttool.run.loop import SpecResult
+    from drifttool.run.tree_loop import TreeResult
+
+    assert math.isnan(SpecResult(prompt_ids=[1], output_ids=[], rounds=[]).mean_acceptance_length)
+    assert math.isnan(TreeResult(prompt_ids=[1], output_ids=[], rounds=[]).mean_acceptance_length)
