@@ -333,7 +333,12 @@ class LiveCapture:
         parts = self._tables.get(name)
         if not parts:
             raise DriftError(f"no {name!r} rows yet: call cap.run(prompt) first")
-        return pd.concat(parts, ignore_index=True)
+        import pyarrow as pa
+
+        from .trace.layout import add_derived
+
+        df = pd.concat(parts, ignore_index=True)  # + the columns a trace computes on read (lifts, entropy_norm)
+        return add_derived(name, pa.Table.from_pandas(df, preserve_index=False), None).to_pandas()
 
     @property
     def rounds(self) -> pd.DataFrame:

@@ -68,6 +68,8 @@ def capture(
                                                "engine; the drafter runs on the target's last device)"),
     dtype: str = typer.Option("float32", "--dtype", help="float32 | bfloat16 | float16 (target and drafters)"),
     sink: str = typer.Option("4", "--sink", help="first:N | pos:i,j | tok:id,... (';' to combine)"),
+    recent: int = typer.Option(32, "--recent", help="the recent mass's key set: the last R context slots (sinks "
+                                                     "excluded)"),
     seed: int = typer.Option(0, "--seed"),
     keep_rows: int = typer.Option(2, "--keep-rows", help="full attention rows sampled per prompt and drafter"),
     full_every: int = typer.Option(16, "--full-every",
@@ -109,7 +111,7 @@ def capture(
     path = eng.run(target, specs, probes, out, depth=depth, mode=mode, max_new_tokens=max_new_tokens,
                    device=device, dtype=dtype, sink=SinkSpec.parse(sink), seed=seed, keep_rows=keep_rows,
                    temperature=temperature, resume=resume, overwrite=overwrite, limit=limit, progress=not quiet,
-                   draft_sampling=draft_sampling, full_every=full_every,
+                   draft_sampling=draft_sampling, full_every=full_every, recent=recent,
                    **{k: v for k, v in options.items() if v is not None})
     typer.echo(f"trace written: {path}")
 

@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from drifttool.model.checkpoint import load_drafter, save_drafter  # noqa: E402
 from drifttool.model.config import DrafterConfig  # noqa: E402
 from drifttool.model.drafter import Eagle3Drafter  # noqa: E402
+from drifttool.run.attention_stats import MASS_IDX  # noqa: E402
 from drifttool.run.hooks import Capture  # noqa: E402
 from drifttool.run.loop import RoundRecord, draft_chain, refresh  # noqa: E402
 
@@ -314,9 +315,12 @@ def check_lse(d: Eagle3Drafter, s: Scale, tol: float) -> Row:
     if got.full:  # no lse from the kernel: the round was computed from full rows
         return Row(f"lse_masses_vs_full ({s.ctx} ctx)", None, "kernel gave no lse: full rows every round",
                    "lse available")
-    diff = float(abs(got.heads[..., :3] - want.heads[..., :3]).max())
-    return Row(f"lse_masses_vs_full ({s.ctx} ctx, sink/draft/own, every depth x head)", diff < tol,
-               f"max |diff| {diff:.2e}", f"< {tol:.0e} abs")
+    idx = list(MASS_IDX)  # sink, draft, own, recent
+    diff = float(abs(got.heads[..., idx] - want.heads[..., idx]).max())
+    same_counts = bool((got.counts == want.counts).all())
+    return Row(f"lse_masses_vs_full ({s.ctx} ctx, sink/draft/own/recent, every depth x head; key counts)",
+               diff < tol and same_counts, f"max |diff| {diff:.2e}, counts {'equal' if same_counts else 'DIFFER'}",
+               f"< {tol:.0e} abs")
 
 
 def check_long(d: Eagle3Drafter, s: Scale, device: str) -> Row:

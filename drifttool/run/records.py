@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 
 from ..trace.positions import query_position
-from ..trace.schema import HEAD_METRICS, MAGNITUDES
-from .attention_stats import HIDDEN_FIELDS, head_fields
+from ..trace.schema import HEAD_METRICS, KEY_COUNTS, MAGNITUDES
+from .attention_stats import HEAD_FIELDS, HIDDEN_FIELDS, head_fields
 from .hooks import RoundCapture
 from .loop import RoundRecord
 
@@ -33,7 +33,8 @@ def prompt_tables(
         "draft_s": [r.draft_s for r in records], "verify_s": [r.verify_s for r in records],
         "full_stats": [c.full for c in caps],  # entropy / max_prob / top_pos computed (else NaN / NaN / -1)
     })
-    heads = np.stack([c.heads for c in caps])  # [R, K, nh, 6] attention_stats.HEAD_FIELDS
+    heads = np.stack([c.heads for c in caps])  # [R, K, nh, 7] attention_stats.HEAD_FIELDS
+    counts = np.stack([c.counts if c.counts is not None else np.zeros((k_, len(KEY_COUNTS)), np.int64) for c in caps])
     hidden = np.stack([c.hidden for c in caps])  # [R, K, 7]
     hf = head_fields(heads)
     pmax, top = hf["max_prob"], hf["top_pos"]
@@ -53,6 +54,8 @@ def prompt_tables(
         "massive": hidden[..., HIDDEN_FIELDS.index("massive")].ravel() > 0.5, "beyond_window": pos.ravel() >= trained_window,
         # first slot the query can attend (its sliding window); earlier slots, sinks included, get zero mass
         "attn_window_start": (np.maximum(pos - attn_window + 1, 0) if attn_window else np.zeros_like(pos)).ravel(),
+        # the keys the query saw and the size of each mass's key set: the uniform share is count / n_keys
+        **{name: counts[..., i].ravel().astype(np.int32) for i, name in enumerate(KEY_COUNTS)},
     })
     heads_df = pd.DataFrame({
         "drafter": drafter, "prompt_id": prompt_id, "round": np.repeat(rnd, k_ * nh),
@@ -80,7 +83,7 @@ def _empty_tables(drafter: str, prompt_id: str, aux_layer_ids: list[int], traine
     and Parquet folder readers (pandas/pyarrow) take the first shard's schema, so no column may be untyped."""
     rec = RoundRecord(round=0, context_len=1, draft_ids=[0], target_ids=[0], accepted=0, match=[False], bonus=0,
                       input_ids=[0])
-    cap = RoundCapture(round=0, context_len=1, heads=np.zeros((1, 1, 6), np.float32),
+    cap = RoundCapture(round=0, context_len=1, heads=np.zeros((1, 1, len(HEAD_FIELDS)), np.float32),
                        hidden=np.zeros((1, 7), np.float32), aux=np.zeros((len(aux_layer_ids), 3), np.float32))
     tabs = prompt_tables(drafter, prompt_id, [rec], [cap], aux_layer_ids, trained_window, attn_window)
     return {k: v.iloc[:0].astype({c: "string" for c in v.columns if v[c].dtype == object}) for k, v in tabs.items()}

@@ -18,7 +18,7 @@ import torch
 
 from ..dtypes import dtype_name
 from ..errors import DriftError
-from ..trace.sinks import SinkSpec
+from ..trace.sinks import RECENT, SinkSpec
 from ..trace.writer import TraceWriter
 from .argcheck import need_int, run_settings
 from .drafters import DrafterSpec, check_drafters
@@ -57,13 +57,14 @@ class RunSettings:
     draft_sampling: str = "greedy"
     device_map: str | None = None  # the target spread over devices (model.target.DEVICE_MAPS); None: on `device`
     full_every: int = FULL_EVERY  # entropy / head maxima (full rows) on rounds 0, N, 2N, ... (hooks.Capture)
+    recent: int = RECENT  # the recent mass: the last R context slots (trace/sinks.recent_index)
 
     @classmethod
     def of(cls, depth: int = 8, mode: str = "generate", max_new_tokens: int | None = None,
            sink: SinkSpec | None = None,
            seed: int = 0, temperature: float = 0.0, keep_rows: int = 2, dtype: Any = "float32", device: str = "cpu",
            limit: int | None = None, draft_sampling: str = "greedy", device_map: str | None = None,
-           full_every: int = FULL_EVERY) -> RunSettings:
+           full_every: int = FULL_EVERY, recent: int = RECENT) -> RunSettings:
         """Validated settings; each wrong value is one DriftError line naming its CLI option."""
         run_settings(depth, 1 if max_new_tokens is None else max_new_tokens, temperature, seed, keep_rows, limit, sink)
         try:
@@ -79,12 +80,13 @@ class RunSettings:
             raise DriftError(f"--device {device}: MPS is not available on this machine")
         check_settings(depth, 1 if max_new_tokens is None else max_new_tokens, mode, temperature, draft_sampling)
         need_int("--full-every", full_every, 0, "a round interval >= 0 (1 = every round, 0 = sampled rows only)")
+        need_int("--recent", recent, 1, "a number of context slots >= 1 (the recent mass's key set)")
         if device_map is not None:
             from ..model.target import check_device_map
 
             check_device_map(device_map)
         return cls(depth, mode, max_new_tokens, sink or SinkSpec(), seed, temperature, keep_rows, dtype_name(dtype),
-                   device, limit, draft_sampling, device_map, full_every)
+                   device, limit, draft_sampling, device_map, full_every, recent)
 
     def new_tokens(self, probe) -> int:
         """The one precedence rule for a prompt's generation budget: the --max-new-tokens flag when given (it
@@ -109,7 +111,7 @@ class RunSettings:
         return {
             "depth": self.depth, "mode": self.mode, "max_new_tokens": self.max_new_tokens,
             "max_new_tokens_rule": self.budget_rule,
-            "sink": self.sink.to_dict(), "seed": self.seed, "temperature": self.temperature,
+            "sink": self.sink.to_dict(), "recent": self.recent, "seed": self.seed, "temperature": self.temperature,
             "keep_rows": self.keep_rows, "dtype": self.dtype, "device": self.device,
             "full_every": self.full_every, "full_every_note": FULL_NOTE,
             "probes": {"path": str(probes), "sha256": hashlib.sha256(Path(probes).read_bytes()).hexdigest()[:16],

@@ -8,7 +8,7 @@ import pandas as pd
 
 from ..trace.positions import query_position
 from ..trace.schema import HEAD_METRICS, MAGNITUDES
-from .attention_stats import HIDDEN_FIELDS, head_fields
+from .attention_stats import HEAD_FIELDS, HIDDEN_FIELDS, head_fields
 from .records import prompt_tables
 from .tree_capture import TreeRoundCapture
 from .tree_loop import TreeRoundRecord
@@ -83,7 +83,8 @@ def _round_frames(
 
         tree = DraftTree([0, 0], [-1, 0], [0, 1], [0, 0], [0.0, 0.0], [0.0, 0.0])
         rec = TreeRoundRecord(0, 1, tree, [], [-1, 0], 0)
-        cap = TreeRoundCapture(0, 1, [0], np.zeros((1, 1, 6), np.float32), np.zeros((1, 7), np.float32))
+        cap = TreeRoundCapture(0, 1, [0], np.zeros((1, 1, len(HEAD_FIELDS)), np.float32),
+                               np.zeros((1, len(HIDDEN_FIELDS)), np.float32))
         frames = _round_frames(drafter, prompt_id, rec, cap, trained_window)
         return tuple(
             f.iloc[:0].astype({c: "string" for c in f.columns if f[c].dtype == object}) for f in frames
@@ -92,7 +93,7 @@ def _round_frames(
     nodes = np.arange(1, tree.size + 1)
     row_of = {u: r for r, u in enumerate(cap.rows)}
     prod = np.array([row_of[tree.parents[u]] for u in nodes])  # each node's producer query row (its parent's)
-    hd = cap.heads[prod]  # [N, nh, 6]
+    hd = cap.heads[prod]  # [N, nh, 7]
     hid = cap.hidden[prod]  # [N, 7]
     hf = head_fields(hd)
     masses = {k: hf[k] for k in HEAD_METRICS}

@@ -25,7 +25,7 @@ from ..errors import DriftError
 from .files import lock_trace, settle, write_json_atomic
 from .layout import add_derived, generation, merged_name, parquet_options, sources, to_stored
 from .reader import read_manifest, read_part
-from .schema import DERIVED, ROWS_INDEX, SCHEMA_VERSION, STORED, SUMMARIES, TREE_TABLES
+from .schema import DERIVED, ROWS_INDEX, SCHEMA_VERSION, STORED, SUMMARIES, TREE_TABLES, required
 from .summary import head_summary
 from .validate import check_values
 
@@ -60,13 +60,13 @@ def _units(path: Path, m: dict, table: str, only: list[int] | None):
 
 
 def _read_unit(f: Path, rg: int | None, table: str, prompts, depth) -> pa.Table:
-    required = SUMMARIES.get(table) or (
+    need = required(table, SUMMARIES.get(table) or (
         ROWS_INDEX if table == "rows_index" else STORED.get(table) or TREE_TABLES[table]
-    )
+    ))
     if not f.is_file():
         raise DriftError(f"{f}: missing (table {table!r}); the trace is damaged; nothing was changed")
     if rg is None:
-        t = read_part(f, table, required, prompts=prompts, depth=depth, nonfinite={})
+        t = read_part(f, table, need, prompts=prompts, depth=depth, nonfinite={})
     else:
         try:
             t = pq.ParquetFile(f).read_row_group(rg)

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from ..errors import DriftError
 from .layout import committed, sources
-from .schema import ROWS_INDEX, STORED, SUMMARIES, TREE_TABLES
+from .schema import ROWS_INDEX, STORED, SUMMARIES, TREE_TABLES, required
 
 
 def _columns(f: Path, table: str, need: list[str]) -> None:
@@ -19,7 +19,7 @@ def _columns(f: Path, table: str, need: list[str]) -> None:
         names = set(pq.read_schema(f).names)
     except (pa.ArrowException, OSError, ValueError) as e:
         raise DriftError(f"{f}: corrupt or truncated Parquet ({str(e).splitlines()[0]})") from None
-    lost = [c for c in need if c not in names]
+    lost = [c for c in required(table, need) if c not in names]
     if lost:
         raise DriftError(f"{f}: missing columns {lost} (table {table!r})")
 

@@ -105,32 +105,48 @@ def sources(
 
 
 def stored_columns(table: str, columns: list[str]) -> list[str]:
-    """The columns to read for `columns`: derived ones replaced by their inputs (kept too: a trace may store
-    them)."""
+    """The columns to read for `columns`: derived ones replaced by their inputs, recursively (kept too: a trace may
+    store them), and the inputs a missing added column is filled from (trace/key_counts.py)."""
+    from .key_counts import FILL_INPUTS
+
     out = list(columns)
-    for c in columns:
-        for need in DERIVED.get(table, {}).get(c, ()):
+    i = 0
+    while i < len(out):
+        c = out[i]
+        for need in (*DERIVED.get(table, {}).get(c, ()), *FILL_INPUTS.get(table, {}).get(c, ())):
             if need not in out:
                 out.append(need)
+        i += 1
     return out
 
 
 def add_derived(table: str, tbl: pa.Table, wanted: list[str] | None) -> pa.Table:
-    """Compute the derived columns a table lacks (float32, in the capture's order of operations)."""
+    """Compute the derived columns a table lacks (float32, in the capture's order of operations; a derived input of
+    another derived column comes first in DERIVED)."""
+    want = None if wanted is None else set(stored_columns(table, list(wanted)))
     for c, ins in DERIVED.get(table, {}).items():
-        if c in tbl.column_names or (wanted is not None and c not in wanted):
+        if c in tbl.column_names or (want is not None and c not in want):
             continue
         if not all(i in tbl.column_names for i in ins):
             continue
-        cols = [pc.cast(tbl.column(i), pa.float32()) for i in ins]
-        if c == "self_mass":
-            val = pc.add(cols[0], cols[1])
-        else:  # prompt_mass = 1 - sink - draft - own
-            val = pc.subtract(
-                pc.subtract(pc.subtract(pa.scalar(1.0, pa.float32()), cols[0]), cols[1]), cols[2]
-            )
-        tbl = tbl.append_column(c, val)
+        tbl = tbl.append_column(c, _formula(c, [tbl.column(i) for i in ins]))
     return _schema_order(table, tbl)
+
+
+def _formula(c: str, cols: list) -> pa.Array:
+    """The derived columns' definitions (trace/schema.py DERIVED says which inputs)."""
+    f32 = [pc.cast(x, pa.float32()) for x in cols]
+    if c == "self_mass":
+        return pc.add(f32[0], f32[1])
+    if c == "prompt_mass":  # 1 - sink - draft - own
+        return pc.subtract(pc.subtract(pc.subtract(pa.scalar(1.0, pa.float32()), f32[0]), f32[1]), f32[2])
+    nan = pa.scalar(float("nan"), pa.float64())
+    f64 = [pc.cast(x, pa.float64()) for x in cols]
+    if c == "entropy_norm":  # entropy / log(n_keys); NaN with fewer than 2 keys
+        return pc.if_else(pc.greater(f64[1], 1.0), pc.divide(f64[0], pc.ln(f64[1])), nan)
+    # a lift: mass / (count / n_keys), NaN where the key set is empty (or its count unknown)
+    mass, count, keys = f64
+    return pc.if_else(pc.greater(count, 0.0), pc.divide(pc.multiply(mass, keys), count), nan)
 
 
 def _schema_order(table: str, tbl: pa.Table) -> pa.Table:

@@ -11,6 +11,7 @@ import pandas as pd
 
 from ..errors import DriftError
 from ..jsonfile import read_json_object
+from .key_counts import fill_added
 from .layout import (
     Source,
     add_derived,
@@ -21,7 +22,17 @@ from .layout import (
     sources,
     stored_columns,
 )
-from .schema import DICT_COLUMNS, KEY, ROWS_INDEX, SCHEMA_VERSION, STORED, SUMMARIES, TABLES, TREE_TABLES
+from .schema import (
+    ADDED,
+    DICT_COLUMNS,
+    KEY,
+    ROWS_INDEX,
+    SCHEMA_VERSION,
+    STORED,
+    SUMMARIES,
+    TABLES,
+    TREE_TABLES,
+)
 from .validate import check_prompts, check_types, check_values, nonfinite_note
 
 __all__ = ["TraceData", "member", "read_manifest", "read_table", "read_trace", "shard_file", "shard_prompts"]
@@ -158,9 +169,11 @@ def read_part(f: Path, name: str, required: list[str], columns: list[str] | None
 def _required(name: str, columns: list[str] | None) -> list[str]:
     """Stored columns a file must hold for the requested (or all) columns of a table."""
     cols = columns or TABLES.get(name) or TREE_TABLES.get(name) or SUMMARIES[name]
+    added = ADDED.get(name, ())
     if name not in TABLES:
-        return list(cols)
-    return [c for c in stored_columns(name, list(cols)) if c in STORED[name] or c not in TABLES[name]]
+        return [c for c in cols if c not in added]
+    return [c for c in stored_columns(name, list(cols))
+            if (c in STORED[name] or c not in TABLES[name]) and c not in added and c != "attn_window_start"]
 
 
 def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns: list[str] | None = None,
@@ -194,6 +207,8 @@ def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns:
         parts = list(pool.map(lambda src: read_part(src.file, name, required, read, src.prompts), srcs))
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in (columns or tables.get(name) or SUMMARIES[name])})
+    if len({tuple(x.column_names) for x in parts}) > 1:  # a resumed trace: shards before and after an added column
+        parts = [_with_added(name, x, parts) for x in parts]
     try:
         tbl = pa.concat_tables(parts, promote_options="default")
     except (pa.ArrowException, ValueError) as e:
@@ -206,6 +221,9 @@ def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns:
         for src, part in zip(srcs, parts):
             check_values(src.file, name, add_derived(name, part, columns), depth, {})
         raise
+    # columns added after the trace was written: derived where it allows, else NaN (not checked: no measurement)
+    tbl = add_derived(name, fill_added(name, tbl, m, None if columns is None else stored_columns(name, columns)),
+                      columns)
     if nonfinite is not None:
         for k, v in counts.items():
             nonfinite[k] = nonfinite.get(k, 0) + v
@@ -219,6 +237,16 @@ def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns:
     if need:
         raise DriftError(f"{p / name}: missing columns {need}")
     return sorted_categories(df)
+
+
+def _with_added(name: str, part, parts):
+    """A part without an added column another part has: that column as NaN (else concatenation fills nulls)."""
+    import pyarrow as pa
+
+    for c in ADDED.get(name, ()):
+        if c not in part.column_names and any(c in x.column_names for x in parts):
+            part = part.append_column(c, pa.array([float("nan")] * part.num_rows, pa.float64()))
+    return part
 
 
 def sorted_categories(df: pd.DataFrame) -> pd.DataFrame:

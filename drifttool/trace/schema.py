@@ -14,10 +14,19 @@ KEY = ["drafter", "prompt_id", "round"]
 # The per-head attention quantities, named once for every stage: the capture measures MEASURED_MASSES and the
 # entropy (run/attention_stats.HEAD_FIELDS); the derived masses are functions of them, computed on read. A new
 # per-head metric is an entry here, its computation there and its label (plots/base.LABELS).
-MEASURED_MASSES = ("sink_mass", "draft_mass", "own_mass")
+# recent_mass (the last R context slots, sinks excluded; R = manifest capture.recent) is a part of prompt_mass.
+MEASURED_MASSES = ("sink_mass", "draft_mass", "own_mass", "recent_mass")
 DERIVED_MASSES = {"self_mass": ("draft_mass", "own_mass"), "prompt_mass": ("sink_mass", "draft_mass", "own_mass")}
 MASSES = (*MEASURED_MASSES, *DERIVED_MASSES)
 HEAD_METRICS = (*MASSES, "entropy")
+
+# Every mass against its uniform share. Per round x depth the capture records the keys the query saw (after the
+# sliding window) and how many of them each mass's key set holds; uniform attention over the seen keys would put
+# count / n_keys on the set, and lift = mass / (count / n_keys): 1.0 = no more than uniform. A lift is NaN where
+# its set is empty (self at depth 1, a trace without the counts). entropy_norm = entropy / log(n_keys).
+KEY_COUNTS = ("n_keys", "n_sink", "n_self", "n_recent")
+LIFTS = {"sink_lift": ("sink_mass", "n_sink"), "self_lift": ("self_mass", "n_self"),
+         "recent_lift": ("recent_mass", "n_recent")}
 MAGNITUDES = ("rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post", "l2_post")  # per depth: the drafter's hidden
 # string columns stored dictionary-encoded (read as pandas categoricals): few distinct values, many rows
 DICT_COLUMNS = ("drafter", "prompt_id", "tags")
@@ -31,7 +40,8 @@ TABLES: dict[str, list[str]] = {
     "rounds": [*KEY, "context_len", "depth", "accepted", "bonus", "beyond_window"],
     # one row per round x depth: head-mean attention masses + hidden magnitudes + acceptance
     "depths": [*KEY, "depth", "context_len", "position", "input_id", "draft_id", "target_id", "match", "reached",
-               "accepted", *HEAD_METRICS, *MAGNITUDES, "massive", "beyond_window"],
+               "accepted", *HEAD_METRICS, *MAGNITUDES, "massive", "beyond_window", *KEY_COUNTS, *LIFTS,
+               "entropy_norm"],
     # one row per round x depth x head
     "heads": [*KEY, "depth", "head", *HEAD_METRICS],
     # one row per round x aux chunk: the depth-1 slot's captured target feature before/after fc_norm
@@ -41,9 +51,15 @@ TABLES: dict[str, list[str]] = {
 # Pure functions of stored columns: computed on read (float32, like the capture's own arithmetic); a trace that
 # stores them (schema 1) keeps its stored values.
 DERIVED: dict[str, dict[str, tuple[str, ...]]] = {
-    "depths": DERIVED_MASSES,
+    "depths": {**DERIVED_MASSES, **{k: (m, c, "n_keys") for k, (m, c) in LIFTS.items()},
+               "entropy_norm": ("entropy", "n_keys")},
     "heads": DERIVED_MASSES,
 }
+# Columns added after schema 3 was first written: a trace without them reads them as NaN (key counts: derived from
+# the manifest's sink rule where it allows, see trace/key_counts.py), so every older trace stays readable.
+ADDED: dict[str, tuple[str, ...]] = {"depths": ("recent_mass", *KEY_COUNTS), "heads": ("recent_mass",),
+                                     "tree_nodes": ("recent_mass",), "tree_heads": ("recent_mass",),
+                                     "head_summary": ("recent_mass_sum",)}
 STORED: dict[str, list[str]] = {t: [c for c in cols if c not in DERIVED.get(t, {})] for t, cols in TABLES.items()}
 
 # Optional columns (absent from traces written before they were added; readers must cope):
@@ -89,3 +105,10 @@ TREE_TABLES: dict[str, list[str]] = {
     # one row per round x tree node x head
     "tree_heads": [*KEY, "node", "depth", "head", *HEAD_METRICS, "max_prob", "top_pos"],
 }
+
+
+def required(table: str, columns: list[str] | None = None) -> list[str]:
+    """The stored columns a file of `table` must hold (of `columns`, default all): the added ones are not
+    required (an older trace reads them as NaN, trace/key_counts.py)."""
+    cols = columns or STORED.get(table) or TREE_TABLES.get(table) or SUMMARIES.get(table) or ROWS_INDEX
+    return [c for c in cols if c not in ADDED.get(table, ())]

@@ -73,3 +73,15 @@ class SinkSpec:
         """Sink positions as a list, for token ids given as a sequence (an unknown token: any negative id).
         (`positions` is the field of explicit positions, hence the name.)"""
         return self.index(torch.as_tensor(list(token_ids), dtype=torch.long)).tolist()
+
+
+RECENT = 32  # the last R context slots (the "recent" mass of the EAGLE 3.1 paper's Table 2)
+
+
+def recent_index(n: int, r: int, sink_idx: torch.Tensor) -> torch.Tensor:
+    """The recent key set of a round with n context slots: the last r of them (slots max(0, n - r) .. n - 1),
+    sinks excluded so that the sink and recent masses never count a key twice (int64, ascending)."""
+    idx = torch.arange(max(0, n - r), n, dtype=torch.long)
+    if sink_idx.numel():
+        idx = idx[~torch.isin(idx, sink_idx.to(idx.device))]
+    return idx

@@ -25,8 +25,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .key_counts import derived_counts, recent_counts
 from .positions import query_position
-from .schema import DERIVED, DERIVED_MASSES, KEY, MAGNITUDES, OPTIONAL, ROWS_INDEX, STORED
+from .schema import DERIVED, DERIVED_MASSES, KEY, KEY_COUNTS, MAGNITUDES, OPTIONAL, ROWS_INDEX, STORED
+from .sinks import RECENT
 from .writer import TraceWriter
 
 __all__ = ["Shard", "chain_tables", "join", "manifest", "write", "write_trace"]
@@ -37,7 +39,8 @@ HEAD_VALUES = [c for c in STORED["heads"] if c not in (*KEY, "depth", "head")]
 # Columns the builder computes from the accepted counts, contexts, depth and head values (never chosen directly).
 _SHAPE = {
     "rounds": {*KEY, "context_len", "depth", "accepted", "beyond_window"},
-    "depths": {*KEY, "depth", "context_len", "position", "reached", "accepted", "beyond_window", *HEAD_VALUES},
+    "depths": {*KEY, "depth", "context_len", "position", "reached", "accepted", "beyond_window", *HEAD_VALUES,
+               *KEY_COUNTS},
     "heads": {*KEY, "depth", "head"},
     "aux": {*KEY, "chunk", "layer_id"},
     "prompts": {"drafter", "prompt_id", "n_rounds", "accepted_total", "mean_acceptance_length"},
@@ -129,6 +132,14 @@ def chain_tables(
              "context_len": np.repeat(ctx, k), "position": pos.ravel(),
              "reached": (dep[None, :] <= acc[:, None] + 1).ravel(), "accepted": (dep[None, :] <= acc[:, None]).ravel(),
              "beyond_window": beyond(pos).ravel()}
+    from .sinks import SinkSpec
+
+    ws = np.broadcast_to(np.asarray((depth_values or {}).get("attn_window_start", 0)), pos.shape) if np.ndim(
+        (depth_values or {}).get("attn_window_start", 0)) < 2 else np.asarray(depth_values["attn_window_start"])
+    ws = np.broadcast_to(ws.reshape(ws.shape + (1,) * (2 - ws.ndim)), pos.shape).ravel()
+    cnt = derived_counts(shape["context_len"], shape["position"], ws, SinkSpec())  # the default sinks
+    shape.update({c: cnt[c].astype(np.int32) for c in ("n_keys", "n_sink", "n_self")},
+                 n_recent=recent_counts(shape["context_len"], ws, SinkSpec(), RECENT).astype(np.int32))
     tables["depths"] = pd.DataFrame({c: shape[c] if c in shape else per_depth[c].ravel() if c in per_depth
                                      else _grid(c, val[c], (n_r, k)).ravel() for c in cols})
     shape = {"drafter": drafter, "prompt_id": prompt_id, "round": np.repeat(rnd, k * n_h),
@@ -188,7 +199,8 @@ def manifest(drafters: Iterable[str], depth: int, *, mode: str = "generate", win
         extra = {"max_position_embeddings": window, "rope_scaling": rope_scaling, "num_attention_heads": heads}
         return {**d, **{k: v for k, v in extra.items() if v is not None}}
 
-    capture = {"depth": int(depth), "mode": mode, "sink": SinkSpec().to_dict(), "probes": {"sha256": probes}}
+    capture = {"depth": int(depth), "mode": mode, "sink": SinkSpec().to_dict(), "recent": RECENT,
+               "probes": {"sha256": probes}}
     if full_every is not None:
         capture["full_every"] = int(full_every)
     return {"drafters": [entry(n) for n in drafters], "capture": capture, "target": {"config_hash": "synthetic"}}

@@ -11,25 +11,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import DriftError
-from .schema import MAGNITUDES, MASSES
+from .schema import KEY_COUNTS, LIFTS, MAGNITUDES, MASSES
 
 _MASSES = MASSES
 _MAGNITUDES = (*MAGNITUDES, "rms_before", "rms_after")
 _INTS = ("round", "depth", "context_len", "position", "input_id", "draft_id", "target_id", "head", "chunk",
          "layer_id", "prompt_len", "n_generated", "n_rounds", "accepted_total", "bonus", "attn_window_start",
-         "node", "parent", "rank")
+         "node", "parent", "rank", *KEY_COUNTS)
 _BOOLS = ("match", "reached", "massive", "beyond_window", "main_path", "fed", "full_stats")
 _STRINGS = ("drafter", "prompt_id", "tags", "tensor")
 _FLOATS = (*_MASSES, *_MAGNITUDES, "entropy", "mean_acceptance_length", "wall_s", "draft_s", "verify_s", "logp", "score",
-           "max_prob", "prefill_s")
+           "max_prob", "prefill_s", *LIFTS, "entropy_norm")
 # floats that must be finite (a NaN mass is no measurement); other float columns may be NaN (e.g. verify_s when
 # teacher-forced, entropy / max_prob on rounds without full rows: rounds.full_stats false) and are reported as one
 # note by the readers
-FINITE = _MASSES
+FINITE = tuple(m for m in _MASSES if m != "recent_mass")  # recent_mass: NaN in a trace resumed across its addition
 # NaN by design where rounds.full_stats is false: no note for these
 _SCHEDULED = ("depths.entropy", "heads.entropy", "heads.max_prob")
 # NaN by design for a prompt with no drafted round (no acceptance length to average): no note either
-_UNDEFINED = ("prompts.mean_acceptance_length",)
+_UNDEFINED = ("prompts.mean_acceptance_length", *(f"depths.{c}" for c in (*LIFTS, "entropy_norm")))
 # masses are float32 sums of probabilities: allow their rounding error, nothing more
 _TOL = 1e-4
 
@@ -77,6 +77,8 @@ def _range(table: str, col: str, depth: int | None) -> tuple[float | None, float
         return None, _TOL
     if col == "max_prob":
         return 0, 1 + _TOL
+    if col in LIFTS or col == "entropy_norm":
+        return -_TOL, None
     return None, None
 
 

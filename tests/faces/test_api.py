@@ -10,6 +10,7 @@ import torch
 import drifttool as dt
 from drifttool.errors import DriftError
 from drifttool.model.tiny import tiny_drafter, tiny_target
+from drifttool.trace.schema import DERIVED
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,7 @@ def test_trace_views_match_parquet(live):
     for name in ("rounds", "depths", "heads", "prompts", "aux"):
         raw = pd.read_parquet(path / name)
         view = getattr(tr, name)
-        derived = [c for c in ("self_mass", "prompt_mass") if name in ("depths", "heads")]  # computed on read
+        derived = list(DERIVED.get(name, {}))  # computed on read (masses, lifts, normalised entropy)
         assert not set(derived) & set(raw.columns)
         pd.testing.assert_frame_equal(view.drop(columns=derived).reset_index(drop=True), raw.reset_index(drop=True),
                                       check_dtype=False, check_categorical=False)

@@ -46,10 +46,10 @@ class EagerRows:
         self.rounds.append(self._cur)
 
 
-def run_eager(t, d, ids, sink="4", mode="generate", keep_qk=True, mnt=12):
+def run_eager(t, d, ids, sink="4", mode="generate", keep_qk=True, mnt=12, recent=32):
     d.set_attn_impl("eager")
     eager = EagerRows(d)
-    cap = Capture(d, sink=SinkSpec.parse(sink), keep_qk=keep_qk)
+    cap = Capture(d, sink=SinkSpec.parse(sink), keep_qk=keep_qk, recent=recent)
     try:
         with cap:
             res = speculate(t, d, ids, depth=K, max_new_tokens=mnt, mode=mode, observers=[cap, eager])
@@ -59,15 +59,19 @@ def run_eager(t, d, ids, sink="4", mode="generate", keep_qk=True, mnt=12):
     return res, cap, eager
 
 
-def expected_masses(row: torch.Tensor, n: int, j: int, sink_mask: torch.Tensor) -> np.ndarray:
-    """[nh, 5] sink, draft, own, entropy, prompt from one eager row [nh, n + j] (j = 0-based depth)."""
+def expected_masses(row: torch.Tensor, n: int, j: int, sink_mask: torch.Tensor, recent: int = 32) -> np.ndarray:
+    """[nh, 6] sink, draft, own, entropy, prompt, recent from one eager row [nh, n + j] (j = 0-based depth);
+    recent = the last `recent` context slots that are not sinks."""
     row = row.double()
     sink = row[:, :n] @ sink_mask.double()
+    rec_mask = torch.zeros(n, dtype=torch.double)
+    rec_mask[max(0, n - recent):] = 1.0
+    rec = row[:, :n] @ (rec_mask * (1 - sink_mask.double()))
     own = row[:, n + j - 1] if j >= 1 else torch.zeros(row.shape[0], dtype=row.dtype)
     draft = row[:, n : n + j - 1].sum(-1) if j >= 2 else torch.zeros_like(own)
     prompt = (row[:, :n] * (1 - sink_mask.double())).sum(-1)
     ent = torch.special.entr(row).sum(-1)
-    return torch.stack([sink, draft, own, ent, prompt], -1).numpy()
+    return torch.stack([sink, draft, own, ent, prompt, rec], -1).numpy()
 
 
 @pytest.mark.parametrize("nh,nkv,sink,mode", [
@@ -80,7 +84,7 @@ def test_rows_and_masses_equal_eager(target, nh, nkv, sink, mode):
     d = make_drafter(target, nh, nkv, seed=nh + nkv)
     ids = prompt(nh * 10 + nkv, 10)
     ids[2] = ids[7] = 9  # make the token sinks hit
-    res, cap, eager = run_eager(target, d, ids, sink=sink, mode=mode)
+    res, cap, eager = run_eager(target, d, ids, sink=sink, mode=mode, recent=5)
     assert len(res.rounds) >= 3 and len(cap.rounds) == len(eager.rounds) == len(res.rounds)
     seq = res.prompt_ids + res.output_ids
     spec = SinkSpec.parse(sink)
@@ -97,8 +101,12 @@ def test_rows_and_masses_equal_eager(target, nh, nkv, sink, mode):
                 np.testing.assert_allclose(got, row[h].numpy(), atol=ATOL, rtol=0)
             np.testing.assert_allclose(cap.attention(rec.round, j + 1), row.mean(0).numpy(), atol=ATOL, rtol=0)
             # region masses of every head
-            exp = expected_masses(row, n, j, mask)
+            exp = expected_masses(row, n, j, mask, recent=5)
             np.testing.assert_allclose(rc.heads[j, :, :4], exp[:, :4], atol=ATOL, rtol=0)
+            np.testing.assert_allclose(rc.heads[j, :, 6], exp[:, 5], atol=ATOL, rtol=0)  # recent mass
+            # the key counts of the uniform share, counted from the eager row's own length and masks
+            rec_slots = (torch.arange(n) >= n - 5) & (mask == 0)
+            assert rc.counts[j].tolist() == [n + j, int(mask.sum()), j, int(rec_slots.sum())]
             # concentration: each head's largest weight and the slot it sits on
             np.testing.assert_allclose(rc.heads[j, :, 4], row.max(-1).values.numpy(), atol=ATOL, rtol=0)
             assert (rc.heads[j, :, 5] == row.argmax(-1).numpy()).all()
@@ -196,3 +204,47 @@ def test_attention_api_errors(target):
         cap.attention(len(res.rounds) + 5, 1)
     with pytest.raises(DriftError, match="keep_qk"):
         Capture(d).attention(0, 1)
+
+
+def _lifts(tabs):
+    import pyarrow as pa
+
+    from drifttool.trace.layout import add_derived
+
+    return add_derived("depths", pa.Table.from_pandas(tabs["depths"], preserve_index=False), None).to_pandas()
+
+
+@pytest.mark.parametrize("recent", [3, 32])
+def test_uniform_attention_has_lift_one_at_every_depth_and_context(target, recent):
+    """Uniform attention puts count / n_keys on every key set: every lift is 1.0 wherever the set is non-empty (self
+    from depth 2; sinks and recent slots as the rule gives them), at every context length the chain reaches; and the
+    counts a trace without them derives from its manifest equal the capture's (first-N / explicit-position sinks)."""
+    from drifttool.trace.key_counts import derived_counts, recent_counts
+    from drifttool.trace.schema import LIFTS
+
+    d = make_drafter(target, 4, 2, seed=5, zero_keys=True)
+    ids = prompt(5, 11)
+    ids[4] = ids[8] = 9
+    caps = {s: Capture(d, sink=SinkSpec.parse(s), recent=recent) for s in SINKS}
+    for c in caps.values():
+        c.attach()
+    try:
+        res = speculate(target, d, ids, depth=K, max_new_tokens=30, observers=list(caps.values()))
+    finally:
+        for c in caps.values():
+            c.detach()
+    assert len({r.context_len for r in res.rounds}) >= 5  # several context lengths
+    for s, cap in caps.items():
+        df = _lifts(prompt_tables("d", "p", res.rounds, cap.rounds, d.config.aux_layer_ids, 2048))
+        for lift, (_, count) in LIFTS.items():
+            have = df[count] > 0
+            np.testing.assert_allclose(df.loc[have, lift], 1.0, atol=1e-5, err_msg=f"{lift} sink {s}")
+            assert df.loc[~have, lift].isna().all()
+        np.testing.assert_allclose(df["entropy_norm"].dropna(), 1.0, atol=1e-5)
+        assert (df.loc[df.depth >= 2, "n_self"] == df.loc[df.depth >= 2, "depth"] - 1).all()
+        spec = SinkSpec.parse(s)
+        if not spec.token_ids:
+            old = derived_counts(df["context_len"], df["position"], df["attn_window_start"], spec)
+            for c in ("n_keys", "n_sink", "n_self"):
+                assert (old[c] == df[c]).all(), (s, c)
+            assert (recent_counts(df["context_len"], df["attn_window_start"], spec, recent) == df["n_recent"]).all()

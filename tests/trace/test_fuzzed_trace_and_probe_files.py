@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from drifttool.analysis.views import build_view, load_trace
 from drifttool.cli import main
 from drifttool.errors import DriftError
-from drifttool.run.hooks import RoundCapture
+from drifttool.run.hooks import HEAD_FIELDS, RoundCapture
 from drifttool.run.loop import RoundRecord
 from drifttool.run.probes import load_suite
 from drifttool.run.records import prompt_tables, row_samples
@@ -49,7 +49,7 @@ def _prompt(name: str, rounds: int, rng: np.random.Generator) -> tuple[dict[str,
         ctx = 5 + 2 * r
         recs.append(RoundRecord(round=r, context_len=ctx, draft_ids=[3, 4], target_ids=[3, 5], accepted=acc,
                                 match=[True, False], bonus=6, input_ids=[2, 3], draft_s=0.01, verify_s=0.02))
-        caps.append(RoundCapture(round=r, context_len=ctx, heads=rng.random((K, HEADS, 6)).astype(np.float32) / 4,
+        caps.append(RoundCapture(round=r, context_len=ctx, heads=rng.random((K, HEADS, len(HEAD_FIELDS))).astype(np.float32) / 4,
                                  hidden=rng.random((K, 7)).astype(np.float32), aux=rng.random((3, 3)).astype(np.float32),
                                  row=rng.random((K, ctx + K)).astype(np.float16), slot_tokens=list(range(ctx + K - 1))))
     tabs = prompt_tables("e3", name, recs, caps, AUX, 2048)

@@ -15,7 +15,7 @@ from ...errors import DriftError
 from ...model.config import trained_window
 from ...model.drafter import Eagle3Drafter
 from ...model.target import Target, load_target
-from ...trace.sinks import SinkSpec
+from ...trace.sinks import RECENT, SinkSpec
 from ..drafters import DrafterSpec, load_drafters, parse_overrides  # noqa: F401 - DrafterSpec, parse_overrides public here too
 from ..hooks import Capture
 from ..loop import Prefill, check_prompt, positions_needed, prefill_prompt, speculate, teacher_forcing_data
@@ -50,7 +50,7 @@ def capture_one(
 def capture_prompt(
     target: Target, drafters: dict[str, Eagle3Drafter], probe: Probe, ids: list[int], depth: int, mode: str,
     max_new_tokens: int, sink: SinkSpec, seed: int, keep_rows: int, temperature: float,
-    draft_sampling: str = "greedy", full_every: int = 1,
+    draft_sampling: str = "greedy", full_every: int = 1, recent: int = RECENT,
 ) -> tuple[dict[str, pd.DataFrame], dict]:
     """All drafters on one prompt (the target's teacher-forced pass shared); the shard's tables and rows."""
     # the target's work on the prompt is done once and shared: its teacher-forced pass, or its prompt forward
@@ -61,7 +61,8 @@ def capture_prompt(
     prefill_s = time.perf_counter() - t0 if shared else 0.0  # the target's shared work: in no drafter's wall_s
 
     def run(name: str, d: Eagle3Drafter):
-        with Capture(d, sink=sink, keep_rows=keep_rows, seed=prompt_seed(seed, probe.id), full_every=full_every) as cap:
+        with Capture(d, sink=sink, keep_rows=keep_rows, seed=prompt_seed(seed, probe.id), full_every=full_every,
+                     recent=recent) as cap:
             tabs, arr, _ = capture_one(target, name, d, cap, probe, ids, depth, mode, max_new_tokens, seed,
                                        temperature, forced, draft_sampling, prefill)
         tabs["prompts"] = tabs["prompts"].assign(prefill_s=prefill_s)
@@ -155,10 +156,11 @@ def run_capture(
         try:
             if tree is not None:
                 tables, rows = capture_tree_prompt(tgt, models, probe, token_ids[probe.id], tree, mnt, st.sink, st.seed,
-                                                   st.temperature), None
+                                                   st.temperature, st.recent), None
             else:
                 tables, rows = capture_prompt(tgt, models, probe, token_ids[probe.id], st.depth, st.mode, mnt, st.sink,
-                                              st.seed, st.keep_rows, st.temperature, st.draft_sampling, st.full_every)
+                                              st.seed, st.keep_rows, st.temperature, st.draft_sampling, st.full_every,
+                                              st.recent)
         except DriftError as e:  # e.g. NaN/inf target features: name the target and the probe
             raise DriftError(f"{tgt_path or tgt.name}: probe {probe.id!r}: {e}") from None
         writer.add(probe.id, tables, rows)

@@ -10,7 +10,7 @@ import pandas as pd
 from ...model.config import trained_window
 from ...model.drafter import Eagle3Drafter
 from ...model.target import Target
-from ...trace.sinks import SinkSpec
+from ...trace.sinks import RECENT, SinkSpec
 from ..loop import check_prompt, prefill_prompt
 from ..probes import Probe
 from ..records import prompt_row
@@ -32,6 +32,7 @@ def capture_tree_prompt(
     sink: SinkSpec,
     seed: int,
     temperature: float,
+    recent: int = RECENT,
 ) -> dict[str, pd.DataFrame]:
     """All drafters on one prompt with draft trees; the shard's tables (no sampled rows). The target's prompt
     forward runs once and is shared by the drafters (as in the chain engine)."""
@@ -43,7 +44,7 @@ def capture_tree_prompt(
         prefill_s = time.perf_counter() - t0  # in no drafter's wall_s (trace/schema.py)
 
     def run(name: str, d: Eagle3Drafter):
-        with TreeCapture(d, sink=sink) as cap:
+        with TreeCapture(d, sink=sink, recent=recent) as cap:
             t0 = time.perf_counter()
             res = speculate_tree(target, d, ids, tree, max_new_tokens=max_new_tokens, temperature=temperature,
                                  seed=prompt_seed(seed, probe.id), observers=[cap], prefill=prefill)

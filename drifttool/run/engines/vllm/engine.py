@@ -225,7 +225,7 @@ def capture_batch(run: VllmRun, llm, writer, bar, name: str, drafter: DrafterBas
     for i in range(0, len(batch), REPLAY_BATCH):
         part = list(zip(batch, res, mine))[i : i + REPLAY_BATCH]
         caps = [Capture(drafter, sink=st.sink, keep_rows=st.keep_rows, seed=prompt_seed(st.seed, p.id),
-                        full_every=st.full_every) for (p, _, _), _, _ in part]
+                        full_every=st.full_every, recent=st.recent) for (p, _, _), _, _ in part]
         jobs = [(ev, ids, list(r.outputs[0].token_ids)) for (_, ids, _), r, ev in part]
         for cap, ((probe, ids, mnt), r, ev), (records, stats) in zip(
                 caps, part, replay_prompts(drafter, caps, jobs, st.depth)):
