@@ -123,6 +123,13 @@ class Trace:
         sink / self mass and fed-back RMS (analysis.training); empty for other traces."""
         return self.comparison(*others).training()
 
+    def answer(self, *others: Trace) -> list[str]:
+        """The sentences `compare` opens with: per drafter pair, does EAGLE-3 drift and does the other change it,
+        read against uniform attention (lifts), with p, CIs and what the data cannot tell (analysis.answer)."""
+        from .analysis.answer import answer
+
+        return answer(self.comparison(*others))
+
     def findings(self, *others: Trace) -> list[str]:
         """The sentences `compare` ends with: what is detected, what is underpowered, with n groups and MDE."""
         from .analysis.report_stats import findings
@@ -130,7 +137,7 @@ class Trace:
         return findings(self.comparison(*others))
 
     def compare(self, other: Trace | None = None, *more: Trace) -> pd.DataFrame:
-        """Per-series summary (acceptance definitions, drift score, growth) of this trace and others; one
+        """Per-series summary (acceptance definitions, self lift and its trend, growth) of this trace and others; one
         scalar per cell (the per-depth rates as columns per_position_rate_d1.., n_alpha_d1..)."""
         rest = [o for o in (other, *more) if o is not None]
         return flat_summary(self.comparison(*rest).summary())

@@ -24,17 +24,24 @@ from ..trace.reader import TraceData
 from .compare import DEPTH_METRICS, Comparison, check_compatible, suite_name
 
 SUMMARY_METRICS = ("mean_acceptance_length", "draft_acceptance_rate", "iid_acceptance_length", "iid_p",
-                   "drift_score", "feature_growth", "sink_retention", "prompts", "drafts")
-DECAY_METRICS = ("al_per_doubling", "drift_per_doubling")
+                   "self_lift", "self_lift_trend", "sink_lift_d1", "feature_growth", "sink_retention", "prompts",
+                   "drafts")
+DECAY_METRICS = ("al_per_doubling", "self_lift_per_doubling")
+# names a gate may hold from before the lifts: refused with what replaced them (a silent redefinition would flip a
+# gate's outcome with exit 0)
+RETIRED = {"drift_score": "self_lift_trend (self lift at depth K / depth 2; 1.0 = uniform) or self_lift",
+           "drift": "self_lift_trend (self lift at depth K / depth 2; 1.0 = uniform) or self_lift",
+           "drift_per_doubling": "self_lift_per_doubling"}
 PER_DEPTH = (*DEPTH_METRICS, "acceptance_rate", "n_alpha")
 ALIASES = {"acceptance_length": "mean_acceptance_length", "al": "mean_acceptance_length",
            "mean_al": "mean_acceptance_length", "iid_estimate": "iid_acceptance_length",
-           "drift": "drift_score", "per_position_rate": "acceptance_rate", "alpha": "n_alpha"}
+           "per_position_rate": "acceptance_rate", "alpha": "n_alpha"}
 # Direction of "worse" for --baseline: +1 higher is better, -1 lower is better.
 DIRECTION = {"mean_acceptance_length": 1, "draft_acceptance_rate": 1, "iid_acceptance_length": 1, "iid_p": 1,
-             "sink_retention": 1, "drift_score": -1, "feature_growth": -1, "acceptance_rate": 1, "n_alpha": 1,
+             "sink_retention": 1, "self_lift": -1, "self_lift_trend": -1, "sink_lift_d1": 1, "feature_growth": -1,
+             "acceptance_rate": 1, "n_alpha": 1, "sink_lift": 1,
              "sink_mass": 1, "self_mass": -1, "draft_mass": -1, "own_mass": -1, "rms_in": -1, "rms_pre": -1,
-             "rms_post": -1, "al_per_doubling": 1, "drift_per_doubling": -1}
+             "rms_post": -1, "al_per_doubling": 1, "self_lift_per_doubling": -1}
 OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq}
 _RULE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:@\s*depth\s*(\d+)(?:\s*-\s*depth\s*(\d+))?)?\s*(>=|<=|==|>|<)\s*"
                    r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(%?)\s*$")
@@ -56,6 +63,9 @@ class Rule:
 
 
 def canonical(metric: str, where: str) -> str:
+    if metric in RETIRED:
+        raise DriftError(f"{where}: {metric!r} was retired (it grew with the number of visible draft slots, not with "
+                         f"drift); use {RETIRED[metric]}")
     m = ALIASES.get(metric, metric)
     if m not in SUMMARY_METRICS + DECAY_METRICS + PER_DEPTH:
         raise DriftError(f"{where}: unknown metric {metric!r}; known metrics: {KNOWN}")

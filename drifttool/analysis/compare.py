@@ -2,8 +2,13 @@
 which measured quantity tracks rejections.
 
 Every (trace, drafter) pair is one *series*, labelled by the drafter name (prefixed by the trace name when
-names collide). The one-number **drift score** is the mean self mass (attention on the chain's own drafted
-slots) over depths 2..K; `feature_growth` is RMS(layer input at depth K) / RMS(at depth 1)."""
+names collide). Attention is read against uniform attention (trace/schema.py LIFTS): `self_lift` is the mean self
+lift (attention on the chain's own drafted slots / their uniform share) over depths 2..K, and **`self_lift_trend`**
+the self lift at depth K / at depth 2 over the same rounds: 1.0 = attention per own slot does not change with depth,
+> 1 = it concentrates on its own drafts as the chain deepens (drift), < 1 = it spreads. A slot count cannot move
+either (the old drift score, the mean raw self mass, grew with depth because one more own slot becomes visible per
+depth, and was retired for it). `sink_lift_d1` is the depth-1 sink lift (1.0 = no more than uniform: no sink to
+lose); `feature_growth` is RMS(layer input at depth K) / RMS(at depth 1)."""
 
 from __future__ import annotations
 
@@ -20,17 +25,35 @@ from .metrics import acceptance, cluster_mean, context_bucket, spearman
 
 # the per-depth statistics, in the order tables show them: the three regions first, then every other head metric
 # (trace/schema.HEAD_METRICS), then the fed-back magnitudes
-_FIRST = ("sink_mass", "self_mass", "prompt_mass")
-DEPTH_METRICS = (*_FIRST, *(m for m in HEAD_METRICS if m not in _FIRST), "rms_in", "rms_pre", "rms_post")
+_FIRST = ("sink_lift", "self_lift", "recent_lift", "sink_mass", "self_mass", "prompt_mass")
+DEPTH_METRICS = (*_FIRST, *(m for m in HEAD_METRICS if m not in _FIRST), "entropy_norm", "rms_in", "rms_pre",
+                 "rms_post")
 PREDICTORS = ("sink_mass", "self_mass", "rms_in")
 # the depths columns Comparison.summary reads (a view of a large trace reads only these for its first page)
-SUMMARY_DEPTHS = ["prompt_id", "depth", "self_mass", "rms_in", "sink_mass"]
+SUMMARY_DEPTHS = ["prompt_id", "round", "depth", "self_mass", "rms_in", "sink_mass", "self_lift", "sink_lift"]
 
 
 # Per-depth statistics over fewer rounds (chains reaching the depth) than this are greyed in charts and starred
 # in the terminal report; rank correlations over fewer are not shown.
 MIN_N = 20
 NEAR_ZERO = 1e-3  # a sink mass below this is "no sink": ratios of two such numbers are noise, not a result
+
+
+def lift_trend(d: pd.DataFrame, metric: str, d_from: int, d_to: int) -> tuple[float, float, float]:
+    """Mean `metric` at depth d_to / at depth d_from over the rounds that have both (each round paired with itself),
+    with a 95% CI over groups (group bootstrap of the ratio of sums); NaN when d_to <= d_from."""
+    from .metrics import bootstrap_ratio
+
+    if d_to <= d_from or d.empty:
+        return (np.nan, np.nan, np.nan)
+    key = ["prompt_id", "round"] if "round" in d.columns else ["prompt_id"]
+    a = d[d.depth == d_from].set_index(key)[[metric, "group"]]
+    b = d[d.depth == d_to].set_index(key)[metric]
+    both = a.join(b.rename("to"), how="inner").dropna(subset=[metric, "to"])
+    if both.empty:
+        return (np.nan, np.nan, np.nan)
+    g = both.groupby("group", observed=True)[["to", metric]].sum()
+    return bootstrap_ratio(g["to"].to_numpy(), g[metric].to_numpy())
 
 
 def ratio(num: float, den: float, floor: float = NEAR_ZERO) -> float:
@@ -296,7 +319,8 @@ class Comparison:
         return out.sort_values(keys).reset_index(drop=True)
 
     def summary(self) -> pd.DataFrame:
-        """One row per series: acceptance under every definition, drift score, feature growth (with CIs)."""
+        """One row per series: acceptance under every definition, self lift and its trend, depth-1 sink lift,
+        feature growth (with CIs over groups)."""
         rows = []
         k = self.depth
         for s in self.series:
@@ -308,8 +332,11 @@ class Comparison:
 
             al, al_lo, al_hi = bootstrap_ratio(g["sum"].to_numpy(), g["count"].to_numpy())
             deep = d[d.depth >= 2]
-            gd = deep.groupby("group", observed=True)["self_mass"].agg(["sum", "count"])
-            drift, dlo, dhi = bootstrap_ratio(gd["sum"].to_numpy(), gd["count"].to_numpy())
+            gd = deep.groupby("group", observed=True)["self_lift"].agg(["sum", "count"])
+            lift, llo, lhi = bootstrap_ratio(gd["sum"].to_numpy(), gd["count"].to_numpy())
+            trend, tlo, thi = lift_trend(d, "self_lift", 2, k)
+            g1 = d[d.depth == 1].groupby("group", observed=True)["sink_lift"].agg(["sum", "count"])
+            s1, s1lo, s1hi = bootstrap_ratio(g1["sum"].to_numpy(), g1["count"].to_numpy())
             by_depth = d.groupby("depth")[["rms_in", "sink_mass"]].mean()
             rows.append({
                 "series": s.label, "prompts": r["prompt_id"].nunique(), "groups": r["group"].nunique(),
@@ -317,7 +344,9 @@ class Comparison:
                 "mean_acceptance_length": 1 + al, "al_lo": 1 + al_lo, "al_hi": 1 + al_hi,
                 "draft_acceptance_rate": acc.get("draft_acceptance_rate", np.nan),  # nan: no drafted rounds
                 "iid_acceptance_length": acc.get("iid_acceptance_length", np.nan), "iid_p": acc.get("iid_p", np.nan),
-                "drift_score": drift, "drift_lo": dlo, "drift_hi": dhi,
+                "self_lift": lift, "self_lift_lo": llo, "self_lift_hi": lhi,
+                "self_lift_trend": trend, "self_lift_trend_lo": tlo, "self_lift_trend_hi": thi,
+                "sink_lift_d1": s1, "sink_lift_d1_lo": s1lo, "sink_lift_d1_hi": s1hi,
                 "feature_growth": float(by_depth["rms_in"].iloc[-1] / by_depth["rms_in"].iloc[0]) if len(by_depth) else np.nan,
                 "sink_retention": ratio(by_depth["sink_mass"].iloc[-1], by_depth["sink_mass"].iloc[0])
                 if len(by_depth) else np.nan,

@@ -141,12 +141,13 @@ def crossing(fit: dict[str, float], level: float, lo: float, hi: float,
 # --- per-round frame ------------------------------------------------------------------------------------------
 
 def round_frame(cmp: Comparison) -> pd.DataFrame:
-    """One row per series x round: group, context, AL, drift (mean self mass over depths >= 2), sink mass, rms_in."""
+    """One row per series x round: group, context, AL, self lift (mean over depths >= 2: attention on its own drafts
+    per uniform share, which context length cannot dilute), sink mass, rms_in."""
     keys = ["series", "prompt_id", "round"]
     r = cmp.rounds[[*keys, "group", "context_len", "accepted"]].copy()
     r["acceptance_length"] = 1.0 + r["accepted"].astype(float)
     d = cmp.depths
-    deep = d[d["depth"] >= 2].groupby(keys, observed=True)["self_mass"].mean().rename("drift_score")
+    deep = d[d["depth"] >= 2].groupby(keys, observed=True)["self_lift"].mean()
     allk = d.groupby(keys, observed=True)[["sink_mass", "rms_in"]].mean()
     return r.merge(deep.reset_index(), on=keys, how="left").merge(allk.reset_index(), on=keys, how="left")
 
@@ -165,7 +166,7 @@ def context_curve(cmp: Comparison) -> pd.DataFrame:
     k = cmp.depth
     g = f.groupby(["series", "bucket_lo"], observed=True).agg(
         rounds=("accepted", "size"), prompts=("prompt_id", "nunique"), context=("context_len", "mean"),
-        acceptance_length=("acceptance_length", "mean"), drift_score=("drift_score", "mean"),
+        acceptance_length=("acceptance_length", "mean"), self_lift=("self_lift", "mean"),
         sink_mass=("sink_mass", "mean"), rms_in=("rms_in", "mean")).reset_index()
     g["draft_acceptance_rate"] = (g["acceptance_length"] - 1) / k
     g["context_bucket"] = [f"{lo}-{2 * lo - 1}" for lo in g["bucket_lo"]]
@@ -184,7 +185,7 @@ def decay_table(cmp: Comparison, breakeven: float | None = None) -> pd.DataFrame
         if sub.empty:
             continue
         fa = fit_log2(sub["context_len"], sub["acceptance_length"], sub["group"].astype(str).to_numpy())
-        fd = fit_log2(sub["context_len"], sub["drift_score"], sub["group"].astype(str).to_numpy())
+        fd = fit_log2(sub["context_len"], sub["self_lift"], sub["group"].astype(str).to_numpy())
         c = cost_ratio(cmp.rounds[cmp.rounds["series"] == s.label], k)
         if breakeven is not None:
             be, src = float(breakeven), "user (--breakeven)"
@@ -203,8 +204,8 @@ def decay_table(cmp: Comparison, breakeven: float | None = None) -> pd.DataFrame
             "groups": fa["n_groups"], "al_per_doubling": fa["slope"], "al_per_doubling_se": fa["slope_se"],
             "al_per_doubling_lo": fa["slope_lo"], "al_per_doubling_hi": fa["slope_hi"], "al_intercept": fa["intercept"],
             "al_r2": fa["r2"], "al_fit_at_min": predict(fa, lo), "al_fit_at_max": predict(fa, hi),
-            "drift_per_doubling": fd["slope"], "drift_per_doubling_se": fd["slope_se"],
-            "drift_per_doubling_lo": fd["slope_lo"], "drift_per_doubling_hi": fd["slope_hi"],
+            "self_lift_per_doubling": fd["slope"], "self_lift_per_doubling_se": fd["slope_se"],
+            "self_lift_per_doubling_lo": fd["slope_lo"], "self_lift_per_doubling_hi": fd["slope_hi"],
             "cost_ratio": c, "breakeven_al": be, "breakeven_source": src,
             "breakeven_context": at, "breakeven_status": status, "measured_al": measured,
         })

@@ -14,7 +14,10 @@ from .decay import any_beyond, context_curve, decay_table, window_split, windows
 from .metrics import ACCEPTANCE_DEFINITIONS
 
 DEFINITIONS = {
-    "drift_score": "mean self mass (draft + own slot attention) over depths 2..K",
+    "self_lift": "mean self lift over depths 2..K: self mass / (self slots / keys seen); 1.0 = uniform attention",
+    "self_lift_trend": "self lift at depth K / at depth 2 over the same rounds (group-bootstrap CI): > 1 attention "
+                       "per own draft slot grows with depth (drift), < 1 it spreads; a slot count cannot move it",
+    "sink_lift_d1": "depth-1 sink mass / (sink slots / keys seen): 1.0 = no more than uniform (no sink to lose)",
     "feature_growth": "RMS of the drafter layer input at depth K / at depth 1",
     "acceptance_rate": "vLLM per-position rate: fraction of chains with depth d accepted",
     "n_alpha": "EAGLE n-alpha: acceptance at depth d among chains whose depths < d were accepted",

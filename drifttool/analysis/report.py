@@ -10,7 +10,6 @@ import pandas as pd
 from rich.console import Console
 from rich.markup import escape as _e  # names, paths and notes are data, not rich markup
 
-from ..styles import drafter_kind, split_label
 from ..trace.positions import query_position
 from .compare import MIN_N, Comparison
 from .metrics import MIN_CLUSTERS
@@ -50,15 +49,17 @@ def print_acceptance(c: Console, s: pd.DataFrame) -> None:
 
 
 def print_drift(c: Console, s: pd.DataFrame) -> None:
-    t = _table("Drift and feature growth (95% CI over groups)", "series", "drift score", "feature\ngrowth",
-               "sink\nretention", widths={**_sw(s["series"]), "drift score": 14})
+    t = _table("Attention against uniform, and feature growth (95% CI over groups)", "series", "sink lift\nat d1",
+               "self lift\nd2..K", "self lift\ntrend", "feature\ngrowth", widths={**_sw(s["series"])})
     for _, r in s.iterrows():
-        t.add_row(_lab(r.series), _f(r.drift_score, r.drift_lo, r.drift_hi), _f(r.feature_growth, d=2),
-                  _f(r.sink_retention, d=2))
+        t.add_row(_lab(r.series), _f(r.sink_lift_d1, r.sink_lift_d1_lo, r.sink_lift_d1_hi, d=2),
+                  _f(r.self_lift, r.self_lift_lo, r.self_lift_hi, d=1),
+                  _f(r.self_lift_trend, r.self_lift_trend_lo, r.self_lift_trend_hi, d=2), _f(r.feature_growth, d=2))
     c.print(t)
-    c.print("drift score: mean self mass over depths 2..K. feature growth: RMS(layer input) at depth K / "
-            "depth 1. sink retention: sink mass at depth K / depth 1 ('-' when the depth-1 sink mass is "
-            "below 0.001: no sink to retain).", markup=False)
+    c.print("lift = mass / the share uniform attention over the keys the query saw would give it (1.0 = no more "
+            "than uniform). sink lift at d1: no sink to lose when it is near 1. self lift trend: self lift at depth K "
+            "/ at depth 2, same rounds (> 1: attention per own draft slot grows with depth: drift). feature growth: "
+            "RMS(layer input) at depth K / depth 1.", markup=False)
 
 
 def print_per_depth(c: Console, cmp: Comparison) -> None:
@@ -67,14 +68,16 @@ def print_per_depth(c: Console, cmp: Comparison) -> None:
     if pd_.empty:
         return
     pd_ = pd_.assign(_o=pd_["series"].map(_order(cmp))).sort_values(["depth", "_o"])
-    t = _table("Per depth: attention mass and layer-input RMS (all rounds; 95% CI over groups)", "depth", "series", "sink",
+    t = _table("Per depth: attention against uniform (lift = mass / uniform share), masses and layer-input RMS (all "
+               "rounds; 95% CI over groups)", "depth", "series", "sink\nlift", "self\nlift", "recent\nlift", "sink",
                "self", "prompt", "rms_in", widths={**_sw(pd_["series"]), "sink": 14, "self": 14})
     last = None
     for _, r in pd_.iterrows():
         if last is not None and r.depth != last:
             t.add_section()
         last = r.depth
-        t.add_row(str(int(r.depth)), _lab(r.series), _f(r.sink_mass, r.sink_mass_lo, r.sink_mass_hi),
+        t.add_row(str(int(r.depth)), _lab(r.series), _f(r.sink_lift, d=2), _f(r.self_lift, d=1),
+                  _f(r.recent_lift, d=2), _f(r.sink_mass, r.sink_mass_lo, r.sink_mass_hi),
                   _f(r.self_mass, r.self_mass_lo, r.self_mass_hi), _f(r.prompt_mass), _f(r.rms_in, d=2))
     c.print(t)
     t = _table("Per depth: acceptance (95% CI over groups)", "depth", "series", "rounds", "prefix-\ncorrect",
@@ -102,23 +105,23 @@ def print_decay(c: Console, cmp: Comparison, breakeven: float | None = None) -> 
         return
     cc = cc.assign(_o=cc["series"].map(_order(cmp))).sort_values(["bucket_lo", "_o"])
     t = _table("Long-context decay: by context length (power-of-two buckets)", "context", "series", "rounds",
-               "acc.\nlength", "draft\nacc.\nrate", "drift\nscore", "sink", "rms_in", widths=_sw(cc["series"]))
+               "acc.\nlength", "draft\nacc.\nrate", "self\nlift", "sink", "rms_in", widths=_sw(cc["series"]))
     last = None
     for _, r in cc.iterrows():
         if last is not None and r.bucket_lo != last:
             t.add_section()
         last = r.bucket_lo
         t.add_row(r.context_bucket, _lab(r.series), str(r.rounds), _f(r.acceptance_length, d=2),
-                  _f(r.draft_acceptance_rate), _f(r.drift_score), _f(r.sink_mass), _f(r.rms_in, d=2))
+                  _f(r.draft_acceptance_rate), _f(r.self_lift, d=1), _f(r.sink_mass), _f(r.rms_in, d=2))
     c.print(t)
     dt = decay_table(cmp, breakeven)
     t = _table("Long-context decay: trend vs log2(context) (95% CI over groups), break-even", "series", "contexts",
-               "AL /\ndoub-\nling", "drift /\ndoub-\nling", "cost\nratio\nc", "break-\neven\nAL",
+               "AL /\ndoub-\nling", "self\nlift /\ndoub-\nling", "cost\nratio\nc", "break-\neven\nAL",
                "stops\npaying\nat", widths=_sw(dt["series"]))
     for _, r in dt.iterrows():
         at = r.breakeven_context
         t.add_row(_lab(r.series), f"{r.context_min}-{r.context_max}",
-                  _f(r.al_per_doubling, r.al_per_doubling_lo, r.al_per_doubling_hi), _f(r.drift_per_doubling),
+                  _f(r.al_per_doubling, r.al_per_doubling_lo, r.al_per_doubling_hi), _f(r.self_lift_per_doubling, d=2),
                   _f(r.cost_ratio), _f(r.breakeven_al, d=2), "-" if at is None or at != at else f"{at:,.0f}")
     c.print(t)
     c.print(_slope_note(dt), markup=False)
@@ -156,11 +159,11 @@ def print_window(c: Console, cmp: Comparison) -> None:
         return
     ws = window_split(cmp)
     t = _table("Trained window: rounds inside vs beyond the drafter's trained context (all metrics: --json)",
-               "series", "side", "window", "drafts", "acc.\nlength", "draft\nacc.\nrate", "drift\nscore",
+               "series", "side", "window", "drafts", "acc.\nlength", "draft\nacc.\nrate", "self\nlift\ntrend",
                "feature\ngrowth", widths=_sw(ws["series"]))
     for _, r in ws.iterrows():
         t.add_row(_lab(r.series), r.side, str(r.window), str(r.drafts), _f(r.mean_acceptance_length, d=2),
-                  _f(r.draft_acceptance_rate), _f(r.drift_score), _f(r.feature_growth, d=2))
+                  _f(r.draft_acceptance_rate), _f(r.self_lift_trend, d=2), _f(r.feature_growth, d=2))
     c.print(t)
 
 
@@ -191,38 +194,13 @@ def print_predictors(c: Console, cmp: Comparison, bins: int = 4) -> None:
             + (f" Depths reached by fewer than {MIN_N} chains: not shown." if hidden else ""))
 
 
-def plain_summary(cmp: Comparison, s: pd.DataFrame | None = None) -> list[str]:
-    """Sentences: per trace, every drafter against the EAGLE-3 one (else the first): drift score and feature
-    growth as measured, then the paired findings (report_stats.findings): acceptance length with its power,
-    detected depth trends, and what is underpowered."""
-    s = cmp.summary() if s is None else s
-    if s.empty:
-        return []
-    rows = {r.series: r for _, r in s.iterrows()}
-    groups: dict[str | None, list[str]] = {}
-    for ser in cmp.series:
-        groups.setdefault(split_label(ser.label)[0], []).append(ser.label)
-    out = []
-    for trace, labels in groups.items():
-        labels = [x for x in labels if x in rows]
-        if not labels:
-            continue
-        base = next((x for x in labels if drafter_kind(x) == "eagle3"), labels[0])
-        b = rows[base]
-        where = f" ({trace})" if len(groups) > 1 else ""
-        if len(labels) == 1:
-            out.append(f"{base}{where}: acceptance length {b.mean_acceptance_length:.2f} tokens/round, drift score "
-                       f"{b.drift_score:.3f}, feature RMS x{b.feature_growth:.2f} from depth 1 to {cmp.depth}.")
-            continue
-        for x in labels:
-            if x == base:
-                continue
-            r = rows[x]
-            out.append(
-                f"{split_label(x)[1]} vs {split_label(base)[1]}{where}: drift score {r.drift_score:.3f} vs "
-                f"{b.drift_score:.3f}; feature RMS x{r.feature_growth:.2f} vs x{b.feature_growth:.2f} from depth 1 "
-                f"to {cmp.depth} (descriptive; the tests are below).")
-    return out
+def plain_summary(cmp: Comparison, s: pd.DataFrame | None = None, tr: pd.DataFrame | None = None,
+                  ad: pd.DataFrame | None = None) -> list[str]:
+    """The answer in words (analysis.answer): per drafter pair, does EAGLE-3 drift and does the other change it,
+    read against uniform attention, with p, CIs and what the data cannot tell."""
+    from .answer import answer
+
+    return answer(cmp, s, tr, ad)
 
 
 def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool = True,
@@ -230,13 +208,18 @@ def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool =
     for n in cmp.notes:
         c.print(f"[bold red]{_e(n)}[/bold red]" if n.startswith("FLAGGED") else f"[yellow]note:[/yellow] {_e(n)}", emoji=False)
     s = cmp.summary()
+    from .report_stats import findings, print_between, print_depth_changes, print_training, print_verdicts
+
+    tr, ad = cmp.trends(), cmp.acceptance_differences()
+    answer = plain_summary(cmp, s, tr, ad)
+    if answer:  # the answer first: what the tables below support, in words
+        c.print("[bold]The answer[/bold]")
+        for line in answer:
+            c.print(f"  {line}", markup=False, emoji=False)
     print_acceptance(c, s)
     print_drift(c, s)
     print_per_depth(c, cmp)
-    from .report_stats import findings, print_between, print_depth_changes, print_training, print_verdicts
-
     print_training(c, cmp)
-    tr, ad = cmp.trends(), cmp.acceptance_differences()
     print_depth_changes(c, cmp, tr)
     print_verdicts(c, cmp, tr)
     print_between(c, cmp, ad, cmp.trend_differences(populations=("all",)))
@@ -260,7 +243,7 @@ def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool =
     print_window(c, cmp)
     print_predictors(c, cmp, bins)
     print_where(c, cmp)
-    lines = plain_summary(cmp, s) + findings(cmp, tr, ad)
+    lines = findings(cmp, tr, ad)
     if lines:
         c.print("[bold]In short[/bold]")
         for line in lines:

@@ -40,8 +40,8 @@ POWER = 0.8
 EXACT_MAX = 16  # exact sign-flip enumeration up to this many groups (2^16 patterns)
 N_PERM = 20_000
 # the first depth a metric is defined at: self/draft mass need an earlier drafted slot (depth >= 2)
-BASE_DEPTH = {"self_mass": 2, "draft_mass": 2}
-TREND_METRICS = ("sink_mass", "self_mass", "prompt_mass", "rms_in")
+BASE_DEPTH = {"self_mass": 2, "draft_mass": 2, "self_lift": 2}
+TREND_METRICS = ("sink_lift", "self_lift", "sink_mass", "self_mass", "prompt_mass", "rms_in")
 POPULATIONS = ("all", "prefix_correct")
 POPULATION_TEXT = {
     "all": "all drafted rounds",

@@ -246,9 +246,10 @@ class View:
 
     @cached_property
     def summary(self) -> pd.DataFrame:
-        """One row per series: acceptance (all definitions), drift score, feature growth, with 95% CIs."""
+        """One row per series: acceptance (all definitions), self lift and its trend, depth-1 sink lift, feature
+        growth, with 95% CIs."""
         if self._cmp.rounds.empty:
-            return pd.DataFrame(columns=["series", "mean_acceptance_length", "al_lo", "al_hi", "drift_score"])
+            return pd.DataFrame(columns=["series", "mean_acceptance_length", "al_lo", "al_hi", "self_lift_trend"])
         out = self._cmp.summary()
         for col in ("per_position_rate", "n_alpha"):
             out[col] = [np.round(v, 4).tolist() if isinstance(v, list) else v for v in out[col]]
@@ -302,6 +303,20 @@ class View:
         if self._dd.empty:
             return pd.DataFrame()
         return Comparison(self._cmp.series, self._dd, self._cmp.rounds, []).trends()
+
+    @cached_property
+    def answer(self) -> list[str]:
+        """The Overview's first sentences (analysis.answer): does EAGLE-3 drift, does the other drafter change it,
+        from the first page's own columns (fed-back RMS and self-lift trends paired over groups, depth-1 sink lift,
+        acceptance against the EAGLE-3 series)."""
+        from .answer import answer
+        from .stats import depth_trends
+
+        cmp = self._cmp
+        if cmp.rounds.empty:
+            return []
+        tr = depth_trends(cmp.depths, cmp.mode, metrics=("rms_in", "self_lift"), populations=("all",))
+        return answer(cmp, self.summary, tr, cmp.acceptance_differences())
 
     @cached_property
     def verdict(self) -> list[str]:

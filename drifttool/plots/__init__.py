@@ -26,6 +26,7 @@ from .depth import (
     acceptance_per_depth,
     depth_curves,
     feature_rms,
+    lift_curves,
     metric_by_depth,
     metric_by_trace,
 )
@@ -40,7 +41,7 @@ __all__ = [
     "DASHES", "KIND_STYLES", "LABELS", "MIN_N", "NONE_FLAGGED", "N_COLUMN", "PALETTE", "SMALL_N_COLOR", "SYMBOLS",
     "TEMPLATE", "TITLE_FONT", "acceptance_length_bars", "acceptance_per_depth", "attention_row_heatmap", "aux_rms",
     "bucket_order", "context_curves", "context_summary", "correlation_table", "depth_curves", "drafter_kind",
-    "feature_rms", "grid", "head_diff_heatmap", "head_heatmaps", "head_matrix", "label", "log_range",
+    "feature_rms", "grid", "head_diff_heatmap", "head_heatmaps", "head_matrix", "label", "lift_curves", "log_range",
     "massive_flags", "metric_by_depth", "metric_by_trace", "predictor_correlations", "predictor_curves",
     "series_colors", "series_style", "series_styles", "sink_slots", "split_label", "training_curves", "tree_depth_curves",
     "tree_layout", "tree_round_figure", "where_attention",

@@ -62,6 +62,18 @@ def depth_curves(per_depth: pd.DataFrame, metrics: Sequence[str] = ("sink_mass",
                            log_y=[m for m in metrics if m == "sink_mass"])
 
 
+def lift_curves(per_depth: pd.DataFrame,
+                metrics: Sequence[str] = ("sink_lift", "self_lift", "recent_lift")) -> go.Figure:
+    """Attention against uniform vs depth: each mass / the share uniform attention over the keys seen would give it
+    (log axis; the dotted line at 1 is uniform). Self lift starts at depth 2 (no own slot before)."""
+    have = [m for m in metrics if m in per_depth and per_depth[m].notna().any()]
+    fig = metric_by_depth(per_depth, have or list(metrics), "Attention against uniform (lift: 1 = uniform), by depth",
+                          log_y=True)
+    for j in range(len(have)):
+        fig.add_hline(y=1.0, line_dash="dot", line_color="#888", row=j // 3 + 1, col=j % 3 + 1)
+    return fig
+
+
 def feature_rms(per_depth: pd.DataFrame, metrics: Sequence[str] = ("rms_in", "rms_pre", "rms_post")) -> go.Figure:
     """Hidden-state RMS vs depth on a log axis (EAGLE-3 grows, EAGLE-3.1 stays flat)."""
     return metric_by_depth(per_depth, metrics, "Feature RMS by depth (log scale)", log_y=True)

@@ -64,7 +64,8 @@ def html_report(traces: list[TraceData], title: str = "drifttool report") -> str
                  + ", ".join(str(t.path) for t in traces)) + "</p>",
              "<h2>In short</h2><ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in sentences) + "</ul>",
              "<h2>Summary</h2>" + _table(v.summary, ["series", "drafts", "mean_acceptance_length", "al_lo", "al_hi",
-                                                    "drift_score", "feature_growth", "n_prompts", "n_groups"])]
+                                                    "sink_lift_d1", "self_lift", "self_lift_trend", "feature_growth",
+                                                    "n_prompts", "n_groups"])]
     first = True
     for name, fig in charts(v):
         parts.append(f"<h2>{html.escape(name)}</h2>")

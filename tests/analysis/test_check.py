@@ -45,7 +45,10 @@ def test_parse_rules():
     ("acceptance_length=>2", "malformed"),
     ("acceptance_length>=", "malformed"),
     ("self_mass<=0.4", "per-depth metric"),
-    ("drift_score@depth2<=0.4", "drop '@depth2'"),
+    ("self_lift_trend@depth2<=0.4", "drop '@depth2'"),
+    ("drift_score<=0.4", "'drift_score' was retired"),  # a silently redefined gate would flip with exit 0
+    ("drift<=0.4", "use self_lift_trend"),
+    ("drift_per_doubling<=0", "use self_lift_per_doubling"),
     ("self_mass@depth0<=0.4", "depths start at 1"),
 ])
 def test_rule_errors_name_the_rule(text, msg):

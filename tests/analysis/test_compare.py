@@ -75,7 +75,7 @@ def test_compare_json(traces, capsys):
         assert s["groups"] == 3 and s["al_lo"] is None and s["al_hi"] is None
         assert s["per_position_rate"] == pytest.approx([(acc >= i).mean() for i in range(1, K + 1)])
         assert s["draft_acceptance_rate"] == pytest.approx(acc.sum() / (len(acc) * K))
-        assert s["drift_lo"] is None and s["drift_hi"] is None
+        assert s["self_lift_lo"] is None and s["self_lift_trend_hi"] is None and s["sink_lift_d1_lo"] is None
 
 
 def test_compare_text_report(traces, capsys):

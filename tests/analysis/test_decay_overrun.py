@@ -108,7 +108,11 @@ def test_decay_table_on_synthetic_trace(tmp_path):
     row = dc.decay_table(cmp).iloc[0]
     assert row["al_per_doubling"] == pytest.approx(-0.5)
     assert row["al_intercept"] == pytest.approx(12.0)
-    assert row["drift_per_doubling"] == pytest.approx(0.02)
+    # the self-lift trend, refitted here from the depth table: per round the mean self lift over depths >= 2
+    d = cmp.depths[cmp.depths.depth >= 2]
+    per_round = d.groupby(["prompt_id", "round"], observed=True).agg(x=("context_len", "first"), y=("self_lift", "mean"))
+    assert row["self_lift_per_doubling"] == pytest.approx(np.polyfit(np.log2(per_round.x), per_round.y, 1)[0],
+                                                          rel=1e-6)
     assert row["breakeven_al"] == pytest.approx(1.8)  # 1 + K c
     assert row["breakeven_context"] == pytest.approx(2 ** ((1.8 - 12) / -0.5))
     # one prompt, one group: the slope has no interval, so the crossing is read off but not established
@@ -164,7 +168,7 @@ def test_overrun_split_has_rows_inside_and_beyond(overrun_trace):
     split = dc.window_split(cmp)
     assert split["side"].tolist() == ["inside", "beyond"]
     assert (split["window"] == 64).all() and split["drafts"].sum() == len(cmp.rounds)
-    for col in ("mean_acceptance_length", "drift_score", "feature_growth", "iid_acceptance_length"):
+    for col in ("mean_acceptance_length", "self_lift_trend", "feature_growth", "iid_acceptance_length"):
         assert col in split.columns
     js = comparison_json(cmp)["trained_window"]
     assert js["any_beyond"] and {r["side"] for r in js["split"]} == {"inside", "beyond"}

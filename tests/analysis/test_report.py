@@ -36,10 +36,10 @@ def test_report_fits_80_columns_without_cutting_names_or_cis(three):
     s = three.summary()
     for _, r in s.iterrows():
         if r.groups < 6:  # too few groups for a bootstrap CI (analysis.metrics.MIN_CLUSTERS)
-            assert r.al_lo != r.al_lo and r.drift_lo != r.drift_lo
+            assert r.al_lo != r.al_lo and r.self_lift_trend_lo != r.self_lift_trend_lo
             continue
         assert f"[{r.al_lo:.2f}, {r.al_hi:.2f}]" in text  # the CI whole, on the line under its value
-        assert f"[{r.drift_lo:.3f}, {r.drift_hi:.3f}]" in text
+        assert f"[{r.self_lift_trend_lo:.2f}, {r.self_lift_trend_hi:.2f}]" in text
         assert re.search(rf"^{re.escape(r.series)}\s", text, re.M)  # the label whole, at the start of a row
     # per-depth rows: all drafters of depth 1, then of depth 2, ...: (depth, series) in that order
     block = text[text.index("Per depth: attention"):text.index("Per depth: acceptance")]
@@ -58,9 +58,13 @@ def test_long_trace_labels_wrap_after_the_colon(dash_traces, tmp_path):
 
 def test_plain_summary_and_findings_state_the_numbers_and_their_power(three):
     s = three.summary().set_index("series")
-    lines = plain_summary(three)
-    assert len(lines) == 2 and lines[0].startswith("e31 vs e3:") and lines[1].startswith("e3post vs e3:")
-    assert f"x{s.loc['e31', 'feature_growth']:.2f} vs x{s.loc['e3', 'feature_growth']:.2f}" in lines[0]
+    lines = plain_summary(three)  # the answer: EAGLE-3 first, then each drafter against it
+    assert len(lines) == 3 and lines[0].startswith("Does e3 drift?") and lines[1].startswith("Does e31 change it?")
+    assert lines[2].startswith("Does e3post change it?")
+    assert f"x{s.loc['e3', 'feature_growth']:.2f} from depth 1" in lines[0]
+    assert f"x{s.loc['e31', 'feature_growth']:.2f} from depth 1" in lines[1]
+    assert "2 groups, no test can reach p < 0.05" in lines[2]  # e3post ran 2 groups: says why, no number
+    assert "drift score" not in " ".join(lines)
     assert "CIs overlap" not in " ".join(lines)  # overlap of CIs is no test; the findings carry the tests
     ad = three.acceptance_differences().set_index("series")
     found = findings(three)
@@ -78,6 +82,7 @@ def test_plain_summary_and_findings_state_the_numbers_and_their_power(three):
     assert ad.loc["e3post", "n_groups"] == 2 and "underpowered" in next(x for x in found if x.startswith("e3post"))
     text = _render(three)
     assert text.rstrip().endswith(found[-1].split()[-1])  # the report ends with the findings
+    assert text.lstrip().startswith("The answer")  # ... and opens with the answer
 
 
 def test_break_even_never_says_below_when_the_measured_length_is_above():

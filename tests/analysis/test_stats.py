@@ -93,13 +93,11 @@ def test_no_effect_gives_no_detection_and_the_right_mde(traces):
     r = _trend(traces["null"])
     x = _group_changes(traces["null"], "e3", "sink_mass", 1, K)
     n, sd = len(x), x.std(ddof=1)
-    want = (sps.t.ppf(0.975, n - 1) + sps.t.ppf(0.8, n - 1)) * sd / np.sqrt(n)
+    # the sign-flip test's own MDE (tests/analysis/test_signflip_power.py checks its power by simulation)
+    want = stats.mde(sd, n)
     assert r.mde == pytest.approx(want, rel=1e-9) and r.sd == pytest.approx(sd, rel=1e-9)
-    # the MDE is what its name says: a paired t-test's power at that effect is ~80% (noncentral t)
-    nc = want / (sd / np.sqrt(n))
-    tc = sps.t.ppf(0.975, n - 1)
-    power = sps.nct.sf(tc, n - 1, nc) + sps.nct.cdf(-tc, n - 1, nc)
-    assert 0.77 < power < 0.85
+    assert want == pytest.approx(stats.SIGNFLIP_MDE[n] * sd if n in stats.SIGNFLIP_MDE else
+                                 (sps.t.ppf(0.975, n - 1) + sps.t.ppf(0.8, n - 1)) * sd / np.sqrt(n), rel=1e-9)
     assert r.p >= 0.05 and r.verdict == "no change detected" and r.mde < r.base_value
 
 

@@ -97,7 +97,8 @@ def test_unused_prompt_categories_do_not_enter_the_bootstrap(tmp_path):
         p = df["prompt_id"]
         return df.assign(prompt_id=p.astype(str) if how == "str" else p.cat.add_categories([f"gone{i}" for i in range(5)]))
 
-    cols = ["mean_acceptance_length", "al_lo", "al_hi", "drift_score", "drift_lo", "drift_hi"]
+    cols = ["mean_acceptance_length", "al_lo", "al_hi", "self_lift", "self_lift_trend", "self_lift_trend_lo",
+            "sink_lift_d1"]
     got, want = (Comparison(whole.series, keyed(whole.depths, how), keyed(whole.rounds, how), whole.notes).summary()[cols]
                  for how in ("unused", "str"))
     pd.testing.assert_frame_equal(got, want)

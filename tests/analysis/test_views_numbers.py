@@ -95,6 +95,9 @@ def raw(path: Path, table: str) -> pd.DataFrame:
     if {"sink_mass", "draft_mass", "own_mass"} <= set(df):
         s, d, o = (df[c].astype(np.float64) for c in ("sink_mass", "draft_mass", "own_mass"))
         df["self_mass"], df["prompt_mass"] = d + o, 1.0 - s - d - o
+    if {"n_keys", "n_sink", "n_self"} <= set(df):  # lifts: mass / (count / keys seen), NaN for an empty set
+        for lift, mass, count in (("self_lift", "self_mass", "n_self"), ("sink_lift", "sink_mass", "n_sink")):
+            df[lift] = (df[mass] * df["n_keys"] / df[count].where(df[count] > 0)).astype(np.float64)
     return df
 
 
@@ -214,9 +217,9 @@ def test_prompts_aux_massive(traces, f):
                 raw(path, "depths"), path, drafter, Filters(f.prompts, f.tags)
             )  # summary: every depth
             close(
-                [s.drift_score, s.drift_lo, s.drift_hi],
-                bootstrap(dd[dd.depth >= 2], "self_mass"),
-                f"drift {label}",
+                [s.self_lift, s.self_lift_lo, s.self_lift_hi],
+                bootstrap(dd[dd.depth >= 2], "self_lift"),
+                f"self lift {label}", atol=1e-4,
             )
             by = dd.groupby("depth")[["rms_in", "sink_mass"]].mean()
             close(s.feature_growth, by.rms_in.iloc[-1] / by.rms_in.iloc[0], f"feature_growth {label}")

@@ -65,7 +65,8 @@ def test_overview_lists_every_series(app_run):
     assert "norm_output" in info.set_index("series").loc["e3post", "overrides"]
     summary = next(f for f in frames if "mean_acceptance_length" in f.columns and "al_lo" in f.columns)
     assert sorted(summary["series"]) == sorted(SERIES)
-    assert {"mean_acceptance_length", "al_lo", "al_hi", "drift_score", "drift_lo", "drift_hi"} <= set(summary.columns)
+    assert {"mean_acceptance_length", "al_lo", "al_hi", "self_lift", "self_lift_trend", "self_lift_trend_lo",
+            "sink_lift_d1"} <= set(summary.columns)
     assert len(at.get("plotly_chart")) == 0  # the first page draws without plotly (its bars are in the table)
     assert any(b.label.startswith("Download table") for b in at.get("download_button"))
 

@@ -159,8 +159,8 @@ def test_same_named_traces_stay_apart(tmp_path, capsys):
     b = synth(tmp_path / "b" / "x.drift", self_mass=0.4)
     s = Comparison.of([read_trace(a), read_trace(b)]).summary().set_index("series")
     assert list(s.index) == ["a/x:e3", "b/x:e3"]
-    assert s.loc["a/x:e3", "drift_score"] == pytest.approx(0.1, abs=1e-6)
-    assert s.loc["b/x:e3", "drift_score"] == pytest.approx(0.4, abs=1e-6)
+    # self mass 0.1 vs 0.4 at the same slot counts: self lifts in the ratio 4
+    assert s.loc["b/x:e3", "self_lift"] / s.loc["a/x:e3", "self_lift"] == pytest.approx(4.0, rel=1e-5)
     assert s["drafts"].tolist() == [4, 4]
 
 

@@ -8,8 +8,10 @@ from drifttool.dashboard import lib
 st.title("Depth")
 v = lib.view()
 lib.notes(v)
+READ = st.radio("Attention", ["x uniform (lift)", "mass"], horizontal=True, key="depth_read",
+                help="lift = mass / the share uniform attention over the keys the query saw would give it")
 scale = st.radio("Attention-mass axes", ["fitted (sink mass on a log axis)", "full 0-1"], horizontal=True,
-                 key="depth_scale")
+                 key="depth_scale") if READ == "mass" else "fitted"
 POPS = {"all rounds": "all", "prefix-correct rounds (chain still right up to the depth)": "prefix_correct"}
 pop = POPS[st.radio("Rounds", list(POPS), horizontal=True, key="depth_population")]
 per_depth = v.per_depth_in(pop)
@@ -21,7 +23,10 @@ if v.info["trace"].nunique() > 1:  # several traces: small multiples, one panel 
                      key="depth_facet_metric")
     lib.chart(plots.metric_by_trace(per_depth, m), "depth by trace")
 lib.chart(plots.acceptance_length_bars(v.summary), "mean acceptance length")
-lib.chart(plots.depth_curves(per_depth, scale="unit" if scale == "full 0-1" else "auto"), "depth curves")
+if READ == "mass":
+    lib.chart(plots.depth_curves(per_depth, scale="unit" if scale == "full 0-1" else "auto"), "depth curves")
+else:
+    lib.chart(plots.lift_curves(per_depth), "lift curves")
 lib.chart(plots.feature_rms(per_depth), "feature rms")
 lib.chart(plots.acceptance_per_depth(per_depth), "acceptance per depth")
 if len(per_depth) and "n_rounds" in per_depth:

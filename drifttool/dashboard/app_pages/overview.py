@@ -9,6 +9,13 @@ from drifttool.dashboard import lib
 st.title("Overview")
 v = lib.view()
 lib.notes(v)
+answer = v.answer
+if answer:  # the answer first: does EAGLE-3 drift, does the other drafter change it
+    st.subheader("The answer")
+    st.markdown("\n".join(f"- {x}" for x in answer))
+    st.caption("lift = attention mass / the share uniform attention over the keys the query saw would give it (1.0 = "
+               "no more than uniform); self lift trend = self lift at depth K / depth 2 over the same rounds (> 1: "
+               "drift). Paired over groups (source documents); 95% CIs from a group bootstrap.")
 lines = v.verdict
 if lines:
     st.subheader("In short")
@@ -30,7 +37,9 @@ short = info[[c for c in ("series", "variant", "flags_on", "layout", "overrides"
 lib.table(short, "series")
 with st.expander("Details: checkpoints, every flag, assumptions, all acceptance definitions"):
     lib.table(info.drop(columns=["path"]), "series details")
-    st.caption("drift score = mean self mass over depths 2..K; feature growth = RMS(layer input) at depth K / depth 1; "
+    st.caption("lift = mass / its uniform share (1.0 = no more than uniform attention over the keys seen); "
+               "self_lift = mean self lift over depths 2..K; self_lift_trend = self lift at depth K / depth 2 (> 1: "
+               "drift); sink_lift_d1 = depth-1 sink lift; feature growth = RMS(layer input) at depth K / depth 1; "
                "sink retention = sink mass at depth K / depth 1, left empty when the depth-1 sink mass is below "
                "0.001 (no sink to retain).")
     lib.table(v.summary, "summary")

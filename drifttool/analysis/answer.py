@@ -1,0 +1,129 @@
+"""The answer in words: per drafter pair, one sentence to "does EAGLE-3 drift, does EAGLE-3.1 fix it?", from the
+statistics alone. Every clause is a quantity read against what would make it mean something: fed-back state growth
+(RMS at depth K / depth 1, its paired p), the depth-1 sink lift (no sink to lose when it is not above uniform),
+the self-lift trend (attention per own draft slot from depth 2 to K: > 1 drift, < 1 recency / spreading), and
+acceptance with what it can be a claim about (these checkpoints, not the architectures, without seeds). Where the
+data cannot tell, the sentence says why instead of giving a number that reads as a finding."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..styles import drafter_kind, split_label
+from .metrics import MIN_CLUSTERS
+from .stats import ALPHA
+
+WEAK_SINK = 2.0  # a depth-1 sink lift above uniform but below this: a weak sink at most
+
+
+def _p(p: float) -> str:
+    if p != p:
+        return "p -"
+    return "p < 0.001" if p < 0.001 else f"p {p:.3f}" if p < 0.01 else f"p {p:.2f}"
+
+
+def _ci(v: float, lo: float, hi: float, d: int = 2) -> str:
+    if v != v:
+        return "-"
+    return f"{v:.{d}f} [{lo:.{d}f}, {hi:.{d}f}]" if lo == lo and hi == hi else f"{v:.{d}f} (no CI: < 6 groups)"
+
+
+def _trend(tr: pd.DataFrame, series: str, metric: str, k: int) -> pd.Series | None:
+    if tr is None or tr.empty:
+        return None
+    r = tr[(tr.series == series) & (tr.metric == metric) & (tr.depth == k) & (tr.population == "all")]
+    return r.iloc[0] if len(r) else None
+
+
+def growth(s, tr, k: int) -> str:
+    t = _trend(tr, s.series, "rms_in", k)
+    p = f", {_p(t.p)}" if t is not None else ""
+    fg = s.feature_growth
+    if fg != fg:
+        return "fed-back RMS not measured"
+    word = "grows" if fg > 1.05 else "shrinks" if fg < 0.95 else "stays flat"
+    return f"fed-back RMS {word} x{fg:.2f} from depth 1 to {k}{p}"
+
+
+def sink(s) -> str:
+    """The depth-1 sink lift read against uniform attention (1.0), with its CI: a sink the drafter could lose only
+    when it attends the sink positions clearly more than uniform attention would."""
+    v, lo, hi = s.sink_lift_d1, s.sink_lift_d1_lo, s.sink_lift_d1_hi
+    if v != v:
+        return "sink lift not measured (no sink positions)"
+    lo_, hi_ = (lo, hi) if lo == lo and hi == hi else (v, v)
+    if hi_ < 1:
+        return f"no sink to lose (depth-1 sink lift {_ci(v, lo, hi)}: below uniform)"
+    if lo_ <= 1:
+        return f"no sink to lose (depth-1 sink lift {_ci(v, lo, hi)}: no more than uniform)"
+    if v < WEAK_SINK:
+        return f"a weak sink at most (depth-1 sink lift {_ci(v, lo, hi)}: above uniform, below {WEAK_SINK:g}x)"
+    return f"the drafter attends the sink (depth-1 sink lift {_ci(v, lo, hi)})"
+
+
+def self_trend(s, tr, k: int) -> str:
+    v, lo, hi = s.self_lift_trend, s.self_lift_trend_lo, s.self_lift_trend_hi
+    if v != v:
+        return "self-lift trend needs depth >= 3"
+    t = _trend(tr, s.series, "self_lift", k)
+    p = f", {_p(t.p)}" if t is not None else ""
+    if lo == lo and hi < 1:
+        what = "falls: attention per own draft slot spreads with depth, recency not drift"
+    elif lo == lo and lo > 1:
+        what = "rises: attention concentrates on its own drafts with depth (drift)"
+    else:
+        what = "no trend the groups establish"
+    return f"self lift x{_ci(v, lo, hi)} from depth 2 to {k}{p}: {what}"
+
+
+def acceptance(r, pooled: pd.Series, seeds: int) -> str:
+    if r is None:
+        return ""
+    claim = ("over seeds: a claim about the architectures" if seeds >= 3 else
+             "for these two checkpoints (one trained model per variant: nothing yet about the architectures)")
+    if r.n_groups < MIN_CLUSTERS:
+        return (f"acceptance length {pooled[r.series]:.2f} vs {pooled[r.baseline]:.2f}: {r.n_groups} groups, no "
+                "test can reach p < 0.05")
+    sig = "detected" if r.p < ALPHA else "not detected"
+    return (f"acceptance length {pooled[r.series]:.2f} vs {pooled[r.baseline]:.2f} (paired {r.difference:+.2f} "
+            f"[{r.difference_lo:+.2f}, {r.difference_hi:+.2f}], {_p(r.p)}, {r.n_groups} groups: {sig}) {claim}")
+
+
+def answer(cmp, s: pd.DataFrame | None = None, tr: pd.DataFrame | None = None,
+           ad: pd.DataFrame | None = None, seeds: int = 1) -> list[str]:
+    """Per trace, one answer per drafter against its EAGLE-3 one ("does it drift? does the other change it?"), or
+    one description when a trace holds a single drafter."""
+    s = cmp.summary() if s is None else s
+    if s.empty:
+        return []
+    tr = cmp.trends() if tr is None else tr
+    ad = cmp.acceptance_differences() if ad is None else ad
+    k = cmp.depth
+    rows = {r.series: r for r in s.itertuples()}
+    pooled = 1.0 + cmp.rounds.groupby("series", observed=True)["accepted"].mean()
+    groups: dict[str | None, list[str]] = {}
+    for ser in cmp.series:
+        groups.setdefault(split_label(ser.label)[0], []).append(ser.label)
+    out = []
+    for labels in groups.values():
+        labels = [x for x in labels if x in rows]
+        if not labels:
+            continue
+        base = next((x for x in labels if drafter_kind(x) == "eagle3"), labels[0])
+        b = rows[base]
+        about_b = "; ".join([growth(b, tr, k), sink(b), self_trend(b, tr, k)])
+        out.append(f"Does {base} drift? {about_b}." if len(labels) > 1 else f"{base}: {about_b}.")
+        for x in labels:
+            if x == base:
+                continue
+            r = rows[x]
+            a = ad[(ad.series == x) & (ad.baseline == base)] if len(ad) else ad
+            acc = acceptance(a.iloc[0] if len(a) else None, pooled, seeds)
+            out.append(f"Does {x} change it? "
+                       + "; ".join([growth(r, tr, k), sink(r), self_trend(r, tr, k)] + ([acc] if acc else [])) + ".")
+    return out
+
+
+def headline(lines: list[str]) -> str:
+    """The first sentence a user reads: whether EAGLE-3 drifts and whether EAGLE-3.1 changes it."""
+    return lines[0] if lines else "no drafted rounds: nothing to answer"

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Capture the seed panel (scripts/train_seed_panel.sh): per seed S, its EAGLE-3 and EAGLE-3.1 drafters as
+# eagle3-sS / eagle3.1-sS on the long-code suite's first cuts (probes/real/powered/long_code_inside.jsonl: 24 held-out
+# stdlib modules, one cut each inside the trained window, 512-4096 tokens), greedy, depth 8, 32 new tokens, no
+# sampled rows, into sample_traces/seeds/smollm2-long_code-sS.drift. Waits for each seed's training to finish;
+# resumes a trace already started. LANES=2 runs two seeds at once (one torch thread each).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DT=${DT:-.venv/bin/drifttool}
+SEEDS=${SEEDS:-0 1 2}
+T=$($DT zoo fetch smollm2)
+mkdir -p sample_traces/seeds
+one() {
+  local s=$1 out=sample_traces/seeds/smollm2-long_code-s$1.drift r=--overwrite
+  while [ ! -e "runs/seeds/s$s/done" ]; do sleep 30; done
+  [ -f "$out/manifest.json" ] && r=--resume
+  OMP_NUM_THREADS=1 $DT capture --target "$T" --drafter "eagle3-s$s=runs/seeds/s$s/drafters/eagle3" \
+    --drafter "eagle3.1-s$s=runs/seeds/s$s/drafters/eagle3.1" --probes probes/real/powered/long_code_inside.jsonl \
+    --depth 8 --max-new-tokens 32 --keep-rows 0 --seed 0 --quiet --out "$out" $r
+}
+for s in $SEEDS; do one "$s"; done

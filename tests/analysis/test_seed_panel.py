@@ -1,0 +1,55 @@
+"""Seeds as the unit of an architecture claim (analysis.seeds): per seed and over seeds, with a planted difference
+that one seed contradicts, on synthetic traces with the numbers chosen."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from drifttool.analysis.compare import Comparison
+from drifttool.analysis.seeds import differences, over_seeds, per_group, sentence
+from drifttool.trace.reader import read_trace
+from drifttool.trace.synthetic import write_trace
+
+K = 4
+GROUPS = 8
+
+
+def _drafter(rng, accepted_mean: int, rms_top: float):
+    acc, prompts, groups = [], [], {}
+    for g in range(GROUPS):
+        pid = f"doc{g}"
+        groups[pid] = pid
+        for _ in range(5):
+            prompts.append(pid)
+            acc.append(accepted_mean)
+    rms = np.tile(np.linspace(1.0, rms_top, K), (len(acc), 1))
+    return {"accepted": acc, "prompt": prompts, "rms_in": rms}, groups
+
+
+@pytest.fixture(scope="module")
+def panel(tmp_path_factory):
+    root = tmp_path_factory.mktemp("seeds")
+    rng = np.random.default_rng(0)
+    traces = []
+    for s, (a3, a31) in enumerate([(1, 2), (1, 3), (2, 1)]):  # seed 2 reverses the sign
+        e3, groups = _drafter(rng, a3, 3.0)
+        e31, _ = _drafter(rng, a31, 1.0)
+        traces.append(read_trace(write_trace(root / f"s{s}.drift", {f"eagle3-s{s}": e3, f"eagle3.1-s{s}": e31}, K,
+                                             groups=groups)))
+    return Comparison.of(traces)
+
+
+def test_per_seed_and_over_seeds(panel):
+    rows = per_group(panel)
+    assert set(rows.seed) == {0, 1, 2} and set(rows.variant) == {"eagle3", "eagle3.1"}
+    diff = differences(rows)
+    t = over_seeds(diff).set_index("quantity")
+    al = t.loc["acceptance_length"]
+    assert al.per_seed == [1.0, 2.0, -1.0]
+    assert al.estimate == pytest.approx(2 / 3)
+    assert al.seeds_agreeing == 2 and al.min_sign_p == pytest.approx(0.25)
+    assert al.lo <= al.estimate <= al.hi and al.lo < 0  # one seed of three reverses: the interval reaches below 0
+    assert t.loc["rms_growth", "estimate"] == pytest.approx(1.0 - 3.0)
+    text = sentence(over_seeds(diff))
+    assert "3 seeds x 8 groups" in text and "does not establish" in text and "cannot reach p < 0.05" in text
