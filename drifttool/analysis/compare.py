@@ -147,6 +147,15 @@ def target_notes(traces: list[TraceData]) -> list[str]:
             if base_t.get(key) and tt.get(key) and base_t[key] != tt[key]:
                 raise DriftError(f"{t.path / 'manifest.json'}: target.{key} {tt[key]!r} differs from {first}'s "
                                  f"{base_t[key]!r}; traces must come from the same target to be compared")
+            if bool(base_t.get(key)) != bool(tt.get(key)):  # one trace cannot say which target it measured
+                lacks, has = (t.path, first) if not tt.get(key) else (first, t.path)
+                notes.append(f"{lacks.name}: no target.{key} in its manifest (an older or hand-edited trace), so "
+                             f"whether it measured the same target as {has.name} cannot be checked; compared as if so")
+        for key, what in (("draft_sampling", "draft sampling"), ("recent", "recent-mass window R")):
+            a, b = c.get(key), base_c.get(key)
+            if a is not None and b is not None and a != b:
+                raise DriftError(f"{t.path / 'manifest.json'}: capture.{key} {a!r} differs from {first}'s {b!r}; "
+                                 f"acceptance (or the recent mass) under another {what} cannot be paired")
         if c.get("temperature") != base_c.get("temperature"):
             raise DriftError(f"{t.path / 'manifest.json'}: capture.temperature {c.get('temperature')!r} differs from "
                              f"{first}'s {base_c.get('temperature')!r}; acceptance under different sampling rules "

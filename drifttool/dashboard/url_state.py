@@ -14,6 +14,16 @@ SEP = ","
 APPLIED = "_url_applied"
 
 
+def small_int(text: str, limit: int = 6) -> int | None:
+    """The one parser for numbers in a link: ASCII digits only (str.isdigit accepts '²', which int() refuses) and at
+    most `limit` of them (int() refuses > 4,300 digits); anything else is None, and the caller falls back to its
+    default."""
+    t = str(text)
+    if not t or len(t) > limit or not all("0" <= ch <= "9" for ch in t):
+        return None
+    return int(t)
+
+
 def _split(v: Any) -> list[str]:
     if v is None:
         return []
@@ -35,15 +45,16 @@ def read(params: Any, state: Any, trace_names: Sequence[str], labels: Sequence[s
         vals = [v for v in _split(params.get(key)) if v in options.get(opt, [])]
         if vals:
             state[f"flt_{'prompts' if key == 'probes' else key}"] = vals
-    heads = [int(h) for h in _split(params.get("heads")) if h.isdigit() and int(h) in options.get("heads", [])]
+    heads = [h for h in (small_int(x) for x in _split(params.get("heads"))) if h is not None
+             and h in options.get("heads", [])]
     if heads:
         state["flt_heads"] = heads
     d = str(params.get("depth") or "")
     k = int(options.get("depth", 1))
     if "-" in d:
-        lo, _, hi = d.partition("-")
-        if lo.isdigit() and hi.isdigit() and 1 <= int(lo) <= int(hi) <= k and k > 1:
-            state["flt_depth"] = (int(lo), int(hi))
+        lo, _, hi = (small_int(x) for x in d.partition("-"))
+        if lo is not None and hi is not None and 1 <= lo <= hi <= k and k > 1:
+            state["flt_depth"] = (lo, hi)
 
 
 def write(params: Any, state: Any, trace_names: Sequence[str], labels: Sequence[str], depth: int,

@@ -127,8 +127,18 @@ def static_findings(folder: str | Path) -> tuple[dict[str, Any], list[Finding]]:
     has = {"fc_norm": any(k.startswith("fc_norm.") for k in keys), "input_norm": "input_norm.weight" in keys}
     out: list[Finding] = []
 
-    def on(f: str) -> bool:
+    def on(f: str) -> bool:  # as vLLM reads it: Python truthiness, so the string "false" is on
         return bool(flags.get(f, False))
+
+    for f, v in flags.items():
+        if not isinstance(v, bool):
+            out.append(Finding("flag_not_boolean", "error",
+                               f"{f} is {v!r} ({type(v).__name__}), not a JSON boolean: engines read it by truthiness, "
+                               f"so it counts as {bool(v)}" + (" although it says false" if str(v).strip().lower() in
+                                                               ("false", "0", "no", "off") else ""),
+                               {vllm: f"runs {f}={bool(v)} (Python truthiness)",
+                                "drifttool": "refuses to load (expected true or false: a JSON boolean)"},
+                               flag=f, value=v))
 
     if layout == "speculators":
         for f in FLAGS:
@@ -154,7 +164,9 @@ def static_findings(folder: str | Path) -> tuple[dict[str, Any], list[Finding]]:
                             "drifttool": "refuses to load (unexpected tensor fc_norm.0.weight)"}))
     if on("fc_norm") and not has["fc_norm"]:
         out.append(Finding("flag_without_weights", "error",
-                           "fc_norm is true but the checkpoint has no fc_norm.* weights",
+                           ("fc_norm is true" if flags.get("fc_norm") is True else
+                            f"fc_norm is {flags.get('fc_norm')!r}, read as true,") + " but the checkpoint has no fc_norm.* "
+                           "weights",
                            {vllm: "runs fc_norm with unit weights (RMSNorm's initial value), silently",
                             "drifttool": "refuses to load (missing tensor fc_norm.0.weight) unless overridden"}))
     if on("fc_norm") and on("norm_before_fc"):

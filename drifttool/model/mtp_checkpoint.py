@@ -57,6 +57,9 @@ def _moe(raw: dict[str, Any], where: str, family: str) -> dict[str, Any] | None:
     return m
 
 
+MAX_MTP_LAYERS = 64  # released checkpoints have 1 (DeepSeek-V3, GLM-4.5) or 1-3 (MiMo); a count past this is a typo
+
+
 def mtp_config(raw: dict[str, Any], path: Path) -> DrafterConfig:
     """The target's config.json -> the DrafterConfig of its MTP head."""
     from .ckpt_config import _rope
@@ -72,6 +75,9 @@ def mtp_config(raw: dict[str, Any], path: Path) -> DrafterConfig:
     n = pos_int(raw, "num_nextn_predict_layers", where, minimum=0)
     if n == 0:
         raise DriftError(f"{where}: num_nextn_predict_layers is 0: this checkpoint has no MTP layers")
+    if n > MAX_MTP_LAYERS:  # checked before anything is built per layer (10**12 built a list of that length)
+        raise DriftError(f"{where}: num_nextn_predict_layers is {n}; expected at most {MAX_MTP_LAYERS} (released MTP "
+                         "checkpoints have 1-3)")
     assumptions: dict[str, str] = {}
     h = pos_int(raw, "hidden_size", where)
     nh = pos_int(raw, "num_attention_heads", where)

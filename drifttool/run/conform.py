@@ -145,6 +145,9 @@ def training_gap(folder: Path, depth1: dict[str, np.ndarray]) -> dict[str, Any] 
         trained = float(json.loads(f.read_text())["heldout_top1_per_step"][0])
     except (ValueError, TypeError, OSError, KeyError, IndexError):
         return None  # a report.json of another trainer's format: nothing to compare
+    if not 0.0 <= trained <= 1.0:  # NaN or 7.5 is no agreement rate: not compared (it was, as the trained value)
+        return {"trained_heldout_depth1": None, "flagged": False,
+                "note": f"{f}: heldout_top1_per_step[0] is {trained!r}, not an agreement rate in [0, 1]; not compared"}
     per_group = np.array([v.mean() for v in depth1.values() if len(v)])
     out: dict[str, Any] = {"trained_heldout_depth1": trained, "measured_depth1": float(per_group.mean()),
                            "n_groups": int(len(per_group))}
@@ -194,10 +197,19 @@ def conform(drafter: str, target: str, probes: str, engine: str = "hf", *, depth
             dtype: str = "float32", run_diagnosis: bool = True, progress: bool = False) -> ConformReport:
     """The whole check; see the module docstring. `engine_overrides` make the engine side load the checkpoint
     differently (`?flag=value` on --drafter: a planted misread to test the diagnosis with)."""
+    from ..model.ckpt_config import parse_override
     from ..model.hub import resolve
     from ..trace.reader import read_trace
+    from .argcheck import run_settings
     from .engines import engine as engine_named
 
+    # usage errors first (exit 2 through DriftError): before, an engine that refused them was reported as the
+    # verdict "NOT conformant" (exit 1, which CI reads as a non-conformant drafter)
+    run_settings(depth, max_new_tokens, 0.0, 0, 0, limit, None)
+    if max_new_tokens < 2:
+        raise DriftError(f"--max-new-tokens {max_new_tokens}: conform needs at least one drafted round; give >= 2")
+    for k, v in (engine_overrides or {}).items():
+        parse_override(k, v)  # raises "--override k=v: expected ..." for a value no engine could take
     path = resolve(drafter, "drafter")
     mtp = mtp_config_of(path)
     if mtp is not None:  # an MTP head: the family's readings, not EAGLE-3 flags (conform_mtp.py)
@@ -307,7 +319,7 @@ def render(rep: ConformReport) -> str:
             lines.append(f"  {t['agreement']:.1%}  {t['as']}")
     if rep.training:
         tr = rep.training
-        if "trained_heldout_depth1" in tr:
+        if tr.get("trained_heldout_depth1") is not None:
             ci = f" (95% CI over {tr['n_groups']} groups {tr['ci95'][0]:.3f}-{tr['ci95'][1]:.3f})" if tr.get("ci95") else ""
             lines += ["", f"training vs serving: held-out depth-1 agreement {tr['trained_heldout_depth1']:.3f}, measured "
                           f"depth-1 acceptance {tr['measured_depth1']:.3f}{ci}" + ("  GAP" if tr.get("flagged") else "")]

@@ -150,11 +150,15 @@ def _set(path: str, value):
     ("target.weights", "ffffffffffffffffffffffff", "same target"),
     ("target.config_hash", "ffffffffffffffff", "same target"),
     ("capture.temperature", 1.0, "different sampling rules"),
+    ("capture.draft_sampling", "probabilistic", "draft sampling"),  # same temperature, other draft rule
+    ("capture.recent", 16, "recent-mass window"),
 ])
 def test_baseline_from_another_suite_target_or_sampling_is_refused(traces, tmp_path, capsys, field, value, msg):
     cur, base, _ = traces
     if field == "target.weights":  # synthetic traces record no weights hash: give the current one its own
         cur = _edited(cur, tmp_path / "cur.drift", _set(field, "aaaaaaaaaaaaaaaaaaaaaaaa"))
+    if field == "capture.draft_sampling":  # synthetic traces record none: the current one drafts greedily
+        cur = _edited(cur, tmp_path / "cur.drift", _set(field, "greedy"))
     other = _edited(base, tmp_path / "other.drift", _set(field, value))
     assert main(["check", str(cur), "--baseline", str(other)]) == 2
     err = capsys.readouterr().err
@@ -162,3 +166,13 @@ def test_baseline_from_another_suite_target_or_sampling_is_refused(traces, tmp_p
     if field != "capture.probes.sha256":  # compare refuses these too (a suite difference is a note there)
         assert main(["compare", str(cur), str(other)]) == 2
         assert msg in capsys.readouterr().err
+
+
+def test_a_trace_without_target_identity_is_compared_with_a_note(traces, tmp_path, capsys):
+    """One manifest lacks target.weights (older or hand-edited): traces of maybe different targets were compared as
+    one target with no word; now a note names the trace that cannot be checked."""
+    cur, base, _ = traces
+    cur = _edited(cur, tmp_path / "cur.drift", _set("target.weights", "aaaaaaaaaaaaaaaaaaaaaaaa"))
+    assert main(["compare", str(cur), str(base)]) == 0
+    out = capsys.readouterr().out
+    assert "no target.weights in its manifest" in " ".join(out.split())

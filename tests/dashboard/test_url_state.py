@@ -39,3 +39,13 @@ def test_read_is_once_per_session_and_checks_ranges():
     assert "flt_depth" not in state  # beyond K
     url_state.read({"depth": "2-3"}, state, ["t"], ["t (x)"], opts)
     assert "flt_depth" not in state  # applied once: later reruns keep the user's own choices
+
+
+@pytest.mark.parametrize("params", [{"heads": "²"}, {"depth": "²-3"}, {"heads": "9" * 5000}, {"depth": "1-" + "9" * 5000},
+                                    {"depth": "-"}, {"heads": ",,1x,-1"}])
+def test_odd_numbers_in_a_link_fall_back_to_defaults(params):
+    """'²' passes str.isdigit() and fails int(); 5,000 digits exceed int()'s limit: both crashed the page."""
+    state, opts = {}, {"prompts": ["p0"], "tags": [], "heads": [0, 1], "depth": 4}
+    url_state.read(params, state, ["t"], ["t (x)"], opts)
+    assert "flt_heads" not in state and "flt_depth" not in state
+    assert url_state.small_int("12") == 12 and url_state.small_int("٣") is None

@@ -159,6 +159,7 @@ def test_unsupported_and_broken_checkpoints_are_one_error_line(tmp_path):
     cases = {
         "qwen3_next": (dict(model_type="qwen3_next"), "Qwen3-Next MTP heads"),
         "zero": (dict(num_nextn_predict_layers=0), "num_nextn_predict_layers is 0"),
+        "huge": (dict(num_nextn_predict_layers=10**12), "expected at most 64"),  # was a list of 10**12 first
         "unknown": (dict(model_type="llama"), "unknown MTP family"),
         "v2-routing": (dict(first_k_dense_replace=1, scoring_func="softmax"), "scoring_func 'softmax'"),
         "wider": (dict(hidden_size=72), "has shape"),

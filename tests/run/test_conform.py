@@ -107,3 +107,44 @@ def test_cli_exit_codes_and_json(models, capsys):
     assert main(["conform", str(broken), *base[1:]]) == 1  # static error, and the engine cannot load it
     out = capsys.readouterr().out
     assert "weights_without_flag" in out and "NOT conformant" in out
+
+
+@pytest.mark.parametrize("extra,msg", [
+    (["--depth", "0"], "--depth"),
+    (["--limit", "0"], "--limit"),
+    (["--max-new-tokens", "-1"], "--max-new-tokens"),
+    (["--max-new-tokens", "1"], "at least one drafted round"),  # was a ValueError traceback
+    (["--engine-override", "fc_norm=maybe"], "expected true or false"),
+])
+def test_usage_errors_exit_2_not_a_verdict(models, capsys, extra, msg):
+    """A bad argument is a usage error (exit 2, one line), not the verdict 'NOT conformant' (exit 1: a CI gate would
+    read it as a misread drafter)."""
+    root, p, suite = models
+    base = [str(p["eagle3"]), "--target", str(p["target"]), "--probes", str(suite), "--depth", "2",
+            "--max-new-tokens", "8"]
+    assert main(["conform", *base, *extra]) == 2
+    captured = capsys.readouterr()
+    assert msg in captured.err and "NOT conformant" not in captured.out
+
+
+def test_a_string_flag_is_named_as_what_engines_read(models, tmp_path):
+    """fc_norm "false" (a string) with no fc_norm weights: the finding said 'fc_norm is true' while the declared
+    line printed fc_norm=false; now it names the string and what vLLM makes of it."""
+    _, p, _ = models
+    e3 = p["eagle3"]
+    s = edited(e3, tmp_path / "s", lambda c: c.update(fc_norm="false"))
+    f = {x.code: x for x in static_findings(s)[1]}
+    assert "flag_not_boolean" in f and "although it says false" in f["flag_not_boolean"].message
+    assert "runs fc_norm=True" in " ".join(f["flag_not_boolean"].engines.values())
+    assert "fc_norm is 'false', read as true," in f["flag_without_weights"].message
+
+
+@pytest.mark.parametrize("value", [float("nan"), 7.5, -0.1])
+def test_a_trained_agreement_outside_0_1_is_not_compared(tmp_path, value):
+    import numpy as np
+
+    from drifttool.run.conform import training_gap
+
+    (tmp_path / "report.json").write_text(json.dumps({"heldout_top1_per_step": [value]}))
+    gap = training_gap(tmp_path, {f"g{i}": np.array([1.0, 0.0]) for i in range(8)})
+    assert gap["trained_heldout_depth1"] is None and not gap["flagged"] and "not an agreement rate" in gap["note"]
