@@ -268,24 +268,39 @@ def report(
     images: str = typer.Option(None, "--images", help="also write each chart as a file into this folder "
                                "(needs the export extra: kaleido)"),
     image_format: str = typer.Option("png", "--image-format", help="png or svg"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output file"),
 ):
     """One self-contained HTML file (opens offline, no server): the verdict, the dashboard's charts and tables."""
     from .plots.html_report import html_report
     from .trace.reader import read_trace
 
+    p = output_file(out, overwrite, "-o")  # checked before any work: a trace's own files are never replaced
     data = [read_trace(t) for t in traces]
     text = html_report(data, title)
-    p = Path(out)
     try:
         p.write_text(text, encoding="utf-8")
     except OSError as e:
         raise DriftError(f"{p}: cannot write ({e.strerror})") from None
-    typer.echo(f"report written: {p} ({len(text) // 1024} KiB)")
+    typer.echo(f"report written: {p.resolve()} ({len(text) // 1024} KiB)")
     if images is not None:
         from .plots.images import export_images
 
         files = export_images(data, images, image_format)
         typer.echo(f"{len(files)} charts written to {images}/ ({image_format})")
+
+
+def output_file(out: str, overwrite: bool, flag: str) -> Path:
+    """The one guard for a file a verb writes: never inside a trace folder (NAME.drift/...: `-o T.drift/manifest.json`
+    made the trace unreadable), never a folder, and an existing file only with --overwrite."""
+    p = Path(out)
+    inside = next((q for q in (p, *p.parents) if q.suffix == ".drift"), None)
+    if inside is not None:
+        raise DriftError(f"{flag} {out}: inside the trace folder {inside}; write the file elsewhere")
+    if p.is_dir():
+        raise DriftError(f"{flag} {out}: is a folder; expected a file path")
+    if p.exists() and not overwrite:
+        raise DriftError(f"{flag} {out}: exists; add --overwrite to replace it")
+    return p
 
 
 @app.command()

@@ -15,9 +15,13 @@ class SinkSpec:
     first_n: int = 4
     positions: list[int] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
+    target: bool = False  # `--sink target`: the target's own sink positions, resolved when the target is loaded
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if not self.target:  # recorded only when asked for: older traces keep their settings hash
+            d.pop("target")
+        return d
 
     @classmethod
     def from_dict(cls, d: dict | None) -> SinkSpec:
@@ -25,13 +29,16 @@ class SinkSpec:
         if d is None:
             return cls()
         return cls(first_n=int(d.get("first_n", 0)), positions=[int(p) for p in d.get("positions", [])],
-                   token_ids=[int(t) for t in d.get("token_ids", [])])
+                   token_ids=[int(t) for t in d.get("token_ids", [])], target=bool(d.get("target", False)))
 
     @classmethod
     def parse(cls, text: str | None) -> SinkSpec:
-        """'4' | 'first:4' | 'pos:0,1,7' | 'tok:0,2' (combinable with ';')."""
+        """'4' | 'first:4' | 'pos:0,1,7' | 'tok:0,2' (combinable with ';') | 'target' (the positions the target itself
+        attends as sinks, found when it is loaded: model/target_sinks.py)."""
         if text is None or str(text).strip() == "":
             return cls()
+        if str(text).strip().lower() == "target":
+            return cls(first_n=0, target=True)
         spec = cls(first_n=0)
         for part in str(text).split(";"):
             part = part.strip()
@@ -49,12 +56,14 @@ class SinkSpec:
             elif kind == "tok":
                 spec.token_ids = nums
             else:
-                raise DriftError(f"--sink {text!r}: expected first:N, pos:i,j,... or tok:id,...")
+                raise DriftError(f"--sink {text!r}: expected first:N, pos:i,j,..., tok:id,... or target")
         return spec
 
     def mask(self, token_ids: torch.Tensor) -> torch.Tensor:
         """Boolean mask over sequence positions 0..L-1 given the token id at each position (the one definition
         of which positions are sinks: the capture's sink mass and the drill-down's marks both come from it)."""
+        if self.target:
+            raise DriftError("--sink target: not resolved against a loaded target (the capture engine does it)")
         length = token_ids.shape[0]
         m = torch.zeros(length, dtype=torch.bool, device=token_ids.device)
         m[: min(self.first_n, length)] = True

@@ -63,6 +63,24 @@ def test_report_refuses_an_unwritable_path(tmp_path, capsys):
     assert "cannot write" in err and "Traceback" not in err
 
 
+def test_report_never_replaces_a_trace_file_or_an_existing_file(tmp_path, capsys):
+    """`report -o T.drift/manifest.json` replaced the trace's manifest (the trace unreadable) and any existing file
+    was replaced without asking."""
+    import shutil
+
+    trace = tmp_path / "t.drift"
+    shutil.copytree(SAMPLE.parent / "smollm2-short_chat.drift", trace)
+    before = (trace / "manifest.json").read_bytes()
+    assert main(["report", str(trace), "-o", str(trace / "manifest.json")]) == 2
+    assert "inside the trace folder" in capsys.readouterr().err and (trace / "manifest.json").read_bytes() == before
+    keep = tmp_path / "mine.html"
+    keep.write_text("mine")
+    assert main(["report", str(trace), "-o", str(keep)]) == 2
+    assert "add --overwrite" in capsys.readouterr().err and keep.read_text() == "mine"
+    assert main(["report", str(trace), "-o", str(keep), "--overwrite"]) == 0
+    assert str(keep.resolve()) in capsys.readouterr().out  # where it went, in full
+
+
 def test_report_images_writes_every_chart_as_png_and_svg(tmp_path, capsys):
     """`report --images DIR`: the report's charts as files through kaleido (the export extra), one per chart."""
     import pytest
@@ -74,11 +92,11 @@ def test_report_images_writes_every_chart_as_png_and_svg(tmp_path, capsys):
     for fmt, magic in (("png", b"\x89PNG\r\n\x1a\n"), ("svg", b"<svg")):
         folder = tmp_path / fmt
         assert main(["report", str(trace), "-o", str(tmp_path / "r.html"), "--images", str(folder),
-                     "--image-format", fmt]) == 0
+                     "--image-format", fmt, "--overwrite"]) == 0
         files = sorted(folder.iterdir())
         assert len(files) == want and all(f.read_bytes().startswith(magic) for f in files), files
         assert f"{want} charts written" in capsys.readouterr().out
-    assert main(["report", str(trace), "-o", str(tmp_path / "r.html"), "--images", str(tmp_path / "x"),
+    assert main(["report", str(trace), "-o", str(tmp_path / "r2.html"), "--images", str(tmp_path / "x"),
                  "--image-format", "jpeg"]) == 2
     err = capsys.readouterr().err
     assert "--image-format 'jpeg'" in err and "Traceback" not in err

@@ -5,6 +5,7 @@ reproduce the reference numbers stored in their report.json."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -104,3 +105,17 @@ def test_powered_suites_are_what_the_generator_writes_and_can_detect_by_group(ta
         assert sum(n > 4096 for n in lengths) >= 8 and sum(n <= 4096 for n in lengths) >= 8, name
     code = load_suite(real / "powered" / "long_code.jsonl")
     assert all(len(p.tokens(t)) == p.cut for p in code)  # every document is long enough for both of its cuts
+
+
+def test_sink_target_on_smollm2_is_position_0_with_the_target_s_mass(target_dir):
+    """`--sink target` on the real target: SmolLM2 puts a large share of its upper layers' attention on position 0
+    (a natural sink, no training trick), which the rule finds and records with the mass per layer band."""
+    from drifttool.model.target import load_target
+    from drifttool.model.target_sinks import find_sinks
+    from drifttool.run.probes import load_suite
+
+    tgt = load_target(str(target_dir))
+    suite = load_suite(str(Path(__file__).resolve().parents[2] / "probes" / "real" / "quick.jsonl"))
+    ev = find_sinks(tgt, [p.tokens(tgt) for p in suite[:4]])
+    assert ev["positions"] == [0]
+    assert ev["mass_per_band"]["0"]["upper"] > 0.3 and ev["mass_per_band"]["0"]["lower"] < ev["mass_per_band"]["0"]["upper"]

@@ -47,6 +47,17 @@ def capture_one(
     return tabs, rows, res
 
 
+def resolve_sink(st, tgt, prompts: list[list[int]]):
+    """`--sink target`: the settings with the target's own sink positions (model/target_sinks.py) and the evidence
+    for the manifest; other sink rules pass through (evidence None)."""
+    if not st.sink.target:
+        return st, None
+    from ...model.target_sinks import find_sinks
+
+    ev = find_sinks(tgt, prompts)
+    return dataclasses.replace(st, sink=SinkSpec(first_n=0, positions=ev["positions"])), ev
+
+
 def capture_prompt(
     target: Target, drafters: dict[str, Eagle3Drafter], probe: Probe, ids: list[int], depth: int, mode: str,
     max_new_tokens: int, sink: SinkSpec, seed: int, keep_rows: int, temperature: float,
@@ -122,6 +133,7 @@ def run_capture(
                 raise DriftError(f"--tree: child rank {rank} needs a draft vocabulary of more than {rank} tokens; "
                                  f"drafter {name!r} has {m.config.draft_vocab_size}")
     tgt.set_aux_layer_ids(next(iter(models.values())).config.input_aux_layer_ids)
+    st, sink_evidence = resolve_sink(st, tgt, [p.tokens(tgt) for p in suite[:8]])
     token_ids = {}  # every probe checked before anything is written; the error names the file and the probe
     for probe in suite:
         try:
@@ -138,6 +150,9 @@ def run_capture(
                      "softmax rows of the K draft queries against the round's final key cache (no L x L maps)",
         "draft_sampling": st.draft_sampling if st.temperature > 0 else "greedy (temperature 0)",
     }
+    if sink_evidence is not None:
+        capture_settings["sink_rule"] = "target"
+        capture_settings["sink_target"] = sink_evidence
     if any(p.messages is not None for p in suite):
         capture_settings["chat_format"] = tgt.chat_format
     if tree is not None:

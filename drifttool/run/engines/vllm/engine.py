@@ -309,6 +309,9 @@ def run_capture_vllm(
     drafter. `vllm_kwargs` (or `engine_args`, `--vllm-arg` strings KEY=VALUE) go to `vllm.LLM` (they may not
     contradict launch.REQUIRED_ARGS)."""
     st, suite = begin(settings, settings_kw, drafters, probes, "run_capture_vllm")
+    if st.sink.target:  # the target's sink is read from its attention in an HF forward: the hf engine's
+        raise DriftError("--sink target: the vllm engine takes the positions found by an hf capture (its manifest's "
+                         "capture.sink_target.positions) as --sink pos:i,j")
     llm_kwargs = {**parse_vllm_args(engine_args or []), **(vllm_kwargs or {})}
     check_vllm_settings(st, target)
     vllm = import_vllm()
