@@ -405,6 +405,20 @@ def dashboard(
         found = sample_traces(log=lambda m: typer.echo(m, err=True))
         # a checkout's own samples: let the app list them itself (its documented default); else name them
         traces = [] if found and found[0].parent == REPO / "sample_traces" else [str(p) for p in found]
+    dashboard_command(traces, port, host, allow_host)  # port / host / app checked first
+    if traces:  # say in the terminal what the page would say: on a remote box nobody watches the page
+        from .trace.reader import read_manifest
+
+        good = []
+        for t in traces:
+            try:
+                read_manifest(t)
+                good.append(t)
+            except DriftError as e:
+                typer.echo(f"dashboard: skipped {t}: {e}", err=True)
+        if not good:
+            raise DriftError("dashboard: none of the given traces can be read (above); nothing to show")
+        traces = good
     cmd = dashboard_command(traces, port, host, allow_host)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     # printed by the server process once its imports succeeded (drifttool/dashboard/serve.py): a dashboard that

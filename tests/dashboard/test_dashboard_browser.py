@@ -171,6 +171,11 @@ def _visit_pages(page, view: str, url: str | None, traces, tmp_path, problems: l
         if not path:  # the Overview answers the question at 1400 px: the verdict, sink mass, no table cut off
             text = page.locator("[data-testid='stMain']").inner_text()
             assert "In short" in text and "sink d1" in page.content(), f"{view}: overview lacks verdict / sink mass"
+            # its first sentence is the answer in words: does EAGLE-3 drift, does EAGLE-3.1 change it
+            first = text[text.index("The answer"):]
+            assert re.search(r"The answer\s+Does \S*eagle3 drift\? fed-back RMS (grows|shrinks|stays flat)", first), \
+                f"{view}: overview does not open with the answer: {first[:200]!r}"
+            assert "drift score" not in text, f"{view}: the retired drift score is on the overview"
             wide = page.evaluate(OVERFLOW)
             assert not wide, f"{view}: overview tables scroll sideways at 1400 px: {wide}"
         charts_boxes, charts_colours = page.evaluate(BOXES), page.evaluate(COLOURS)

@@ -81,3 +81,21 @@ def test_origin_guard_follows_host_and_allow_host():
     assert "--server.enableXsrfProtection" in origin_guard("10.0.0.5")
     with pytest.raises(DriftError):
         origin_guard("0.0.0.0", ["*"])
+
+
+def test_unreadable_traces_are_named_in_the_terminal(tmp_path, capsys, monkeypatch):
+    """`dashboard nope.drift` started and said nothing in the terminal (only the page said it skipped the trace)."""
+    import os
+    import subprocess
+
+    assert cli.main(["dashboard", str(tmp_path / "nope.drift")]) == 2
+    err = capsys.readouterr().err
+    assert "skipped" in err and "nope.drift" in err and "nothing to show" in err
+    good = REPO / "sample_traces" / "smollm2-short_chat.drift"
+    if good.is_dir():
+        launched = []
+        monkeypatch.setattr(os, "execv", lambda path, cmd: launched.append(cmd))  # no server is started
+        monkeypatch.setattr(subprocess, "call", lambda cmd: launched.append(cmd) or 0)
+        cli.main(["dashboard", str(tmp_path / "nope.drift"), str(good)])
+        assert "skipped" in capsys.readouterr().err
+        assert launched and str(good) in launched[0] and str(tmp_path / "nope.drift") not in launched[0]
