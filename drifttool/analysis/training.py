@@ -28,7 +28,9 @@ def training_curves(cmp) -> pd.DataFrame:
         vs = split_series(r.series)
         if vs is None:
             continue
-        rows.append({"variant": vs[0], "step": vs[1], "depth": int(r.depth), "series": r.series,
+        trace = r.series.rsplit(":", 1)[0] if ":" in r.series else None
+        # the trace stays in the variant: two runs with the same variant names are two curves, not one pooled
+        rows.append({"variant": f"{trace}:{vs[0]}" if trace else vs[0], "step": vs[1], "depth": int(r.depth), "series": r.series,
                      **{m: getattr(r, m) for m in CURVE_METRICS}, "n_rounds": r.n_rounds,
                      "mean_acceptance_length": s.loc[r.series, "mean_acceptance_length"],
                      "groups": s.loc[r.series, "groups"]})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import itertools
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -170,6 +171,10 @@ class TargetSnapshot:
     length: int
     cache: object | None
     epoch: int = 0  # the target's reset count when taken: a crop can only restore the same running sequence
+    owner: int = 0  # the Target object it was taken of (its serial): another target's cache is not this one
+
+
+_SERIALS = itertools.count(1)
 
 
 class Target(TargetBase):
@@ -192,6 +197,7 @@ class Target(TargetBase):
         self.set_aux_layer_ids(self.aux_layer_ids)
         self._cache = None
         self._epoch = 0
+        self._serial = next(_SERIALS)  # snapshots name their target (an id() can be reused after a free)
         self.length = 0
         # transformers renamed past_key_values -> cache in 5.x; pass whichever this version takes.
         params = inspect.signature(model.forward).parameters
@@ -294,10 +300,14 @@ class Target(TargetBase):
         recurrent, quantised) are copied, since a crop cannot bring back what they dropped."""
         layers = getattr(self._cache, "layers", None)
         croppable = layers is not None and all(type(x).__name__ == "DynamicLayer" for x in layers)
-        return TargetSnapshot(self.length, None if croppable else copy.deepcopy(self._cache), self._epoch)
+        return TargetSnapshot(self.length, None if croppable else copy.deepcopy(self._cache), self._epoch,
+                              self._serial)
 
     def restore(self, snap: TargetSnapshot) -> None:
         """Back to `snap`: exactly the cache the snapshot saw (bit-identical keys and values)."""
+        if snap.owner != self._serial:  # equal lengths and reset counts on two targets passed the checks below
+            raise DriftError("target: restore() of a snapshot (or Prefill) taken of another target object; run "
+                             "prefill_prompt on this target")
         if snap.cache is None:
             if self._cache is None or self.length < snap.length or self._epoch != snap.epoch:
                 raise DriftError("target: restore() after reset() or another prompt: the snapshot's cache is gone")

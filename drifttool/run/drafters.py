@@ -50,6 +50,10 @@ def check_drafters(drafters: list) -> None:
     if not drafters:
         raise DriftError("--drafter: give at least one drafter checkpoint folder")
     names = [d.name for d in drafters]
+    colon = [n for n in names if ":" in n]
+    if colon:  # ':' separates a trace from a drafter in every series label: x:e3 and y:e3 both read as e3
+        raise DriftError(f"--drafter: drafter name {colon[0]!r} contains ':', which separates trace and drafter in "
+                         "series labels; rename it (NAME=DIR) or its series folder")
     if len(set(names)) != len(names):
         raise DriftError(f"--drafter: duplicate drafter names {names}; name them NAME=DIR")
 

@@ -74,6 +74,18 @@ def test_series_capture_compare_notebook_and_page(tmp_path, capsys, monkeypatch)
     assert len(json.loads(capsys.readouterr().out)["training"]) == len(curves)
     tr = drifttool.load(out)
     assert len(tr.training()) == len(curves) and len(tr.plot.training().data) == 2
+    # two runs with the same variant names are two curves, not one curve pooling both runs
+    other = tmp_path / "again" / "series.drift"
+    shutil.copytree(out, other)
+    both = Comparison.of([t, read_trace(other)]).training()
+    assert len(set(both.variant)) == 4 and len(both) == 2 * len(curves)
+    # ':' separates trace and drafter in labels: a series folder named x:e3 would read as variant e3
+    colon = tmp_path / "x:e3"
+    shutil.copytree(PLAIN / "eagle3", colon / "step-000001")
+    assert main(["capture", "--target", str(PLAIN / "target"), "--drafter-series", str(colon), "--probes",
+                 str(probes), "--out", str(tmp_path / "c.drift"), "--depth", "3", "--max-new-tokens", "6",
+                 "--quiet"]) == 2
+    assert "contains ':'" in capsys.readouterr().err
     # the dashboard page
     pytest.importorskip("streamlit")
     import sys

@@ -113,3 +113,21 @@ def test_a_shared_prefill_replays_exactly_what_a_drafter_does_alone(trained_pair
     drifttool.speculate(target, trained_pair.drafter, trained_pair.prompts[1], **kw)  # the cache now holds another prompt
     with pytest.raises(drifttool.DriftError, match="cache is gone"):
         drifttool.speculate(target, trained_pair.drafter, prompt, prefill=shared, **kw)
+
+
+def test_a_prefill_of_another_target_object_is_refused(trained_pair):
+    """A Prefill made on target A, used on target B after B ran another prompt (the same reset count, a cache at
+    least as long) passed the restore check, and the run continued from B's cache of the other prompt."""
+    from drifttool.model.target import Target
+    from drifttool.run.loop import prefill_prompt
+
+    a = trained_pair.target
+    b = Target(a.model, a.aux_layer_ids, a.tokenizer, name="b")
+    prompt, other = trained_pair.prompts[0], trained_pair.prompts[1]
+    shared = prefill_prompt(a, prompt)
+    kw = dict(depth=3, max_new_tokens=N_NEW, seed=3)
+    b.reset()
+    b.forward(torch.tensor(list(other) * 3))  # B holds a longer sequence of another prompt
+    b._epoch = a._epoch
+    with pytest.raises(drifttool.DriftError, match="another target object"):
+        drifttool.speculate(b, trained_pair.drafter, prompt, prefill=shared, **kw)
