@@ -58,6 +58,25 @@ def check_drafters(drafters: list) -> None:
         raise DriftError(f"--drafter: duplicate drafter names {names}; name them NAME=DIR")
 
 
+def check_mtp_targets(specs: list, models: dict, target_path: str | None) -> None:
+    """An MTP head lives in its target's checkpoint and vLLM reads it from there: one read from folder A beside a
+    target loaded from folder B with other weights (same config) ran with exit 0 and no word."""
+    if target_path is None:
+        return
+    from ..trace.identity import folder_weights
+
+    tw = None
+    for d in specs:
+        m = models.get(d.name)
+        if m is None or not m.config.mtp or Path(d.path).resolve() == Path(target_path).resolve():
+            continue
+        tw = tw or folder_weights(target_path)
+        if folder_weights(d.path) != tw:
+            raise DriftError(f"--drafter {d.name}: the MTP head of {d.path} with --target {target_path}, whose weights "
+                             "differ: an MTP layer belongs to its own target (vLLM reads it from there); give "
+                             f"--target {d.path}")
+
+
 def check_same_aux(models: dict) -> None:
     """One capture runs the target once per prompt for all drafters, so they must read the same target states."""
     kinds = {bool(m.config.mtp) for m in models.values()}

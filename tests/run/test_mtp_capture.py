@@ -136,3 +136,20 @@ def test_an_mtp_head_and_an_eagle_head_in_one_capture_is_refused_by_kind(deepsee
     with pytest.raises(DriftError, match=r"\['ds'\] are MTP heads .* capture them separately"):
         check_same_aux({"ds": mtp, "e3": eagle})
     check_same_aux({"ds": mtp})  # one kind: fine
+
+
+def test_an_mtp_head_of_another_target_is_refused(deepseek, tmp_path, capsys):
+    """An MTP head read from target A's folder, captured with --target B (same config, other weights): exit 0 and
+    no word before. A copy of A's own folder is the same target and is accepted."""
+    import shutil
+
+    folder, *_ = deepseek
+    other = fx.write_target(tmp_path / "other", fx.DEEPSEEK, seed=1)
+    probes = tmp_path / "p.jsonl"
+    probes.write_text(json.dumps({"id": "p0", "token_ids": PROMPTS[0]}) + "\n")
+    args = ["--drafter", f"mtp={folder}", "--probes", str(probes), "--depth", "2", "--max-new-tokens", "4", "--quiet"]
+    assert main(["capture", "--target", str(other), *args, "--out", str(tmp_path / "x.drift")]) == 2
+    assert "MTP layer belongs to its own target" in capsys.readouterr().err
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    assert main(["capture", "--target", str(copy), *args, "--out", str(tmp_path / "y.drift")]) == 0

@@ -16,7 +16,7 @@ from ...model.config import trained_window
 from ...model.drafter import Eagle3Drafter
 from ...model.target import Target, load_target
 from ...trace.sinks import RECENT, SinkSpec
-from ..drafters import DrafterSpec, load_drafters, parse_overrides  # noqa: F401 - DrafterSpec, parse_overrides public here too
+from ..drafters import DrafterSpec, check_mtp_targets, load_drafters, parse_overrides  # noqa: F401 - DrafterSpec, parse_overrides public here too
 from ..hooks import Capture
 from ..loop import Prefill, check_prompt, positions_needed, prefill_prompt, speculate, teacher_forcing_data
 from ..manifest import build_manifest, drafter_identity  # noqa: F401 - drafter_identity re-exported
@@ -126,6 +126,7 @@ def run_capture(
     dev = drafter_device(tgt, st.device, st.device_map)
     drafters = [DrafterSpec(d.name, str(resolve(d.path, "drafter")), d.overrides) for d in drafters]
     models = load_drafters(drafters, tgt.shape(), dev, st.torch_dtype)
+    check_mtp_targets(drafters, models, tgt_path)
     if tree is not None:  # checked before anything is written: a rank no drafter can draft
         rank = max(max(p) for p in tree.paths) if tree.kind == "static" else tree.top_k - 1
         for name, m in models.items():
