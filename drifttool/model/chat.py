@@ -12,7 +12,6 @@ import hashlib
 import json
 import sys
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,9 +102,10 @@ class ChatTemplate:
             raise DriftError(f"{self.source}: chat template rendered nothing for these messages")
         dropped = [i for i, m in enumerate(messages) if m.get("content", "").strip()
                    and m["content"].strip() not in out]
-        if dropped:
-            warnings.warn(f"{self.source}: the chat template's output lacks the content of message(s) "
-                          f"{dropped}: the drafter is measured on a prompt without them", stacklevel=2)
+        if dropped:  # an error, not a warning: the capture would measure a prompt without them, with exit 0
+            raise DriftError(f"{self.source}: the chat template's output lacks the content of message(s) {dropped}: "
+                             "the drafter would be measured on a prompt without them; fix the template or give the "
+                             "probe as text")
         return out
 
 

@@ -41,9 +41,11 @@ def test_rendering_has_a_time_budget(monkeypatch):
     assert time.monotonic() - t0 < 5
 
 
-def test_a_template_that_drops_the_messages_warns():
-    with pytest.warns(UserWarning, match="lacks the content"):
+def test_a_template_that_drops_the_messages_is_one_clear_error():
+    """It was a Python UserWarning with a source path, and the capture went on without the messages."""
+    with pytest.raises(DriftError) as e:
         ChatTemplate("t.jinja", "<|im_start|>assistant\n", {}).render(MSG)
+    assert str(e.value).startswith("t.jinja: the chat template's output lacks the content") and "\n" not in str(e.value)
 
 
 def test_template_symlinked_out_of_the_folder_is_refused(tmp_path):
