@@ -7,6 +7,7 @@ data cannot tell, the sentence says why instead of giving a number that reads as
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from ..styles import drafter_kind, split_label
@@ -61,6 +62,13 @@ def sink(s) -> str:
     return f"the drafter attends the sink (depth-1 sink lift {_ci(v, lo, hi)})"
 
 
+def elsewhere(s) -> str | None:
+    """Where depth-1 attention concentrates instead of a sink: the recent and template lifts (when measured)."""
+    parts = [f"{name} x{v:.1f}" for name, v in (("recent", getattr(s, "recent_lift_d1", np.nan)),
+                                                ("template", getattr(s, "template_lift_d1", np.nan))) if v == v]
+    return f"depth-1 lifts {', '.join(parts)} uniform" if parts else None
+
+
 def self_trend(s, tr, k: int) -> str:
     v, lo, hi = s.self_lift_trend, s.self_lift_trend_lo, s.self_lift_trend_hi
     if v != v:
@@ -111,7 +119,7 @@ def answer(cmp, s: pd.DataFrame | None = None, tr: pd.DataFrame | None = None,
             continue
         base = next((x for x in labels if drafter_kind(x) == "eagle3"), labels[0])
         b = rows[base]
-        about_b = "; ".join([growth(b, tr, k), sink(b), self_trend(b, tr, k)])
+        about_b = "; ".join(x for x in [growth(b, tr, k), sink(b), elsewhere(b), self_trend(b, tr, k)] if x)
         out.append(f"Does {base} drift? {about_b}." if len(labels) > 1 else f"{base}: {about_b}.")
         for x in labels:
             if x == base:
@@ -120,7 +128,8 @@ def answer(cmp, s: pd.DataFrame | None = None, tr: pd.DataFrame | None = None,
             a = ad[(ad.series == x) & (ad.baseline == base)] if len(ad) else ad
             acc = acceptance(a.iloc[0] if len(a) else None, pooled, seeds)
             out.append(f"Does {x} change it? "
-                       + "; ".join([growth(r, tr, k), sink(r), self_trend(r, tr, k)] + ([acc] if acc else [])) + ".")
+                       + "; ".join(x for x in [growth(r, tr, k), sink(r), elsewhere(r), self_trend(r, tr, k), acc] if x)
+                       + ".")
     return out
 
 

@@ -25,12 +25,13 @@ from .metrics import acceptance, cluster_mean, context_bucket, spearman
 
 # the per-depth statistics, in the order tables show them: the three regions first, then every other head metric
 # (trace/schema.HEAD_METRICS), then the fed-back magnitudes
-_FIRST = ("sink_lift", "self_lift", "recent_lift", "sink_mass", "self_mass", "prompt_mass")
+_FIRST = ("sink_lift", "self_lift", "recent_lift", "template_lift", "sink_mass", "self_mass", "prompt_mass")
 DEPTH_METRICS = (*_FIRST, *(m for m in HEAD_METRICS if m not in _FIRST), "entropy_norm", "rms_in", "rms_pre",
                  "rms_post")
 PREDICTORS = ("sink_mass", "self_mass", "rms_in")
 # the depths columns Comparison.summary reads (a view of a large trace reads only these for its first page)
-SUMMARY_DEPTHS = ["prompt_id", "round", "depth", "self_mass", "rms_in", "sink_mass", "self_lift", "sink_lift"]
+SUMMARY_DEPTHS = ["prompt_id", "round", "depth", "self_mass", "rms_in", "sink_mass", "self_lift", "sink_lift",
+                  "recent_lift", "template_lift"]
 
 
 # Per-depth statistics over fewer rounds (chains reaching the depth) than this are greyed in charts and starred
@@ -346,6 +347,9 @@ class Comparison:
             trend, tlo, thi = lift_trend(d, "self_lift", 2, k)
             g1 = d[d.depth == 1].groupby("group", observed=True)["sink_lift"].agg(["sum", "count"])
             s1, s1lo, s1hi = bootstrap_ratio(g1["sum"].to_numpy(), g1["count"].to_numpy())
+            d1 = d[d.depth == 1]
+            where = {f"{m}_d1": float(d1[m].mean()) if m in d1 and d1[m].notna().any() else np.nan
+                     for m in ("recent_lift", "template_lift")}  # where depth-1 attention goes instead
             by_depth = d.groupby("depth")[["rms_in", "sink_mass"]].mean()
             rows.append({
                 "series": s.label, "prompts": r["prompt_id"].nunique(), "groups": r["group"].nunique(),
@@ -355,7 +359,7 @@ class Comparison:
                 "iid_acceptance_length": acc.get("iid_acceptance_length", np.nan), "iid_p": acc.get("iid_p", np.nan),
                 "self_lift": lift, "self_lift_lo": llo, "self_lift_hi": lhi,
                 "self_lift_trend": trend, "self_lift_trend_lo": tlo, "self_lift_trend_hi": thi,
-                "sink_lift_d1": s1, "sink_lift_d1_lo": s1lo, "sink_lift_d1_hi": s1hi,
+                "sink_lift_d1": s1, "sink_lift_d1_lo": s1lo, "sink_lift_d1_hi": s1hi, **where,
                 "feature_growth": float(by_depth["rms_in"].iloc[-1] / by_depth["rms_in"].iloc[0]) if len(by_depth) else np.nan,
                 "sink_retention": ratio(by_depth["sink_mass"].iloc[-1], by_depth["sink_mass"].iloc[0])
                 if len(by_depth) else np.nan,

@@ -181,3 +181,15 @@ def check_messages(msgs: Any, where: str) -> list[dict[str, Any]]:
         raise DriftError(f"{where}: field 'messages' must be a non-empty list of {{role, content}} objects "
                          "with string values")
     return msgs
+
+
+def template_token_ids(tokenizer, template: ChatTemplate | None) -> list[int]:
+    """Ids of the tokenizer's added tokens that the chat template's text writes (e.g. <|im_start|>, <|im_end|>): the
+    delimiters every rendered chat prompt holds, measured as the template mass. Empty without either."""
+    if tokenizer is None or template is None:
+        return []
+    backend = getattr(tokenizer, "backend", tokenizer)
+    getter = getattr(backend, "get_added_tokens_decoder", None)
+    if getter is None:
+        return []
+    return sorted(int(i) for i, tok in getter().items() if str(getattr(tok, "content", tok)) in template.text)

@@ -154,6 +154,14 @@ class TargetBase:
         return self.chat_template.render(messages) if self.chat_template is not None else fallback_render(messages)
 
     @property
+    def template_ids(self) -> list[int]:
+        """The chat template's special tokens (their ids): the added tokens of the tokenizer that the template text
+        writes, e.g. SmolLM2's <|im_start|> and <|im_end|>. Empty without a template or tokenizer."""
+        from .chat import template_token_ids
+
+        return template_token_ids(self.tokenizer, self.chat_template)
+
+    @property
     def chat_format(self) -> str:
         from .chat import FALLBACK
 

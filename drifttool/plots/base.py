@@ -26,6 +26,7 @@ LABELS = {
     "acceptance_rate": "acceptance rate (vLLM per-position)", "n_alpha": "n-alpha (given reached)",
     "sink_lift": "sink lift (x uniform)", "self_lift": "self lift (x uniform)", "recent_lift": "recent lift (x uniform)",
     "recent_mass": "recent mass (last R slots)", "entropy_norm": "entropy / log(keys seen)",
+    "template_lift": "template lift (x uniform)", "template_mass": "template mass (chat delimiters)",
 }
 # which per-depth count a metric's mean is over: n-alpha only counts chains that reached the depth
 N_COLUMN = {"n_alpha": "n_reached", "entropy": "n_entropy"}  # entropy: full rounds only (--full-every)

@@ -63,7 +63,7 @@ def depth_curves(per_depth: pd.DataFrame, metrics: Sequence[str] = ("sink_mass",
 
 
 def lift_curves(per_depth: pd.DataFrame,
-                metrics: Sequence[str] = ("sink_lift", "self_lift", "recent_lift")) -> go.Figure:
+                metrics: Sequence[str] = ("sink_lift", "self_lift", "recent_lift", "template_lift")) -> go.Figure:
     """Attention against uniform vs depth: each mass / the share uniform attention over the keys seen would give it
     (log axis; the dotted line at 1 is uniform). Self lift starts at depth 2 (no own slot before)."""
     have = [m for m in metrics if m in per_depth and per_depth[m].notna().any()]

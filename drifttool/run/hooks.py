@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ..errors import DriftError
-from ..trace.sinks import RECENT, SinkSpec, recent_index
+from ..trace.sinks import RECENT, SinkSpec, recent_index, template_index
 from . import attention_stats as stats
 from .attention_stats import HEAD_FIELDS, HIDDEN_FIELDS, MASS_FIELDS, MASS_IDX, massive  # noqa: F401 - re-exported (public names)
 
@@ -136,14 +136,14 @@ class RoundCapture:
 
     round: int
     context_len: int
-    heads: np.ndarray  # [K, nh, 7] HEAD_FIELDS
+    heads: np.ndarray  # [K, nh, 8] HEAD_FIELDS
     hidden: np.ndarray  # [K, 7] HIDDEN_FIELDS
     aux: np.ndarray  # [A, 3] rms before, rms after, massive (depth-1 slot features)
     row: np.ndarray | None = None  # [K, L] head-mean attention rows (sampled rounds only)
     slot_tokens: list[int] | None = None
     sink_slots: list[int] | None = None  # the context slots counted as sinks (sampled rounds only)
     full: bool = True  # entropy / max_prob / top_pos computed (a full round); else NaN / NaN / -1
-    counts: np.ndarray | None = None  # [K, 4] COUNT_FIELDS: keys seen and the size of each mass's key set
+    counts: np.ndarray | None = None  # [K, 5] COUNT_FIELDS: keys seen and the size of each mass's key set
 
 
 # every 16th round of a prompt gets full rows (entropy, head maxima): their cost amortised to ~1/16
@@ -157,6 +157,7 @@ class Capture(Observer):
     drafter: nn.Module
     sink: SinkSpec = field(default_factory=SinkSpec)
     recent: int = RECENT  # the recent mass: the last `recent` context slots (sinks excluded)
+    template_ids: tuple[int, ...] = ()  # the chat template's special tokens: their slots are the template mass
     keep_rows: int = 0  # reservoir-sample this many rounds' full attention rows per prompt
     keep_qk: bool = False  # keep q rows + draft keys so `attention()` can rebuild any row later
     seed: int = 0
@@ -271,14 +272,16 @@ class Capture(Observer):
         dev = keys.device
         sink_pos = self.sink.index(self._context_ids(n))  # context positions only (on the host)
         rec_pos = recent_index(n, self.recent, sink_pos)
+        tpl_pos = template_index(self._context_ids(n), self.template_ids, sink_pos)
         keep = self._sample_row()
         lse = self._round_lse(k_)
         full = keep or lse is None or (self.full_every > 0 and record.round % self.full_every == 0)
         if full:
             d = stats.masked_logits(q, keys, n, self.scale, self.window)  # [nkv, K, rep, L]
-            heads, row = stats.head_stats(d, n, sink_pos.to(dev), self.window, keep, recent_idx=rec_pos.to(dev))
+            heads, row = stats.head_stats(d, n, sink_pos.to(dev), self.window, keep, recent_idx=rec_pos.to(dev),
+                                          template_idx=tpl_pos.to(dev))
         else:
-            heads, row = stats.lse_masses(q, keys, n, lse, sink_pos, self.scale, self.window, rec_pos), None
+            heads, row = stats.lse_masses(q, keys, n, lse, sink_pos, self.scale, self.window, rec_pos, tpl_pos), None
         h = self._h
         x = torch.cat(h["in"] + h["pre"] + h["post"], -2)[0].detach().float().view(3, k_, -1)  # [3, K, H]
         hidden = stats.hidden_stats(x)
@@ -310,7 +313,7 @@ class Capture(Observer):
             hidden=host[o1:o2].reshape(k_, len(HIDDEN_FIELDS)),
             aux=host[o2:o3].reshape(-1, 3),
             full=full,
-            counts=stats.key_counts(n, k_, sink_pos, rec_pos, self.window),
+            counts=stats.key_counts(n, k_, sink_pos, rec_pos, self.window, template_idx=tpl_pos),
         )
         if keep:
             rc.row = host[o3:].reshape(k_, -1).astype(np.float16)

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..errors import DriftError
-from ..trace.sinks import RECENT, SinkSpec, recent_index
+from ..trace.sinks import RECENT, SinkSpec, recent_index, template_index
 from . import attention_stats as stats
 from .hooks import DrafterAdapter, Observer
 
@@ -60,13 +60,14 @@ def tree_head_stats(
     sink_idx: torch.Tensor,
     scale: float | None = None,
     recent_idx: torch.Tensor | None = None,
+    template_idx: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """stats.HEAD_FIELDS [R, nh, 7] of R query rows q [R, nh, hd] over keys [nkv, n + F, hd] (context slots 0..n-1,
     then the F fed slots), each row seeing the context and the fed slots marked in anc | own ([R, F]): the chain's
     maths (attention_stats.masked_logits + head_stats) under the tree's tail masks."""
     tail = stats.tree_tail(anc.to(keys.device), own.to(keys.device))
     d = stats.masked_logits(q, keys, n, scale, tail=tail)
-    return stats.head_stats(d, n, sink_idx, tail=tail, recent_idx=recent_idx)[0]
+    return stats.head_stats(d, n, sink_idx, tail=tail, recent_idx=recent_idx, template_idx=template_idx)[0]
 
 
 @dataclass
@@ -77,6 +78,7 @@ class TreeCapture(Observer):
     sink: SinkSpec = field(default_factory=SinkSpec)
     adapter: DrafterAdapter | None = None
     recent: int = RECENT
+    template_ids: tuple[int, ...] = ()
 
     def __post_init__(self):
         self._setup()
@@ -112,10 +114,12 @@ class TreeCapture(Observer):
         col = {u: tree.slot[u] - n for u in tree.fed}
         keep = torch.tensor([0] + [1 + col[u] for u in tree.fed], device=q.device)
         anc, own = region_masks(tree.parents, rows, col, keys.shape[1] - n)
-        sink_pos = self.sink.index(torch.tensor(self._seq[:n], dtype=torch.long))
+        ctx = torch.tensor(self._seq[:n], dtype=torch.long)
+        sink_pos = self.sink.index(ctx)
         rec_pos = recent_index(n, self.recent, sink_pos).to(keys.device)
+        tpl_pos = template_index(ctx, self.template_ids, sink_pos).to(keys.device)
         heads = tree_head_stats(q.index_select(0, keep), keys, n, anc, own, sink_pos.to(keys.device), self.scale,
-                                rec_pos)
+                                rec_pos, tpl_pos)
         x = torch.stack(
             [torch.cat(st[k], -2)[0].detach().float().index_select(0, keep) for k in ("in", "pre", "post")]
         )

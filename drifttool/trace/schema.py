@@ -15,7 +15,9 @@ KEY = ["drafter", "prompt_id", "round"]
 # entropy (run/attention_stats.HEAD_FIELDS); the derived masses are functions of them, computed on read. A new
 # per-head metric is an entry here, its computation there and its label (plots/base.LABELS).
 # recent_mass (the last R context slots, sinks excluded; R = manifest capture.recent) is a part of prompt_mass.
-MEASURED_MASSES = ("sink_mass", "draft_mass", "own_mass", "recent_mass")
+# template_mass (the chat template's special tokens, sinks excluded; ids = manifest capture.template_ids) is a part
+# of prompt_mass too, and may share keys with recent_mass.
+MEASURED_MASSES = ("sink_mass", "draft_mass", "own_mass", "recent_mass", "template_mass")
 DERIVED_MASSES = {"self_mass": ("draft_mass", "own_mass"), "prompt_mass": ("sink_mass", "draft_mass", "own_mass")}
 MASSES = (*MEASURED_MASSES, *DERIVED_MASSES)
 HEAD_METRICS = (*MASSES, "entropy")
@@ -24,9 +26,9 @@ HEAD_METRICS = (*MASSES, "entropy")
 # sliding window) and how many of them each mass's key set holds; uniform attention over the seen keys would put
 # count / n_keys on the set, and lift = mass / (count / n_keys): 1.0 = no more than uniform. A lift is NaN where
 # its set is empty (self at depth 1, a trace without the counts). entropy_norm = entropy / log(n_keys).
-KEY_COUNTS = ("n_keys", "n_sink", "n_self", "n_recent")
+KEY_COUNTS = ("n_keys", "n_sink", "n_self", "n_recent", "n_template")
 LIFTS = {"sink_lift": ("sink_mass", "n_sink"), "self_lift": ("self_mass", "n_self"),
-         "recent_lift": ("recent_mass", "n_recent")}
+         "recent_lift": ("recent_mass", "n_recent"), "template_lift": ("template_mass", "n_template")}
 MAGNITUDES = ("rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post", "l2_post")  # per depth: the drafter's hidden
 # string columns stored dictionary-encoded (read as pandas categoricals): few distinct values, many rows
 DICT_COLUMNS = ("drafter", "prompt_id", "tags")
@@ -57,9 +59,11 @@ DERIVED: dict[str, dict[str, tuple[str, ...]]] = {
 }
 # Columns added after schema 3 was first written: a trace without them reads them as NaN (key counts: derived from
 # the manifest's sink rule where it allows, see trace/key_counts.py), so every older trace stays readable.
-ADDED: dict[str, tuple[str, ...]] = {"depths": ("recent_mass", *KEY_COUNTS), "heads": ("recent_mass",),
-                                     "tree_nodes": ("recent_mass",), "tree_heads": ("recent_mass",),
-                                     "head_summary": ("recent_mass_sum",)}
+ADDED: dict[str, tuple[str, ...]] = {"depths": ("recent_mass", "template_mass", *KEY_COUNTS),
+                                     "heads": ("recent_mass", "template_mass"),
+                                     "tree_nodes": ("recent_mass", "template_mass"),
+                                     "tree_heads": ("recent_mass", "template_mass"),
+                                     "head_summary": ("recent_mass_sum", "template_mass_sum")}
 STORED: dict[str, list[str]] = {t: [c for c in cols if c not in DERIVED.get(t, {})] for t, cols in TABLES.items()}
 
 # Optional columns (absent from traces written before they were added; readers must cope):

@@ -84,6 +84,17 @@ class SinkSpec:
         return self.index(torch.as_tensor(list(token_ids), dtype=torch.long)).tolist()
 
 
+def template_index(context_ids: torch.Tensor, template_ids, sink_idx: torch.Tensor) -> torch.Tensor:
+    """The template key set of a round: the context slots holding one of the chat template's special tokens
+    (`template_ids`, e.g. <|im_start|> / <|im_end|>), sinks excluded (int64, ascending; empty without ids)."""
+    if not len(template_ids):
+        return torch.zeros(0, dtype=torch.long)
+    m = torch.isin(context_ids, torch.as_tensor(list(template_ids), dtype=context_ids.dtype))
+    if sink_idx.numel():
+        m[sink_idx[sink_idx < len(m)]] = False
+    return m.nonzero()[:, 0]
+
+
 RECENT = 32  # the last R context slots (the "recent" mass of the EAGLE 3.1 paper's Table 2)
 
 

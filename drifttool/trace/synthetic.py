@@ -139,7 +139,8 @@ def chain_tables(
     ws = np.broadcast_to(ws.reshape(ws.shape + (1,) * (2 - ws.ndim)), pos.shape).ravel()
     cnt = derived_counts(shape["context_len"], shape["position"], ws, SinkSpec())  # the default sinks
     shape.update({c: cnt[c].astype(np.int32) for c in ("n_keys", "n_sink", "n_self")},
-                 n_recent=recent_counts(shape["context_len"], ws, SinkSpec(), RECENT).astype(np.int32))
+                 n_recent=recent_counts(shape["context_len"], ws, SinkSpec(), RECENT).astype(np.int32),
+                 n_template=np.zeros(len(ws), np.int32))  # synthetic traces hold no chat template tokens
     tables["depths"] = pd.DataFrame({c: shape[c] if c in shape else per_depth[c].ravel() if c in per_depth
                                      else _grid(c, val[c], (n_r, k)).ravel() for c in cols})
     shape = {"drafter": drafter, "prompt_id": prompt_id, "round": np.repeat(rnd, k * n_h),

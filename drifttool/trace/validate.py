@@ -25,7 +25,7 @@ _FLOATS = (*_MASSES, *_MAGNITUDES, "entropy", "mean_acceptance_length", "wall_s"
 # floats that must be finite (a NaN mass is no measurement); other float columns may be NaN (e.g. verify_s when
 # teacher-forced, entropy / max_prob on rounds without full rows: rounds.full_stats false) and are reported as one
 # note by the readers
-FINITE = tuple(m for m in _MASSES if m != "recent_mass")  # recent_mass: NaN in a trace resumed across its addition
+FINITE = tuple(m for m in _MASSES if m not in ("recent_mass", "template_mass"))  # recent_mass: NaN in a trace resumed across its addition
 # NaN by design where rounds.full_stats is false: no note for these
 _SCHEDULED = ("depths.entropy", "heads.entropy", "heads.max_prob")
 # NaN by design for a prompt with no drafted round (no acceptance length to average): no note either

@@ -46,10 +46,13 @@ class EagerRows:
         self.rounds.append(self._cur)
 
 
+TEMPLATE = (7, 9)  # token ids counted as chat-template tokens in these tests
+
+
 def run_eager(t, d, ids, sink="4", mode="generate", keep_qk=True, mnt=12, recent=32):
     d.set_attn_impl("eager")
     eager = EagerRows(d)
-    cap = Capture(d, sink=SinkSpec.parse(sink), keep_qk=keep_qk, recent=recent)
+    cap = Capture(d, sink=SinkSpec.parse(sink), keep_qk=keep_qk, recent=recent, template_ids=TEMPLATE)
     try:
         with cap:
             res = speculate(t, d, ids, depth=K, max_new_tokens=mnt, mode=mode, observers=[cap, eager])
@@ -104,9 +107,12 @@ def test_rows_and_masses_equal_eager(target, nh, nkv, sink, mode):
             exp = expected_masses(row, n, j, mask, recent=5)
             np.testing.assert_allclose(rc.heads[j, :, :4], exp[:, :4], atol=ATOL, rtol=0)
             np.testing.assert_allclose(rc.heads[j, :, 6], exp[:, 5], atol=ATOL, rtol=0)  # recent mass
+            # template mass: the slots holding the planted template ids (7, 9), sinks excluded
+            tpl = torch.isin(torch.tensor(seq[:n]), torch.tensor(TEMPLATE)) & (mask == 0)
+            np.testing.assert_allclose(rc.heads[j, :, 7], (row[:, :n].double() @ tpl.double()).numpy(), atol=ATOL, rtol=0)
             # the key counts of the uniform share, counted from the eager row's own length and masks
             rec_slots = (torch.arange(n) >= n - 5) & (mask == 0)
-            assert rc.counts[j].tolist() == [n + j, int(mask.sum()), j, int(rec_slots.sum())]
+            assert rc.counts[j].tolist() == [n + j, int(mask.sum()), j, int(rec_slots.sum()), int(tpl.sum())]
             # concentration: each head's largest weight and the slot it sits on
             np.testing.assert_allclose(rc.heads[j, :, 4], row.max(-1).values.numpy(), atol=ATOL, rtol=0)
             assert (rc.heads[j, :, 5] == row.argmax(-1).numpy()).all()
@@ -225,7 +231,7 @@ def test_uniform_attention_has_lift_one_at_every_depth_and_context(target, recen
     d = make_drafter(target, 4, 2, seed=5, zero_keys=True)
     ids = prompt(5, 11)
     ids[4] = ids[8] = 9
-    caps = {s: Capture(d, sink=SinkSpec.parse(s), recent=recent) for s in SINKS}
+    caps = {s: Capture(d, sink=SinkSpec.parse(s), recent=recent, template_ids=TEMPLATE) for s in SINKS}
     for c in caps.values():
         c.attach()
     try:

@@ -88,7 +88,8 @@ class EagerRows:
 def test_lse_masses_equal_reference_and_eager(target, kind):
     d = make(target, kind)
     spec = SinkSpec.parse(SINK)
-    ref, new = Capture(d, sink=spec, full_every=1), Capture(d, sink=spec, full_every=0)
+    kw = dict(sink=spec, recent=5, template_ids=(7, 9, 11))  # recent and template masses on the lse path too
+    ref, new = Capture(d, full_every=1, **kw), Capture(d, full_every=0, **kw)
     with ref, new:
         res = speculate(
             target, d, _ids(), depth=K, max_new_tokens=14, mode="teacher-forced", observers=[ref, new]
@@ -107,6 +108,8 @@ def test_lse_masses_equal_reference_and_eager(target, kind):
     for i, (a, b, rec) in enumerate(zip(new.rounds, ref.rounds, res.rounds)):
         assert not a.full and b.full
         np.testing.assert_allclose(a.heads[..., :3], b.heads[..., :3], atol=1e-5, rtol=0)
+        np.testing.assert_allclose(a.heads[..., 6:], b.heads[..., 6:], atol=1e-5, rtol=0)  # recent, template
+        assert (a.counts == b.counts).all()
         assert np.isnan(a.heads[..., 3:5]).all() and (a.heads[..., 5] == -1).all()
         n = rec.context_len
         sink_mask = spec.mask(torch.tensor(seq[:n])).double()

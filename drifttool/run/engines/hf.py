@@ -61,7 +61,7 @@ def resolve_sink(st, tgt, prompts: list[list[int]]):
 def capture_prompt(
     target: Target, drafters: dict[str, Eagle3Drafter], probe: Probe, ids: list[int], depth: int, mode: str,
     max_new_tokens: int, sink: SinkSpec, seed: int, keep_rows: int, temperature: float,
-    draft_sampling: str = "greedy", full_every: int = 1, recent: int = RECENT,
+    draft_sampling: str = "greedy", full_every: int = 1, recent: int = RECENT, template_ids: tuple[int, ...] = (),
 ) -> tuple[dict[str, pd.DataFrame], dict]:
     """All drafters on one prompt (the target's teacher-forced pass shared); the shard's tables and rows."""
     # the target's work on the prompt is done once and shared: its teacher-forced pass, or its prompt forward
@@ -73,7 +73,7 @@ def capture_prompt(
 
     def run(name: str, d: Eagle3Drafter):
         with Capture(d, sink=sink, keep_rows=keep_rows, seed=prompt_seed(seed, probe.id), full_every=full_every,
-                     recent=recent) as cap:
+                     recent=recent, template_ids=tuple(template_ids)) as cap:
             tabs, arr, _ = capture_one(target, name, d, cap, probe, ids, depth, mode, max_new_tokens, seed,
                                        temperature, forced, draft_sampling, prefill)
         tabs["prompts"] = tabs["prompts"].assign(prefill_s=prefill_s)
@@ -135,6 +135,7 @@ def run_capture(
                                  f"drafter {name!r} has {m.config.draft_vocab_size}")
     tgt.set_aux_layer_ids(next(iter(models.values())).config.input_aux_layer_ids)
     st, sink_evidence = resolve_sink(st, tgt, [p.tokens(tgt) for p in suite[:8]])
+    template_ids = tuple(tgt.template_ids)
     token_ids = {}  # every probe checked before anything is written; the error names the file and the probe
     for probe in suite:
         try:
@@ -151,6 +152,7 @@ def run_capture(
                      "softmax rows of the K draft queries against the round's final key cache (no L x L maps)",
         "draft_sampling": st.draft_sampling if st.temperature > 0 else "greedy (temperature 0)",
     }
+    capture_settings["template_ids"] = list(template_ids)
     if sink_evidence is not None:
         capture_settings["sink_rule"] = "target"
         capture_settings["sink_target"] = sink_evidence
@@ -172,11 +174,11 @@ def run_capture(
         try:
             if tree is not None:
                 tables, rows = capture_tree_prompt(tgt, models, probe, token_ids[probe.id], tree, mnt, st.sink, st.seed,
-                                                   st.temperature, st.recent), None
+                                                   st.temperature, st.recent, template_ids), None
             else:
                 tables, rows = capture_prompt(tgt, models, probe, token_ids[probe.id], st.depth, st.mode, mnt, st.sink,
                                               st.seed, st.keep_rows, st.temperature, st.draft_sampling, st.full_every,
-                                              st.recent)
+                                              st.recent, template_ids)
         except DriftError as e:  # e.g. NaN/inf target features: name the target and the probe
             raise DriftError(f"{tgt_path or tgt.name}: probe {probe.id!r}: {e}") from None
         writer.add(probe.id, tables, rows)

@@ -33,6 +33,7 @@ def capture_tree_prompt(
     seed: int,
     temperature: float,
     recent: int = RECENT,
+    template_ids: tuple[int, ...] = (),
 ) -> dict[str, pd.DataFrame]:
     """All drafters on one prompt with draft trees; the shard's tables (no sampled rows). The target's prompt
     forward runs once and is shared by the drafters (as in the chain engine)."""
@@ -44,7 +45,7 @@ def capture_tree_prompt(
         prefill_s = time.perf_counter() - t0  # in no drafter's wall_s (trace/schema.py)
 
     def run(name: str, d: Eagle3Drafter):
-        with TreeCapture(d, sink=sink, recent=recent) as cap:
+        with TreeCapture(d, sink=sink, recent=recent, template_ids=tuple(template_ids)) as cap:
             t0 = time.perf_counter()
             res = speculate_tree(target, d, ids, tree, max_new_tokens=max_new_tokens, temperature=temperature,
                                  seed=prompt_seed(seed, probe.id), observers=[cap], prefill=prefill)

@@ -225,7 +225,8 @@ def capture_batch(run: VllmRun, llm, writer, bar, name: str, drafter: DrafterBas
     for i in range(0, len(batch), REPLAY_BATCH):
         part = list(zip(batch, res, mine))[i : i + REPLAY_BATCH]
         caps = [Capture(drafter, sink=st.sink, keep_rows=st.keep_rows, seed=prompt_seed(st.seed, p.id),
-                        full_every=st.full_every, recent=st.recent) for (p, _, _), _, _ in part]
+                        full_every=st.full_every, recent=st.recent, template_ids=tuple(run.target.template_ids))
+                for (p, _, _), _, _ in part]
         jobs = [(ev, ids, list(r.outputs[0].token_ids)) for (_, ids, _), r, ev in part]
         for cap, ((probe, ids, mnt), r, ev), (records, stats) in zip(
                 caps, part, replay_prompts(drafter, caps, jobs, st.depth)):
@@ -364,6 +365,7 @@ def capture_settings(
     given.update({name: "the target's own MTP layers (speculative_config method mtp)" for name in mtp})
     return {
         **st.record(probes, n_prompts),
+        "template_ids": list(run.target.template_ids),
         "engine": "vllm",
         "draft_sampling": "greedy (vLLM's draft_sample_method)"
         if st.temperature > 0
