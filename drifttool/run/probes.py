@@ -170,3 +170,33 @@ def load_suite(path) -> list[Probe]:
             raise DriftError(f"{p}: duplicate probe id {pr.id!r}")
         seen.add(pr.id)
     return probes
+
+
+# The EAGLE 3.1 paper's template perturbation: each chat prompt rendered four ways. SmolLM2's tokenizer names
+# <|im_start|> as its bos_token and its chat template opens with it, so "BoS" is the bos_token id at the start of the
+# sequence: with the template, dropping it removes the first turn's opening delimiter; without the template the
+# message text is encoded plainly and the bos id is (or is not) put in front of it.
+TEMPLATE_VARIANTS = ("template+bos", "template-bos", "plain+bos", "plain-bos")
+
+
+def template_variants(suite: list[Probe], target) -> list[Probe]:
+    """Every chat probe of `suite` as four token-id probes (TEMPLATE_VARIANTS, in the tags and ids `ID@VARIANT`), one
+    group per original probe; probes without messages are refused in one line (there is no template to take away)."""
+    bos = target.tokenizer.token_to_id(str(getattr(target.chat_template, "special", {}).get("bos_token", "")
+                                           or "")) if target.tokenizer is not None else None
+    if bos is None or target.chat_template is None:
+        raise DriftError(f"template perturbation: target {target.name} has no chat template with a bos_token to take "
+                         "away (tokenizer_config.json: chat_template and bos_token)")
+    out = []
+    for p in suite:
+        if p.messages is None:
+            raise DriftError(f"template perturbation: probe {p.id!r} has no chat messages (it has no template form)")
+        full = target.encode(target.render_chat(p.messages))
+        plain = target.encode("\n\n".join(str(m.get("content", "")) for m in p.messages))
+        forms = {"template+bos": full if full[:1] == [bos] else [bos, *full],
+                 "template-bos": [t for i, t in enumerate(full) if not (i == 0 and t == bos)],
+                 "plain+bos": [bos, *plain], "plain-bos": plain}
+        for v in TEMPLATE_VARIANTS:
+            out.append(Probe(id=f"{p.id}@{v}", token_ids=forms[v], max_new_tokens=p.max_new_tokens,
+                             tags=[*p.tags, v], group=p.group))
+    return out

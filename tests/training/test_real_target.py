@@ -119,3 +119,20 @@ def test_sink_target_on_smollm2_is_position_0_with_the_target_s_mass(target_dir)
     ev = find_sinks(tgt, [p.tokens(tgt) for p in suite[:4]])
     assert ev["positions"] == [0]
     assert ev["mass_per_band"]["0"]["upper"] > 0.3 and ev["mass_per_band"]["0"]["lower"] < ev["mass_per_band"]["0"]["upper"]
+
+
+def test_template_variants_render_each_chat_prompt_four_ways(target_dir):
+    """The template perturbation's four renderings on SmolLM2 (its bos_token is <|im_start|>, which also opens its
+    template): with the template and the bos id, without the bos id, the plain message with and without it."""
+    from drifttool.errors import DriftError
+    from drifttool.model.target import load_target
+    from drifttool.run.probes import Probe, load_suite, template_variants
+
+    tgt = load_target(str(target_dir))
+    root = Path(__file__).resolve().parents[2] / "probes" / "real"
+    v = {p.id.rsplit("@", 1)[1]: p.token_ids for p in template_variants(load_suite(str(root / "mt_chat.jsonl"))[:1], tgt)}
+    bos = tgt.tokenizer.token_to_id("<|im_start|>")
+    assert v["template+bos"][0] == bos and v["template-bos"] == v["template+bos"][1:]
+    assert v["plain+bos"] == [bos, *v["plain-bos"]] and bos not in v["plain-bos"]
+    with pytest.raises(DriftError, match="no chat messages"):
+        template_variants([Probe(id="t", text="hello")], tgt)

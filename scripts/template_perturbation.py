@@ -1,0 +1,36 @@
+"""The EAGLE 3.1 paper's template perturbation on the real target: every question of probes/real/mt_chat.jsonl
+rendered four ways (drifttool.run.probes.template_variants: chat template with / without the bos token, plain text
+with / without it), written as a token-id suite, then captured with the shipped EAGLE-3 and EAGLE-3.1 drafters.
+
+    python scripts/template_perturbation.py            # writes probes/real/mt_chat_template.jsonl
+    T=$(drifttool zoo fetch smollm2); M=drifttool/zoo/models/smollm2
+    drifttool capture --target $T --drafter eagle3=$M/eagle3 --drafter eagle3.1=$M/eagle3.1 \\
+      --probes probes/real/mt_chat_template.jsonl --depth 8 --max-new-tokens 48 --keep-rows 0 --seed 0 \\
+      --out sample_traces/chat/smollm2-mt_chat_template.drift
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from drifttool.model.target import load_target  # noqa: E402
+from drifttool.run.probes import load_suite, template_variants  # noqa: E402
+from drifttool.zoo import smollm2  # noqa: E402
+
+
+def main() -> None:
+    target = load_target(str(smollm2.fetch()))
+    out = ROOT / "probes" / "real" / "mt_chat_template.jsonl"
+    rows = template_variants(load_suite(str(ROOT / "probes" / "real" / "mt_chat.jsonl")), target)
+    out.write_text("".join(json.dumps({"id": p.id, "group": p.group, "token_ids": p.token_ids, "tags": p.tags,
+                                       "max_new_tokens": p.max_new_tokens}) + "\n" for p in rows))
+    print(f"{out}: {len(rows)} prompts")
+
+
+if __name__ == "__main__":
+    main()
