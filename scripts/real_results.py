@@ -472,6 +472,33 @@ def table2_of(paths: list[Path], what: str) -> None:
             print(f"| {name} | {v} | {cell(1)} | {cell(k)} | {f'{pub[0]:.2f} → {pub[1]:.2f}' if pub else '-'} |")
 
 
+def template_perturbation(root: Path) -> None:
+    """The template perturbation (analysis.perturbation) beside the paper's four rows."""
+    from drifttool.analysis import perturbation as pt
+
+    p = root / "chat" / "smollm2-mt_chat_template.drift"
+    if not p.is_dir():
+        return
+    cmp = Comparison.of([read_trace(p)])
+    t = pt.table(cmp)
+    print("\n**Template perturbation** (the 24 chat questions, each rendered four ways — `scripts/template_perturbation.py`;"
+          " SmolLM2's bos token is `<|im_start|>`, which also opens its template; shipped drafters, greedy, depth 8; "
+          "acceptance length with a 95% CI over questions, and each rendering against `template+bos` paired per "
+          "question; published: pre-norm EAGLE-3 / post-norm EAGLE-3.1 on Llama 3.1 8B, approximate):\n")
+    print("| drafter | rendering | acceptance length [95% CI] | vs template+bos [95% CI] | p | questions | published |")
+    print("|---|---|---|---|---|---|---|")
+    for r in t.itertuples():
+        vs = "-" if r.vs_template_bos != r.vs_template_bos else f"{r.vs_template_bos:+.2f} [{r.vs_lo:+.2f}, {r.vs_hi:+.2f}]"
+        print(f"| {r.series} | {r.variant} | {_ci(r.acceptance_length, r.al_lo, r.al_hi)} | {vs} | "
+              f"{'-' if r.p != r.p else _p(r.p)} | {r.groups} | {r.published:.2f} |")
+    b = pt.between(cmp, "eagle3", "eagle3.1")
+    if len(b):
+        print("\nEAGLE-3.1 − EAGLE-3 per rendering, paired per question (these two checkpoints): " + "; ".join(
+            f"{r.variant} {r.difference:+.2f} [{r.lo:+.2f}, {r.hi:+.2f}] (p {_p(r.p)}, MDE {_mde(r.mde, 2)}, "
+            f"{r.groups} questions)"
+            for r in b.itertuples()) + ".")
+
+
 def seed_panel(root: Path) -> None:
     """The seed panel (scripts/train_seed_panel.sh, capture_seed_panel.sh): EAGLE-3.1 - EAGLE-3 per seed and over
     seeds (analysis.seeds), the architecture claim kept apart from the shipped checkpoints' one."""
@@ -512,6 +539,7 @@ def main(root: str = "sample_traces") -> None:
     sentences(Path(root), detected, tests)
     seed_panel(Path(root))
     table2(Path(root))
+    template_perturbation(Path(root))
     series(Path(root))
     cmp = pooled(Path(root))
     window(Path(root))
