@@ -21,15 +21,20 @@ D=(--drafter eagle3=$M/eagle3 --drafter eagle3.1=$M/eagle3.1 --drafter "eagle3+n
 # short-chat control has no powered suite and stays the first suite's. Lane times here: 42 + 13 min, 27 + 18 min.
 SUITES=${SUITES:-probes/real}
 ROWS=${ROWS:-2}
+# SINK: the sink rule of the suite captures (target: the positions SmolLM2 itself attends as sinks, position 0; the
+# trees' short quick prompts keep the capture default). OUT: where the traces go (a scratch folder keeps the
+# shipped ones readable while a rebuild runs; move it over sample_traces/ when both lanes are done).
+SINK=${SINK:-target}
+OUT=${OUT:-sample_traces}
 cap() {  # suite, out name, extra args...; RESUME=1 continues a trace after its last committed prompt
   local suite=$1 name=$2 r=--overwrite; shift 2
   local probes=$SUITES/$suite.jsonl
-  [ "${RESUME:-0}" = 1 ] && [ -f "sample_traces/$name.drift/manifest.json" ] && r=--resume
+  [ "${RESUME:-0}" = 1 ] && [ -f "$OUT/$name.drift/manifest.json" ] && r=--resume
   OMP_NUM_THREADS=1 $DT capture --target "$T" "${D[@]}" --probes "$probes" --depth "$DEPTH" \
-    --max-new-tokens 32 --keep-rows "$ROWS" --full-every 1 --seed 0 --quiet --out sample_traces/$name.drift $r "$@"
+    --max-new-tokens 32 --keep-rows "$ROWS" --full-every 1 --seed 0 --sink "$SINK" --quiet --out "$OUT/$name.drift" $r "$@"
 }
 trees() {  # the Draft trees page's trace (SGLang's default tree for Llama) and its chain twin at the same depth
-  local tr=sample_traces/trees/smollm2-quick-tree.drift ch=sample_traces/trees/chain/smollm2-quick-chain5.drift
+  local tr=$OUT/trees/smollm2-quick-tree.drift ch=$OUT/trees/chain/smollm2-quick-chain5.drift
   local common=(--target "$T" "${D[@]}" --probes probes/real/quick.jsonl --max-new-tokens 32 --seed 0 --quiet)
   if [ "${RESUME:-0}" != 1 ] || [ ! -f "$tr/manifest.json" ]; then
     OMP_NUM_THREADS=1 $DT capture "${common[@]}" --tree "dynamic:top_k=4,depth=5,total=8" --out "$tr" --overwrite
@@ -47,4 +52,4 @@ a=$!
 b=$!
 wait $a
 wait $b
-du -sh sample_traces
+du -sh "$OUT"

@@ -20,6 +20,7 @@ from safetensors.torch import load_file, save_file
 from ..dtypes import parse_dtype
 from ..errors import DriftError
 from ..jsonfile import read_json_object
+from . import flags as flag_table
 from .ckpt_config import OTHER_OVERRIDES, check_conflicts, normalise_config, parse_override
 from .config import DrafterConfig
 from .drafter import DrafterBase, Eagle3Drafter
@@ -98,10 +99,8 @@ def validate(cfg: DrafterConfig, sd: dict[str, torch.Tensor], path: Path) -> Non
         if k not in sd:
             if k in OPTIONAL:
                 continue
-            if k.startswith("fc_norm.") and "fc_norm" in cfg.overrides:
-                continue
-            if k == "input_norm.weight" and "norm_before_fc" in cfg.overrides:
-                continue
+            if any(f.weights and k.startswith(f.weights) and f.name in cfg.overrides for f in flag_table.FLAGS):
+                continue  # a norm an override turned on runs with unit weights (recorded)
             raise DriftError(f"{path}: missing tensor {k!r} (expected shape {list(shape)})")
         if tuple(sd[k].shape) != shape:
             raise DriftError(f"{path}: tensor {k!r} has shape {list(sd[k].shape)}, expected {list(shape)} from config")
@@ -114,7 +113,7 @@ def validate(cfg: DrafterConfig, sd: dict[str, torch.Tensor], path: Path) -> Non
             raise DriftError(f"{path}: tensor {k!r} has dtype {v.dtype}, expected a floating-point dtype")
         elif k in want and v.is_floating_point() and not torch.isfinite(v).all():
             raise DriftError(f"{path}: tensor {k!r} contains NaN or inf")
-    unknown = sorted(k for k in sd if k not in want and not k.startswith(("fc_norm.", "input_norm.")))
+    unknown = sorted(k for k in sd if k not in want and not k.startswith(flag_table.weight_prefixes()))
     if unknown:
         raise DriftError(f"{path}: unexpected tensor {unknown[0]!r} for this config ({len(unknown)} unexpected in all)")
     if cfg.draft_vocab_size != cfg.vocab_size and "d2t" not in sd:
@@ -181,9 +180,14 @@ def read_drafter(
     check_conflicts(cfg, str(p / "config.json"))
     for k, v in (overrides or {}).items():
         val = parse_override(k, v)
-        attr = OTHER_OVERRIDES.get(k, k)
-        cfg.overrides[k] = {"checkpoint": getattr(cfg, attr), "override": val}
-        setattr(cfg, attr, val)
+        if k in OTHER_OVERRIDES:
+            attr = OTHER_OVERRIDES[k]
+            cfg.overrides[k] = {"checkpoint": getattr(cfg, attr), "override": val}
+            setattr(cfg, attr, val)
+        else:  # a flag: its own field, or extra_flags for a flag declared without one
+            cfg.overrides[k] = {"checkpoint": cfg.flag(k), "override": val}
+            for attr, v2 in cfg.with_flags({k: val}).items():
+                setattr(cfg, attr, v2)
     check_conflicts(cfg, "--override")
     sd = read_weights(p)
     validate(cfg, sd, p)
@@ -207,7 +211,7 @@ def read_drafter(
         sd["d2t"] = sd["d2t"].long()
     sd.pop("t2d", None)
     missing, unexpected = model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in sd.items()}, strict=False)
-    missing = [m for m in missing if not m.startswith(("fc_norm.", "input_norm.")) and m != "d2t"]
+    missing = [m for m in missing if not m.startswith(flag_table.weight_prefixes()) and m != "d2t"]
     if missing or unexpected:
         raise DriftError(f"{p}: cannot map weights onto the drafter (missing {missing[:3]}, unexpected {unexpected[:3]})")
     return model.to(device=device, dtype=dtype).eval()

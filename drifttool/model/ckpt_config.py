@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DriftError
+from . import flags as flag_table
 from .cfgcheck import REQUIRED, aux_ids, pos_float, pos_int, rope_scaling, strict_bool
-from .config import AUX_CONVENTIONS, FLAG_NAMES, DrafterConfig
+from .config import AUX_CONVENTIONS, DrafterConfig, split_flags
 from .layouts import BY_NAME, Layout, detect_layout
 from .target import Target, TargetShape, default_aux_layer_ids
 
@@ -72,18 +73,20 @@ def _use_aux(raw: dict[str, Any], assumptions: dict[str, str], where: str) -> bo
 
 
 def _flags(layout: Layout, top: dict, layer: dict, eagle: dict, assumptions: dict[str, str], where: str) -> dict[str, bool]:
-    """The four EAGLE flags as vLLM reads them: from the top level (vLLM ignores copies inside a nested layer
-    config such as speculators' transformer_layer_config), norm_before_fc from NVIDIA's eagle_config first;
-    absent flags take the layout's defaults (speculators: norm_before_residual true), else false."""
+    """The flags of model/flags.py as vLLM reads them: from the top level (vLLM ignores copies inside a nested layer
+    config such as speculators' transformer_layer_config), from NVIDIA's eagle_config first where the flag's row
+    says so, a legacy name (SGLang's use_aux_norm) turning it on; absent flags take the layout's reading's default
+    (speculators: norm_before_residual true), else false."""
     out = {}
-    for name in FLAG_NAMES:
-        default = layout.flag_defaults.get(name, False)
-        srcs = (eagle, top) if name == "norm_before_fc" else (top,)
+    for f in flag_table.FLAGS:
+        name = f.name
+        default = f.default(layout.reading)
+        srcs = (eagle, top) if f.eagle_config else (top,)
         val = next((strict_bool(src[name], name, where) for src in srcs if src.get(name) is not None), None)
-        if name == "fc_norm" and not val and top.get("use_aux_norm") is not None \
-                and strict_bool(top["use_aux_norm"], "use_aux_norm", where):  # SGLang's legacy name for fc_norm
-            val = True
-            assumptions["fc_norm"] = "from use_aux_norm (the legacy name SGLang reads as fc_norm)"
+        for old in f.legacy:
+            if not val and top.get(old) is not None and strict_bool(top[old], old, where):
+                val = True
+                assumptions[name] = f"from {old} (the legacy name an engine reads as {name})"
         if val is None:
             val = default
             assumptions[name] = f"absent: {str(default).lower()} (as vLLM reads a {layout.name} config)"
@@ -163,7 +166,7 @@ def normalise_config(raw: dict[str, Any], path: Path, target: Target | TargetSha
         hidden_act=str(layer.get("hidden_act", "silu")),
         sliding_window=_window(layer, layer_where, assumptions), model_type=model_type,
         qk_norm=model_type == "qwen3", mla=mla, use_aux_hidden_state=use_aux,
-        **_flags(layout, top, layer, eagle, assumptions, where),
+        **split_flags(_flags(layout, top, layer, eagle, assumptions, where)),
         layout=layout.name, assumptions=assumptions, source=str(path),
     )
     if cfg.hidden_act not in ("silu", "swish"):
@@ -173,8 +176,9 @@ def normalise_config(raw: dict[str, Any], path: Path, target: Target | TargetSha
 
 
 def check_conflicts(cfg: DrafterConfig, where: str) -> None:
-    if cfg.fc_norm and cfg.norm_before_fc:
-        raise DriftError(f"{where}: fc_norm and norm_before_fc are mutually exclusive (set at most one)")
+    line = flag_table.conflict_line(cfg.flags())
+    if line:
+        raise DriftError(f"{where}: {line}")
 
 
 # Non-flag overrides: key -> DrafterConfig attribute.
@@ -186,8 +190,9 @@ def parse_override(key: str, value: Any) -> Any:
     """One `--override key=value`: a flag (true/false), aux_ids (comma-separated layer ids), aux_convention
     (input|output), sliding_window (a positive integer, or none) or trained_window (a positive integer, or none:
     the context length the drafter was trained at, where its config does not say)."""
-    if key not in FLAG_NAMES and key not in OTHER_OVERRIDES:
-        raise DriftError(f"--override {key}: unknown key; expected one of {', '.join([*FLAG_NAMES, *OTHER_OVERRIDES])}")
+    names = flag_table.names()
+    if key not in names and key not in OTHER_OVERRIDES:
+        raise DriftError(f"--override {key}: unknown key; expected one of {', '.join([*names, *OTHER_OVERRIDES])}")
     s = str(value).strip().lower()
     if key == "aux_ids":
         try:

@@ -8,10 +8,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-# Flags a user may override at load time ("what-if" questions).
-# The drafter flags, in the order conform tries them and the manifest lists them: the one list every reader,
-# writer and diagnosis iterates (a new flag is a name here, a field below and its effect in drafter.py).
-FLAG_NAMES = ("fc_norm", "norm_output", "norm_before_fc", "norm_before_residual")
+from . import flags as flag_table
+
+# The drafter flags, in the order conform tries them and the manifest lists them (declared in model/flags.py; a
+# user may override any of them at load time, the "what-if" questions).
+FLAG_NAMES = flag_table.names()
 # How eagle_aux_hidden_state_layer_ids are read. "input": id i = the input of target layer i = HF
 # hidden_states[i] (vLLM; i = L is the last layer's output before the final norm). "output": id i = the output
 # of layer i (ModelOpt / SpecForge hooks, SGLang's explicit ids), i.e. input-convention id i + 1.
@@ -53,6 +54,9 @@ class DrafterConfig:
     norm_output: bool = False
     norm_before_residual: bool = False
     has_embed: bool = True
+    # Flags of model/flags.py without a field of their own above (read with flag(name)); empty for the four
+    # EAGLE flags.
+    extra_flags: dict[str, bool] = field(default_factory=dict)
     # A multi-token-prediction head read from its target's checkpoint (mtp.py / mtp_checkpoint.py): family, its
     # layers, concatenation order, attention and MoE fields, which layer each draft step runs. None: EAGLE-3.
     mtp: dict[str, Any] | None = None
@@ -93,8 +97,21 @@ class DrafterConfig:
             return "eagle3"
         return "eagle3-mixed"
 
+    def flag(self, name: str) -> bool:
+        """A flag's value, whether it has a field of its own or lives in extra_flags."""
+        if name in self.extra_flags:
+            return bool(self.extra_flags[name])
+        return bool(getattr(self, name, False))
+
     def flags(self) -> dict[str, bool]:
-        return {k: bool(getattr(self, k)) for k in FLAG_NAMES}
+        """Every flag of the table (read at call time, so a flag declared later is listed)."""
+        return {k: self.flag(k) for k in flag_table.names()}
+
+    def with_flags(self, values: dict[str, bool]) -> dict[str, Any]:
+        """dataclasses.replace keyword arguments setting `values`: fields where a flag has one, else extra_flags."""
+        own = {k: bool(v) for k, v in values.items() if k in FIELD_NAMES}
+        extra = {**self.extra_flags, **{k: bool(v) for k, v in values.items() if k not in FIELD_NAMES}}
+        return {**own, "extra_flags": extra}
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -107,6 +124,8 @@ class DrafterConfig:
             d.pop("trained_window")
         if d["mtp"] is None:  # likewise: EAGLE drafters hash as before MTP heads existed
             d.pop("mtp")
+        if not d["extra_flags"]:  # likewise: drafters with only the four EAGLE flags hash as before
+            d.pop("extra_flags")
         return d
 
     def config_hash(self) -> str:
@@ -150,3 +169,13 @@ def trained_window(drafter: dict[str, Any]) -> dict[str, Any]:
     return {"max_position_embeddings": int(mpe) if mpe else None,
             "original_max_position_embeddings": int(orig) if orig else None, "window": window, "source": src,
             "assumed": assumed}
+
+
+FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(DrafterConfig))
+
+
+def split_flags(values: dict[str, bool]) -> dict[str, Any]:
+    """DrafterConfig keyword arguments for flag values: a flag with a field of its own by name, the rest in
+    extra_flags."""
+    own = {k: v for k, v in values.items() if k in FIELD_NAMES}
+    return {**own, "extra_flags": {k: v for k, v in values.items() if k not in FIELD_NAMES}}

@@ -6,10 +6,11 @@ saving (checkpoint) consult only this table."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import DriftError
+from . import flags as flag_table
 from .config import DrafterConfig
 
 Config = dict[str, Any]
@@ -22,7 +23,7 @@ class Layout:
     detect: whether a config.json is in this layout (tried in table order; may raise for a config that claims
     the layout but cannot be read). layer: the dict holding the draft layer's Llama fields and a label for
     error lines. eagle: NVIDIA's eagle_config block ({} elsewhere), read first for norm_before_fc and aux ids.
-    flag_defaults: EAGLE flags vLLM assumes when the config is silent (others: false). renames: tensor-name
+    reading: which engine reading's flag defaults apply when the config is silent (model/flags.py). renames: tensor-name
     prefixes this layout writes, mapped to drifttool's (speculators/vLLM) names. note: assumptions a loaded
     config of this layout carries. save: (config, state dict, Llama block) -> (state dict, config.json) in
     this layout, or None where drifttool cannot write it."""
@@ -31,7 +32,7 @@ class Layout:
     detect: Callable[[Config], bool]
     layer: Callable[[Config, str], tuple[Config, str]] = lambda raw, where: (raw, where)
     eagle: Callable[[Config], Config] = lambda raw: {}
-    flag_defaults: dict[str, bool] = field(default_factory=dict)
+    reading: str = "vllm-flat"
     renames: tuple[tuple[str, str], ...] = ()
     note: Callable[[DrafterConfig], None] = lambda cfg: None
     save: Callable[[DrafterConfig, dict, Config], tuple[dict, Config]] | None = None
@@ -85,7 +86,7 @@ def _looks_llama(raw: Config) -> bool:
 
 
 def _is_specforge(raw: Config) -> bool:
-    return _looks_llama(raw) and ("fc_norm" in raw or "norm_output" in raw)
+    return _looks_llama(raw) and any(f.name in raw for f in flag_table.FLAGS if f.eagle31)
 
 
 def _is_safeailab(raw: Config) -> bool:
@@ -95,6 +96,8 @@ def _is_safeailab(raw: Config) -> bool:
 
 
 def _save_flat(cfg: DrafterConfig, sd: dict, llama: Config, eagle31: bool) -> tuple[dict, Config]:
+    """SpecForge (eagle31) and SafeAILab: every flag of the table at the top level, except, in SafeAILab, the
+    EAGLE-3.1 fields it has no place for (refused when on by _save_safeailab, left out when off)."""
     sd = {("midlayer." + k[len("layers.0.") :] if k.startswith("layers.0.") else k): v for k, v in sd.items()}
     if not cfg.has_embed:  # the target's embeddings: these layouts take them from the target
         sd.pop("embed_tokens.weight", None)
@@ -102,21 +105,17 @@ def _save_flat(cfg: DrafterConfig, sd: dict, llama: Config, eagle31: bool) -> tu
     if cfg.target_hidden_size != cfg.hidden_size:
         conf["target_hidden_size"] = cfg.target_hidden_size
     # Written although these layouts usually leave them implicit: without them a reload would silently
-    # fall back to the default aux layers [2, L//2, L-3] and norm_before_residual/norm_before_fc false.
-    conf.update(
-        eagle_aux_hidden_state_layer_ids=cfg.input_aux_layer_ids,
-        norm_before_residual=cfg.norm_before_residual,
-        norm_before_fc=cfg.norm_before_fc,
-    )
-    if eagle31:
-        conf.update(fc_norm=cfg.fc_norm, norm_output=cfg.norm_output)
+    # fall back to the default aux layers [2, L//2, L-3] and every flag's default.
+    conf["eagle_aux_hidden_state_layer_ids"] = cfg.input_aux_layer_ids
+    conf.update({f.name: cfg.flag(f.name) for f in flag_table.FLAGS if eagle31 or not f.eagle31})
     return sd, conf
 
 
 def _save_safeailab(cfg: DrafterConfig, sd: dict, llama: Config) -> tuple[dict, Config]:
-    if cfg.fc_norm or cfg.norm_output:
+    on = [f.name for f in flag_table.FLAGS if f.eagle31 and cfg.flag(f.name)]
+    if on:
         raise DriftError(
-            "layout 'safeailab' cannot express fc_norm / norm_output (EAGLE-3.1); save as specforge or speculators"
+            f"layout 'safeailab' cannot express {' / '.join(on)} (EAGLE-3.1); save as specforge or speculators"
         )
     return _save_flat(cfg, sd, llama, eagle31=False)
 
@@ -144,7 +143,7 @@ LAYOUTS: tuple[Layout, ...] = (
         "speculators",
         _is_speculators,
         layer=_nested_layer,
-        flag_defaults={"norm_before_residual": True},
+        reading="vllm-speculators",
         renames=WRAPPER_RENAMES,
         save=_save_speculators,
     ),

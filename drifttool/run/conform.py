@@ -25,11 +25,12 @@ import torch
 from ..errors import DriftError
 from ..model.checkpoint import read_drafter
 from ..model.conformance import Finding, static_findings
+from ..model.flags import conflicts, reading_names
 from ..model.target import load_target
 from .conform_mtp import diagnose_mtp, mtp_declared, mtp_static_findings, own_tensors
 from .conform_rules import AGREE, NAMES, agreement, drafts_of, judged  # noqa: F401 - AGREE, NAMES: public here
 from .drafters import DrafterSpec
-from .follow import VARIED, Followed, committed_sequence, follow, variant
+from .follow import Followed, committed_sequence, follow, variant, varied
 from .probes import load_suite
 
 
@@ -86,8 +87,9 @@ def _features(target, prompt_ids: list[int], rounds: list[dict]) -> tuple[list[i
 
 
 def _describe(declared: dict[str, Any], combo: dict[str, Any]) -> str:
-    parts = [NAMES.get((k, v), f"{k}={v}") for k, v in combo.items()
-             if k in VARIED and bool(declared.get(k)) != bool(v)]
+    names = reading_names()
+    parts = [names.get((k, v), f"{k}={v}") for k, v in combo.items()
+             if k in varied() and bool(declared.get(k)) != bool(v)]
     if combo.get("aux_order") == "reversed":
         parts.append("aux features in reverse order")
     if combo.get("window") == "off":
@@ -100,7 +102,8 @@ def diagnose(target, drafter, prompts: dict[str, tuple[list[int], torch.Tensor, 
     """Every flag combination (and aux order, window) re-run on the engine's rounds; the best match named.
     Each combination is screened on the first `screen` rounds of every prompt; the `finalists` best (and the
     declared reading) are re-run on every round, and the verdict rests on those."""
-    base = {k: bool(getattr(drafter.config, k)) for k in VARIED}
+    flag_names = varied()
+    base = {k: drafter.config.flag(k) for k in flag_names}
     a = drafter.config.num_aux
     orders = {"declared": None, "reversed": list(range(a))[::-1]} if a > 1 else {"declared": None}
     windows = {"declared": drafter.config.sliding_window}
@@ -110,9 +113,9 @@ def diagnose(target, drafter, prompts: dict[str, tuple[list[int], torch.Tensor, 
     starts = np.cumsum([0, *sizes[:-1]])  # each prompt's first row in engine_drafts
     screened_rows = np.concatenate([o + np.arange(min(screen, n)) for o, n in zip(starts, sizes)])
     tried = []
-    for vals in itertools.product([False, True], repeat=len(VARIED)):
-        flags = dict(zip(VARIED, vals))
-        if flags["fc_norm"] and flags["norm_before_fc"]:
+    for vals in itertools.product([False, True], repeat=len(flag_names)):
+        flags = dict(zip(flag_names, vals))
+        if conflicts(flags):
             continue
         for (oname, order), (wname, win) in itertools.product(orders.items(), windows.items()):
             combo = {**flags, "aux_order": oname, "window": wname}

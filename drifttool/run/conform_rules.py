@@ -5,15 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..model.flags import reading_names
 from .follow import follow
 
 AGREE = 0.98  # draft agreement at or above this, over all depths, counts as the same drafter (float noise)
-NAMES = {("fc_norm", False): "fc_norm ignored", ("fc_norm", True): "fc_norm applied with unit weights",
-         ("norm_output", False): "norm_output ignored (pre-norm hidden fed back, as EAGLE-3)",
-         ("norm_output", True): "post-norm hidden fed back (norm_output applied)",
-         ("norm_before_fc", True): "norm_before_fc applied (unit weights)", ("norm_before_fc", False): "norm_before_fc ignored",
-         ("norm_before_residual", True): "norm_before_residual assumed true",
-         ("norm_before_residual", False): "norm_before_residual assumed false"}
+NAMES = reading_names()  # (flag, on) -> how a reading is named (model/flags.py)
 
 
 def agreement(ref: np.ndarray, eng: np.ndarray) -> float:

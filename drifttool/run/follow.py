@@ -16,13 +16,17 @@ import numpy as np
 import torch
 
 from ..errors import DriftError
-from ..model.config import FLAG_NAMES
+from ..model import flags as flag_table
 from ..model.drafter import Eagle3Drafter
 from ..model.target import Target
 from .loop import draft_chain, draft_token, refresh
 
-# what the diagnosis varies: the four flags, the aux-feature order and the drafter's attention window
-VARIED = FLAG_NAMES
+
+def varied() -> tuple[str, ...]:
+    """The flags the diagnosis varies (with the aux-feature order and the drafter's attention window): every flag
+    of model/flags.py, read when asked so a flag declared later is varied too."""
+    return flag_table.names()
+
 
 
 @dataclass
@@ -80,10 +84,13 @@ def variant(drafter: Eagle3Drafter, **flags) -> Eagle3Drafter:
     """The same weights built under other flags, as an engine that reads the flags differently would: a norm the
     new flags add keeps RMSNorm's unit weights (an engine that builds the module finds no weight to load); one
     they drop is not applied."""
-    cfg = dataclasses.replace(drafter.config, **flags, overrides=dict(drafter.config.overrides),
-                              assumptions=dict(drafter.config.assumptions))
-    if cfg.fc_norm and cfg.norm_before_fc:
-        raise DriftError("fc_norm and norm_before_fc exclude each other")
+    flag_values = {k: v for k, v in flags.items() if k in flag_table.names()}
+    other = {k: v for k, v in flags.items() if k not in flag_values}
+    cfg = dataclasses.replace(drafter.config, **drafter.config.with_flags(flag_values), **other,
+                              overrides=dict(drafter.config.overrides), assumptions=dict(drafter.config.assumptions))
+    line = flag_table.conflict_line(cfg.flags())
+    if line:
+        raise DriftError(line)
     p = drafter.lm_head.weight
     m = Eagle3Drafter(cfg).to(device=p.device, dtype=p.dtype).eval()
     m.load_state_dict({k: v for k, v in drafter.state_dict().items() if k in m.state_dict()}, strict=False)
