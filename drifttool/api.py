@@ -408,10 +408,12 @@ def capture_run(target, drafters: list, probes, out, engine: str = "hf", **kw) -
     """A whole capture run as `drifttool capture` does it, on any engine (`hf`, `vllm`; run/engines): `drafters`
     are checkpoint folders, `NAME=DIR?flag=value` strings or DrafterSpecs; `kw` the run settings (`depth`, `mode`,
     `max_new_tokens`, ...) and the engine's own options (`tree`, `device_map`, `compact`, `engine_args`), which
-    are checked against what the engine declares. Returns the written trace."""
+    are checked against what the engine declares; `sink` defaults to `auto`, as the CLI's (a SinkSpec or its
+    text). Returns the written trace."""
     from .run.drafters import DrafterSpec
     from .run.engines import engine as engine_named
 
+    kw["sink"] = kw["sink"] if isinstance(kw.get("sink"), SinkSpec) else SinkSpec.parse(kw.get("sink") or "auto")
     specs = [d if isinstance(d, DrafterSpec) else DrafterSpec.parse(str(d)) for d in drafters]
     return load(engine_named(engine).run(target, specs, str(probes), str(out), **kw))
 

@@ -67,7 +67,9 @@ def capture(
                                           help="auto | balanced | sequential: spread the target over GPUs (hf "
                                                "engine; the drafter runs on the target's last device)"),
     dtype: str = typer.Option("float32", "--dtype", help="float32 | bfloat16 | float16 (target and drafters)"),
-    sink: str = typer.Option("4", "--sink", help="first:N | pos:i,j | tok:id,... (';' to combine)"),
+    sink: str = typer.Option("auto", "--sink", help="auto (the target's own sink where the hf engine finds one, "
+                                                     "else the first 4 positions) | target | first:N | pos:i,j | "
+                                                     "tok:id,... (';' to combine)"),
     recent: int = typer.Option(32, "--recent", help="the recent mass's key set: the last R context slots (sinks "
                                                      "excluded)"),
     seed: int = typer.Option(0, "--seed"),

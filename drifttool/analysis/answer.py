@@ -43,7 +43,12 @@ def growth(s, tr, k: int) -> str:
     if fg != fg:
         return "fed-back RMS not measured"
     word = "grows" if fg > 1.05 else "shrinks" if fg < 0.95 else "stays flat"
-    return f"fed-back RMS {word} x{fg:.2f} from depth 1 to {k}{p}"
+    out = f"fed-back RMS {word} x{fg:.2f} from depth 1 to {k}{p}"
+    if word == "stays flat" and t is not None:  # flat is a finding only with what the groups could have detected
+        rel = t.mde / t.base_value if t.base_value and t.base_value == t.base_value else np.nan
+        out += (f" (its {t.n_groups} groups detect a change of {rel:.0%} or more at 80% power)" if np.isfinite(rel)
+                else f" (its {t.n_groups} groups are too few to detect any change)")
+    return out
 
 
 def sink(s) -> str:

@@ -225,19 +225,20 @@ def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool =
     print_between(c, cmp, ad, cmp.trend_differences(populations=("all",)))
     if context:
         bc = cmp.by_context()
+        # lifts (x uniform): a raw mass falls as the context grows only because its share of the keys does
         agg = bc.groupby(["series", "context_bucket"], observed=True).agg(
-            self_mass=("self_mass", "mean"), sink_mass=("sink_mass", "mean"), rms_in=("rms_in", "mean"),
-            acceptance_rate=("acceptance_rate", "mean")).reset_index()
-        t = _table("By context length (means over depths)", "context", "series", "sink", "self", "rms_in",
-                   "mean acc.\nrate", widths=_sw(agg["series"]))
+            sink_lift=("sink_lift", "mean"), self_lift=("self_lift", "mean"), recent_lift=("recent_lift", "mean"),
+            rms_in=("rms_in", "mean"), acceptance_rate=("acceptance_rate", "mean")).reset_index()
+        t = _table("By context length (means over depths; masses as x uniform)", "context", "series", "sink\nx unif.",
+                   "self\nx unif.", "recent\nx unif.", "rms_in", "mean acc.\nrate", widths=_sw(agg["series"]))
         agg = agg.assign(_o=agg["series"].map(_order(cmp))).sort_values(["context_bucket", "_o"])
         last = None
         for _, r in agg.iterrows():
             if last is not None and r.context_bucket != last:
                 t.add_section()
             last = r.context_bucket
-            t.add_row(str(r.context_bucket), _lab(r.series), _f(r.sink_mass), _f(r.self_mass), _f(r.rms_in, d=2),
-                      _f(r.acceptance_rate))
+            t.add_row(str(r.context_bucket), _lab(r.series), _f(r.sink_lift, d=2), _f(r.self_lift, d=2),
+                      _f(r.recent_lift, d=2), _f(r.rms_in, d=2), _f(r.acceptance_rate))
         c.print(t)
         print_decay(c, cmp, breakeven)
     print_window(c, cmp)

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..trace.footers import check_files, read_tokens
 from ..trace.reader import TraceData, member
-from ..trace.schema import HEAD_METRICS, MEASURED_MASSES
+from ..trace.schema import HEAD_METRICS, LIFTS, MEASURED_MASSES
 from ..trace.summary import CATEGORIES
 from .compare import SUMMARY_DEPTHS, Comparison, series_table
 from .metrics import context_bucket
@@ -173,6 +173,22 @@ def head_means(cmp: Comparison, keep: dict[str, set[str]], f: Filters) -> pd.Dat
         m["entropy"] = g["entropy"] / g["entropy_n"].where(g["entropy_n"] > 0)  # NaN entropies are not zeros
         parts.append(m.reset_index().assign(series=s.label))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["series", "depth", "head"])
+
+
+def head_lifts(hm: pd.DataFrame, dd: pd.DataFrame) -> pd.DataFrame:
+    """Head means with each mass's lift: the head's mean mass / the mean uniform share of its key set over the same
+    rounds (per series x depth, from the depths table's key counts; every head of a round saw the same keys)."""
+    counts = sorted({c for _, c in LIFTS.values()})
+    if hm.empty or dd.empty or not set(counts) <= set(dd.columns):
+        return hm.assign(**{k: np.nan for k in LIFTS})
+    n = dd["n_keys"].astype(float).where(dd["n_keys"] > 0)
+    share = dd.assign(**{c: dd[c].astype(float) / n for c in counts}).groupby(
+        ["series", "depth"], observed=True)[counts].mean().reset_index()
+    share["series"] = share["series"].astype(str)
+    m = hm.assign(series=hm["series"].astype(str)).merge(share, on=["series", "depth"], how="left")
+    for lift, (mass, c) in LIFTS.items():
+        hm[lift] = (m[mass] / m[c].where(m[c] > 0)).to_numpy()
+    return hm
 
 
 def aux_summary(cmp: Comparison, keep: dict[str, set[str]]) -> pd.DataFrame:
@@ -352,7 +368,8 @@ class View:
 
     @cached_property
     def head_means(self) -> pd.DataFrame:
-        return head_means(self._cmp, self._keep, self.filters)
+        """Per series x depth x head: mean masses, entropy and each mass's lift (head_lifts)."""
+        return head_lifts(head_means(self._cmp, self._keep, self.filters), self._dd)
 
     @cached_property
     def aux_summary(self) -> pd.DataFrame:

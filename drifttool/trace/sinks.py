@@ -16,11 +16,15 @@ class SinkSpec:
     positions: list[int] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
     target: bool = False  # `--sink target`: the target's own sink positions, resolved when the target is loaded
+    # `--sink auto` (the capture's default): `target` where the engine can read the target's attention and the rule
+    # finds a sink, else the first 4 positions; resolved by the engine, which records what it used and why
+    auto: bool = False
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        if not self.target:  # recorded only when asked for: older traces keep their settings hash
-            d.pop("target")
+        for k in ("target", "auto"):  # recorded only when asked for: older traces keep their settings hash
+            if not d[k]:
+                d.pop(k)
         return d
 
     @classmethod
@@ -29,7 +33,8 @@ class SinkSpec:
         if d is None:
             return cls()
         return cls(first_n=int(d.get("first_n", 0)), positions=[int(p) for p in d.get("positions", [])],
-                   token_ids=[int(t) for t in d.get("token_ids", [])], target=bool(d.get("target", False)))
+                   token_ids=[int(t) for t in d.get("token_ids", [])], target=bool(d.get("target", False)),
+                   auto=bool(d.get("auto", False)))
 
     @classmethod
     def parse(cls, text: str | None) -> SinkSpec:
@@ -39,6 +44,8 @@ class SinkSpec:
             return cls()
         if str(text).strip().lower() == "target":
             return cls(first_n=0, target=True)
+        if str(text).strip().lower() == "auto":
+            return cls(first_n=4, auto=True)
         spec = cls(first_n=0)
         for part in str(text).split(";"):
             part = part.strip()
@@ -62,8 +69,9 @@ class SinkSpec:
     def mask(self, token_ids: torch.Tensor) -> torch.Tensor:
         """Boolean mask over sequence positions 0..L-1 given the token id at each position (the one definition
         of which positions are sinks: the capture's sink mass and the drill-down's marks both come from it)."""
-        if self.target:
-            raise DriftError("--sink target: not resolved against a loaded target (the capture engine does it)")
+        if self.target or self.auto:
+            raise DriftError(f"--sink {'target' if self.target else 'auto'}: not resolved against a loaded target (the "
+                             "capture engine does it)")
         length = token_ids.shape[0]
         m = torch.zeros(length, dtype=torch.bool, device=token_ids.device)
         m[: min(self.first_n, length)] = True

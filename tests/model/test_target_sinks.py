@@ -79,3 +79,36 @@ def test_capture_with_sink_target_records_positions_and_evidence(tmp_path):
 
     d = dt.load(out).depths
     assert (d["n_sink"] == 1).all()  # the one position the target uses
+
+
+def _capture(tmp_path, name: str, probes_ids: list[list[int]], *extra: str) -> tuple[int, Path]:
+    probes = tmp_path / f"{name}.jsonl"
+    probes.write_text("".join(json.dumps({"id": f"p{i}", "token_ids": ids}) + "\n" for i, ids in enumerate(probes_ids)))
+    out = tmp_path / f"{name}.drift"
+    rc = main(["capture", "--target", str(Z / "target"), "--drafter", f"e3={Z / 'eagle3'}", "--probes", str(probes),
+               "--depth", "3", "--max-new-tokens", "4", "--quiet", "--out", str(out), *extra])
+    return rc, out
+
+
+def test_the_default_sink_is_the_target_s_own_where_found(tmp_path):
+    """`--sink auto` (the default): the target's sink on prompts it can be read from; the first 4 positions where
+    the rule finds none, and the manifest says which and why."""
+    rc, out = _capture(tmp_path, "long", [_ids(120)])
+    cap = json.loads((out / "manifest.json").read_text())["capture"]
+    assert rc == 0 and cap["sink"]["positions"] == [0] and cap["sink_rule"] == "auto: target"
+    assert "auto" not in cap["sink"] and cap["sink_target"]["upper_mass"]["0"] > 0.3
+    rc, out = _capture(tmp_path, "short", [_ids(12)])  # too short to read the target's attention from
+    cap = json.loads((out / "manifest.json").read_text())["capture"]
+    assert rc == 0 and cap["sink"] == {"first_n": 4, "positions": [], "token_ids": []}
+    assert cap["sink_rule"].startswith("auto: first:4 (the target's own sink was not found: --sink target: no prompt")
+    assert SinkSpec.parse("auto").auto and SinkSpec.from_dict(SinkSpec.parse("auto").to_dict()).auto
+
+
+def test_explicit_sink_target_without_a_sink_and_a_recent_window_past_every_prompt_are_refused(tmp_path, capsys):
+    for name, ids, extra in (("nosink", [_ids(12)], ("--sink", "target")), ("recent", [_ids(40)], ("--recent", "64"))):
+        rc, out = _capture(tmp_path, name, ids, *extra)
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and not out.exists(), (name, err)
+        assert len(err.splitlines()) == 1 and ("--sink target" in err if name == "nosink" else "--recent 64" in err)
+    rc, _ = _capture(tmp_path, "recent_ok", [_ids(40)], "--recent", "16")
+    assert rc == 0

@@ -24,6 +24,7 @@ from drifttool.cli import main
 from drifttool.run.engines.hf import DrafterSpec, run_capture
 from drifttool.trace.reader import read_manifest, read_table, read_trace
 from drifttool.trace.schema import TABLES
+from drifttool.trace.sinks import SinkSpec
 from tests.support.capture import build_models, child_env, prompt, write_probes
 
 SEED = 20240611
@@ -75,7 +76,8 @@ def runs(tmp_path_factory):
     pool = ThreadPoolExecutor(1)  # the reference runs while the kill points are watched
     try:
         ref = pool.submit(run_capture, str(paths["target"]), [DrafterSpec.parse(d) for d in drafters], str(suite),
-                          str(root / "ref.drift"), depth=DEPTH, progress=False)
+                          str(root / "ref.drift"), depth=DEPTH, progress=False,
+                          sink=SinkSpec.parse("auto"))  # the CLI's default
         pending = dict(enumerate(kills))
         when: dict[int, float] = {}
         deadline = time.monotonic() + 240

@@ -22,6 +22,7 @@ from drifttool.run.engines.hf import DrafterSpec, run_capture
 from drifttool.trace import writer as writer_mod
 from drifttool.trace.reader import read_manifest, read_table, read_trace
 from drifttool.trace.schema import DERIVED, STORED, TABLES
+from drifttool.trace.sinks import SinkSpec
 from drifttool.trace.writer import TraceWriter
 from tests.support.capture import build_models, child_env, prompt, write_probes
 
@@ -77,7 +78,7 @@ def setup(tmp_path_factory):
     procs = {name: start_capture(a) for name, a in args.items()}
     try:
         ref = run_capture(str(paths["target"]), [DrafterSpec.parse(d) for d in drafters], str(suite),
-                          str(root / "ref.drift"), depth=DEPTH, progress=False)
+                          str(root / "ref.drift"), depth=DEPTH, progress=False, sink=SinkSpec.parse("auto"))
         yield {"root": root, "ref": ref, "args": args, "procs": procs,
                "out": {name: root / f"{name}.drift" for name in SIGNALS}}
     finally:

@@ -5,10 +5,14 @@ import streamlit as st
 from drifttool import plots
 from drifttool.analysis.views import HEAD_METRICS
 from drifttool.dashboard import lib
+from drifttool.trace.schema import LIFTS
 
 st.title("Heads")
 v = lib.view()
-metric = st.selectbox("Metric", HEAD_METRICS, format_func=plots.label, key="heads_metric")
+READ = st.radio("Attention", ["x uniform (lift)", "mass"], horizontal=True, key="heads_read",
+                help="lift = the head's mass / the share uniform attention over the keys its queries saw would give it")
+choices = [*LIFTS, "entropy"] if READ.startswith("x") else list(HEAD_METRICS)
+metric = st.selectbox("Metric", choices, format_func=plots.label, key="heads_metric")
 lib.chart(plots.head_heatmaps(v.head_means, metric, v.series), "head heatmaps")
 if len(v.series) >= 2:
     c1, c2 = st.columns(2)

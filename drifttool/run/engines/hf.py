@@ -48,14 +48,37 @@ def capture_one(
 
 
 def resolve_sink(st, tgt, prompts: list[list[int]]):
-    """`--sink target`: the settings with the target's own sink positions (model/target_sinks.py) and the evidence
-    for the manifest; other sink rules pass through (evidence None)."""
-    if not st.sink.target:
+    """`--sink target` / `auto`: the settings with the target's own sink positions (model/target_sinks.py) and the
+    evidence for the manifest; `auto` falls back to the first 4 positions where the rule finds no sink (a short
+    suite, a target without one), recording why. Other sink rules pass through (evidence None)."""
+    if not (st.sink.target or st.sink.auto):
         return st, None
     from ...model.target_sinks import find_sinks
 
-    ev = find_sinks(tgt, prompts)
+    try:
+        ev = find_sinks(tgt, prompts)
+    except DriftError as e:
+        if not st.sink.auto:
+            raise
+        return dataclasses.replace(st, sink=SinkSpec()), {"auto": "first:4", "why": str(e)}
+    ev = {**ev, "auto": "target"} if st.sink.auto else ev
     return dataclasses.replace(st, sink=SinkSpec(first_n=0, positions=ev["positions"])), ev
+
+
+def check_recent(recent: int, token_ids: dict[str, list[int]], probes: str) -> None:
+    """A --recent window longer than every prompt makes the recent mass the whole prompt's (less the sinks) on every
+    round: refused when asked for; the default window is never refused (short suites keep running)."""
+    longest = max((len(v) for v in token_ids.values()), default=0)
+    if recent != RECENT and token_ids and recent >= longest:
+        raise DriftError(f"--recent {recent}: longer than every prompt of {probes} (the longest has {longest} tokens), "
+                         "so the recent mass would be the whole prompt's; give a window shorter than the prompts")
+
+
+def sink_rule(evidence: dict) -> str:
+    """The manifest's capture.sink_rule for a resolved `target` / `auto` sink."""
+    if evidence.get("auto") == "first:4":
+        return "auto: first:4 (the target's own sink was not found: " + evidence["why"] + ")"
+    return "auto: target" if evidence.get("auto") else "target"
 
 
 def capture_prompt(
@@ -146,6 +169,7 @@ def run_capture(
         except DriftError as e:
             raise DriftError(f"{probes}: probe {probe.id!r}: {e}") from None
         token_ids[probe.id] = ids
+    check_recent(st.recent, token_ids, probes)
     capture_settings = {
         **st.record(probes, len(suite)),
         "attention": "masses from the fused attention kernel's log-sum-exp over the sink and draft keys; on full rounds "
@@ -154,7 +178,7 @@ def run_capture(
     }
     capture_settings["template_ids"] = list(template_ids)
     if sink_evidence is not None:
-        capture_settings["sink_rule"] = "target"
+        capture_settings["sink_rule"] = sink_rule(sink_evidence)
         capture_settings["sink_target"] = sink_evidence
     if any(p.messages is not None for p in suite):
         capture_settings["chat_format"] = tgt.chat_format

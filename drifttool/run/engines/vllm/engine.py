@@ -10,6 +10,7 @@ worker extension; tensor / pipeline parallel, batching and the engine core's pro
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import os
@@ -29,6 +30,7 @@ from ....errors import DriftError
 from ....model.checkpoint import detect_layout, save_drafter
 from ....model.config import trained_window
 from ....model.drafter import DrafterBase
+from ....trace.sinks import SinkSpec
 from ...drafters import DrafterSpec, load_drafters
 from ...hooks import Capture
 from ...loop import RoundRecord, positions_needed
@@ -310,6 +312,11 @@ def run_capture_vllm(
     drafter. `vllm_kwargs` (or `engine_args`, `--vllm-arg` strings KEY=VALUE) go to `vllm.LLM` (they may not
     contradict launch.REQUIRED_ARGS)."""
     st, suite = begin(settings, settings_kw, drafters, probes, "run_capture_vllm")
+    sink_rule = None
+    if st.sink.auto:  # the vllm engine does not read the target's attention: auto is the first 4 positions, said
+        st = dataclasses.replace(st, sink=SinkSpec())
+        sink_rule = ("auto: first:4 (the vllm engine does not read the target's attention; give --sink pos:i,j from "
+                     "an hf capture's capture.sink_target)")
     if st.sink.target:  # the target's sink is read from its attention in an HF forward: the hf engine's
         raise DriftError("--sink target: the vllm engine takes the positions found by an hf capture (its manifest's "
                          "capture.sink_target.positions) as --sink pos:i,j")
@@ -332,10 +339,10 @@ def run_capture_vllm(
                 "DeepSeek MTP and has no Eagle3 model for it); use --engine hf"
             )
     run = VllmRun(vllm, info, str(target), st, llm_kwargs)
-    manifest = build_manifest(
-        info, str(target), models, capture_settings(run, probes, len(suite), drafters, {n for n, m in models.items() if m.config.mtp}),
-        extra_manifest,
-    )
+    settings = capture_settings(run, probes, len(suite), drafters, {n for n, m in models.items() if m.config.mtp})
+    if sink_rule:
+        settings["sink_rule"] = sink_rule
+    manifest = build_manifest(info, str(target), models, settings, extra_manifest)
 
     def plan(writer):
         for d in drafters:
