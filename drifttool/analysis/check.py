@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import DriftError
+from ..trace import metric_table
 from ..trace.reader import TraceData
 from .compare import DEPTH_METRICS, Comparison, check_compatible, suite_name
 
@@ -37,11 +38,11 @@ ALIASES = {"acceptance_length": "mean_acceptance_length", "al": "mean_acceptance
            "mean_al": "mean_acceptance_length", "iid_estimate": "iid_acceptance_length",
            "per_position_rate": "acceptance_rate", "alpha": "n_alpha"}
 # Direction of "worse" for --baseline: +1 higher is better, -1 lower is better.
+# The per-depth attention metrics and their lifts take theirs from the metric table (trace/metric_table.py).
 DIRECTION = {"mean_acceptance_length": 1, "draft_acceptance_rate": 1, "iid_acceptance_length": 1, "iid_p": 1,
-             "sink_retention": 1, "self_lift": -1, "self_lift_trend": -1, "sink_lift_d1": 1, "feature_growth": -1,
-             "acceptance_rate": 1, "n_alpha": 1, "sink_lift": 1,
-             "sink_mass": 1, "self_mass": -1, "draft_mass": -1, "own_mass": -1, "rms_in": -1, "rms_pre": -1,
-             "rms_post": -1, "al_per_doubling": 1, "self_lift_per_doubling": -1}
+             "sink_retention": 1, "self_lift_trend": -1, "sink_lift_d1": 1, "feature_growth": -1,
+             "acceptance_rate": 1, "n_alpha": 1, "rms_in": -1, "rms_pre": -1,
+             "rms_post": -1, "al_per_doubling": 1, "self_lift_per_doubling": -1, **metric_table.better()}
 OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq}
 _RULE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:@\s*depth\s*(\d+)(?:\s*-\s*depth\s*(\d+))?)?\s*(>=|<=|==|>|<)\s*"
                    r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(%?)\s*$")

@@ -20,18 +20,17 @@ import pandas as pd
 
 from ..errors import DriftError
 from ..trace.reader import TraceData, group_of_id
-from ..trace.schema import HEAD_METRICS
+from ..trace.schema import HEAD_METRICS, LIFTS
 from .metrics import acceptance, cluster_mean, context_bucket, spearman
 
 # the per-depth statistics, in the order tables show them: the three regions first, then every other head metric
 # (trace/schema.HEAD_METRICS), then the fed-back magnitudes
-_FIRST = ("sink_lift", "self_lift", "recent_lift", "template_lift", "sink_mass", "self_mass", "prompt_mass")
+_FIRST = (*sorted(LIFTS, key=lambda k: k != "sink_lift" and k != "self_lift"), "sink_mass", "self_mass", "prompt_mass")
 DEPTH_METRICS = (*_FIRST, *(m for m in HEAD_METRICS if m not in _FIRST), "entropy_norm", "rms_in", "rms_pre",
                  "rms_post")
 PREDICTORS = ("sink_mass", "self_mass", "rms_in")
 # the depths columns Comparison.summary reads (a view of a large trace reads only these for its first page)
-SUMMARY_DEPTHS = ["prompt_id", "round", "depth", "self_mass", "rms_in", "sink_mass", "self_lift", "sink_lift",
-                  "recent_lift", "template_lift"]
+SUMMARY_DEPTHS = ["prompt_id", "round", "depth", "self_mass", "rms_in", "sink_mass", *LIFTS]
 
 
 # Per-depth statistics over fewer rounds (chains reaching the depth) than this are greyed in charts and starred
@@ -322,10 +321,17 @@ class Comparison:
                 n_rounds=("depth", "size"), n_reached=("reached_", "sum"), n_prompts=("prompt_id", "nunique"),
                 n_groups=("group", "nunique"), n_entropy=("entropy", "count"))  # count: the finite entropies
             out = out.merge(n.reset_index(), on=keys, how="left")
+            # entropy rests on the full rounds only (--full-every): its own prompts and groups
+            fe = d[d["entropy"].notna()].groupby(keys, observed=True).agg(
+                n_entropy_prompts=("prompt_id", "nunique"), n_entropy_groups=("group", "nunique")).reset_index()
+            out = out.merge(fe, on=keys, how="left")
+            out[["n_entropy_prompts", "n_entropy_groups"]] = out[["n_entropy_prompts", "n_entropy_groups"]].fillna(0) \
+                .astype("int64")
         else:
             out = out.assign(n_rounds=pd.Series(dtype="int64"), n_reached=pd.Series(dtype="int64"),
                              n_prompts=pd.Series(dtype="int64"), n_groups=pd.Series(dtype="int64"),
-                             n_entropy=pd.Series(dtype="int64"))
+                             n_entropy=pd.Series(dtype="int64"), n_entropy_prompts=pd.Series(dtype="int64"),
+                             n_entropy_groups=pd.Series(dtype="int64"))
         return out.sort_values(keys).reset_index(drop=True)
 
     def summary(self) -> pd.DataFrame:

@@ -20,6 +20,10 @@ DEFINITIONS = {
     "sink_lift_d1": "depth-1 sink mass / (sink slots / keys seen): 1.0 = no more than uniform (no sink to lose)",
     "feature_growth": "RMS of the drafter layer input at depth K / at depth 1",
     "acceptance_rate": "vLLM per-position rate: fraction of chains with depth d accepted",
+    "n_rounds": "per depth: the rounds drafting the depth (n_prompts / n_groups: their prompts and groups), what "
+                "every mean rests on except entropy",
+    "n_entropy": "per depth: the rounds with a full attention row (--full-every), the only ones entropy rests on; "
+                 "n_entropy_prompts / n_entropy_groups: their prompts and groups (the entropy CI's clusters)",
     "n_alpha": "EAGLE n-alpha: acceptance at depth d among chains whose depths < d were accepted",
     "al_per_doubling": "least-squares slope of acceptance length vs log2(context length); _lo / _hi / _se: 95% CI "
                        "and SD over 1,000 group-bootstrap refits (none below 6 groups)",

@@ -35,12 +35,14 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from ..trace import metric_table
+
 ALPHA = 0.05
 POWER = 0.8
 EXACT_MAX = 16  # exact sign-flip enumeration up to this many groups (2^16 patterns)
 N_PERM = 20_000
 # the first depth a metric is defined at: self/draft mass need an earlier drafted slot (depth >= 2)
-BASE_DEPTH = {"self_mass": 2, "draft_mass": 2, "self_lift": 2}
+BASE_DEPTH = metric_table.base_depth()
 TREND_METRICS = ("sink_lift", "self_lift", "sink_mass", "self_mass", "prompt_mass", "rms_in")
 POPULATIONS = ("all", "prefix_correct")
 POPULATION_TEXT = {

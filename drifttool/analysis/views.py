@@ -16,6 +16,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
+from ..trace import metric_table
 from ..trace.footers import check_files, read_tokens
 from ..trace.reader import TraceData, member
 from ..trace.schema import HEAD_METRICS, LIFTS, MEASURED_MASSES
@@ -62,9 +63,10 @@ class LoadedTrace(TraceData):
         h = self.table("head_summary")
         out = h[["drafter", "prompt_id", "depth", "head"]].copy()
         for c in (*MEASURED_MASSES, "entropy"):
-            out[c] = h[f"{c}_sum"]
-        out["self_mass"] = h["draft_mass_sum"] + h["own_mass_sum"]
-        out["prompt_mass"] = h["n"] - h["sink_mass_sum"] - h["draft_mass_sum"] - h["own_mass_sum"]
+            out[c] = h[f"{c}_sum"] if f"{c}_sum" in h else np.nan  # a mass newer than the summary: NaN
+        for m in metric_table.of_kind("derived"):  # sums of sums: the derived masses' formulas (metric table)
+            total = sum(h[f"{p}_sum"] for p in m.parts)
+            out[m.name] = h["n"] - total if m.complement else total
         out["n"], out["entropy_n"] = h["n"], h["entropy_n"]
         return out
 

@@ -13,20 +13,18 @@ from plotly.subplots import make_subplots
 
 from ..analysis.compare import MIN_N
 from ..styles import KIND_ORDER, drafter_kind, series_order, series_style, split_label  # noqa: F401 - re-exported
+from ..trace import metric_table
 
 # Traces of one chart are told apart by marker symbol (colour and dash stay the drafter's).
 SYMBOLS = ["circle", "square", "diamond", "triangle-up", "cross", "x", "star", "pentagon", "hexagon", "triangle-down"]
 # Per-depth statistics over fewer than MIN_N rounds are drawn as hollow grey points without a line or CI band
 # (and left out of rank-correlation charts): a depth reached by a handful of chains reads n-alpha 1.00.
 SMALL_N_COLOR = "#BBBBBB"
-LABELS = {
-    "sink_mass": "sink mass", "self_mass": "self mass (draft + own)", "prompt_mass": "prompt mass",
-    "draft_mass": "draft mass", "own_mass": "own-slot mass", "entropy": "entropy (nats)",
+LABELS = {  # the attention metrics' labels and their lifts' come from the metric table
+    **metric_table.labels(),
     "rms_in": "RMS layer input", "rms_pre": "RMS pre", "rms_post": "RMS post",
     "acceptance_rate": "acceptance rate (vLLM per-position)", "n_alpha": "n-alpha (given reached)",
-    "sink_lift": "sink lift (x uniform)", "self_lift": "self lift (x uniform)", "recent_lift": "recent lift (x uniform)",
-    "recent_mass": "recent mass (last R slots)", "entropy_norm": "entropy / log(keys seen)",
-    "template_lift": "template lift (x uniform)", "template_mass": "template mass (chat delimiters)",
+    "entropy_norm": "entropy / log(keys seen)",
 }
 # which per-depth count a metric's mean is over: n-alpha only counts chains that reached the depth
 N_COLUMN = {"n_alpha": "n_reached", "entropy": "n_entropy"}  # entropy: full rounds only (--full-every)

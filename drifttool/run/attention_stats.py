@@ -23,44 +23,46 @@ from functools import lru_cache
 import torch
 from einops import rearrange
 
-# per head and depth; max_prob = the head's largest attention weight (1/z: after subtracting the row max the
-# top key's weight is exp(0)); top_pos = the key slot it sits on (slot t holds token t+1's pair at position t)
-# recent_mass = the last R context slots (sinks excluded; trace/sinks.recent_index), a part of the prompt mass
-# template_mass = the chat template's special tokens in the context (sinks excluded; trace/sinks.template_index)
-HEAD_FIELDS = ("sink_mass", "draft_mass", "own_mass", "entropy", "max_prob", "top_pos", "recent_mass", "template_mass")
+from ..trace import metric_table
+
+# The per-head fields in the capture's packed order (trace/metric_table.head_fields): the context masses (sink,
+# recent, template, ...: each a key set of the metric table), the draft / own masses over this chain's draft slots,
+# entropy, max_prob = the head's largest attention weight (1/z: after subtracting the row max the top key's weight is
+# exp(0)) and top_pos = the key slot it sits on (slot t holds token t+1's pair at position t).
+HEAD_FIELDS = metric_table.head_fields()
 HIDDEN_FIELDS = ("rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post", "l2_post", "massive")
-MASS_FIELDS = ("sink_mass", "draft_mass", "own_mass", "recent_mass", "template_mass")  # every round (lse); others
-MASS_IDX = tuple(HEAD_FIELDS.index(m) for m in MASS_FIELDS)  # on full rounds only (else NaN / NaN / -1)
+MASS_FIELDS = metric_table.measured_masses()  # every round (lse); the others on full rounds only (NaN / NaN / -1)
+MASS_IDX = tuple(HEAD_FIELDS.index(m) for m in MASS_FIELDS)
 # per depth: the keys the query saw and how many of them each mass's key set holds (the uniform share's terms)
-COUNT_FIELDS = ("n_keys", "n_sink", "n_self", "n_recent", "n_template")
+COUNT_FIELDS = metric_table.key_counts()
+_CONTEXT = metric_table.context_masses()
+_TAIL = ("draft_mass", "own_mass")  # computed here from the chain's (or tree's) draft-slot masks
 
 
 def head_fields(heads) -> dict:
-    """HEAD_FIELDS [..., len(HEAD_FIELDS)] as named arrays [...], with the two masses derived from them: self
-    (draft + own) and prompt (the rest). Chains and trees shape their tables from this one reading."""
+    """HEAD_FIELDS [..., len(HEAD_FIELDS)] as named arrays [...], with the derived masses of the metric table (self
+    = draft + own, prompt = the rest). Chains and trees shape their tables from this one reading."""
     f = {name: heads[..., i] for i, name in enumerate(HEAD_FIELDS)}
-    f["self_mass"] = f["draft_mass"] + f["own_mass"]
-    f["prompt_mass"] = 1.0 - f["sink_mass"] - f["draft_mass"] - f["own_mass"]
+    for m in metric_table.of_kind("derived"):
+        total = sum(f[p] for p in m.parts)
+        f[m.name] = 1.0 - total if m.complement else total
     return f
 
 
-def key_counts(n: int, k_: int, sink_idx, recent_idx, window: int | None = None, n_self=None, template_idx=()):
-    """COUNT_FIELDS [K, 5] (int64, numpy) of a chain's K depth queries: keys seen (after the sliding window),
-    and among them sink slots, self slots (earlier draft steps + own slot: k - 1 at depth k) and recent slots.
-    Uniform attention over the seen keys puts count / n_keys on each set: the lifts' denominator.
-    n_self: per-row self counts for a tree's rows (default: the chain's)."""
+def key_counts(n: int, k_: int, sets, window: int | None = None, n_self=None):
+    """COUNT_FIELDS [K, C] (int64, numpy) of a chain's K depth queries: keys seen (after the sliding window), and
+    among them each context mass's slots (`sets`, in the metric table's order) and the self slots (earlier draft
+    steps + own slot: k - 1 at depth k). Uniform attention over the seen keys puts count / n_keys on each set: the
+    lifts' denominator. n_self: per-row self counts for a tree's rows (default: the chain's)."""
     import numpy as np
 
     lo = np.array([window_start(n, j, window) for j in range(k_)])
-    sink = np.asarray(sink_idx.cpu() if hasattr(sink_idx, "cpu") else sink_idx).reshape(-1)
-    rec = np.asarray(recent_idx.cpu() if hasattr(recent_idx, "cpu") else recent_idx).reshape(-1)
-    tpl = np.asarray(template_idx.cpu() if hasattr(template_idx, "cpu") else template_idx).reshape(-1)
-    seen = n + np.arange(k_) - lo  # depth j sees slots lo..n-1+j
-    own = np.arange(k_) if n_self is None else np.asarray(n_self)
-    n_sink = (sink[None, :] >= lo[:, None]).sum(1)
-    n_rec = (rec[None, :] >= lo[:, None]).sum(1)
-    n_tpl = (tpl[None, :] >= lo[:, None]).sum(1)
-    return np.stack([seen, n_sink, own, n_rec, n_tpl], -1).astype(np.int64)
+    out = {"n_keys": n + np.arange(k_) - lo,  # depth j sees slots lo..n-1+j
+           "n_self": np.arange(k_) if n_self is None else np.asarray(n_self)}
+    for m, s in zip(metric_table.of_kind("context"), sets):
+        idx = np.asarray(s.cpu() if hasattr(s, "cpu") else s).reshape(-1)
+        out[m.count] = (idx[None, :] >= lo[:, None]).sum(1)
+    return np.stack([out[c] for c in COUNT_FIELDS], -1).astype(np.int64)
 
 
 def massive(x: torch.Tensor) -> torch.Tensor:
@@ -140,12 +142,10 @@ def probabilities(q: torch.Tensor, keys: torch.Tensor, n: int, scale: float | No
     return rearrange(p, "g k r l -> k (g r) l")
 
 
-def head_stats(d: torch.Tensor, n: int, sink_idx: torch.Tensor, window: int | None = None,
-               keep_row: bool = False, tail: Tail | None = None,
-               recent_idx: torch.Tensor | None = None,
-               template_idx: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """HEAD_FIELDS [K, nh, 8] from masked logits d [nkv, K, rep, L] (consumed in place), and when keep_row the
-    head-mean attention rows [K, L]. sink_idx / recent_idx: the context slots counted as sinks / as recent.
+def head_stats(d: torch.Tensor, n: int, sets: list[torch.Tensor], window: int | None = None,
+               keep_row: bool = False, tail: Tail | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """HEAD_FIELDS [K, nh, F] from masked logits d [nkv, K, rep, L] (consumed in place), and when keep_row the
+    head-mean attention rows [K, L]. sets: each context mass's slots (metric_table.context_sets: sink first).
 
     Softmax by hand, so the pieces serve every statistic: d = s - rowmax, e = exp(d), z = sum e, p = e / z,
     entropy = log z - sum(e * d) / z. Full-length passes: max, sub, exp, sum, mul, sum; everything else
@@ -155,11 +155,7 @@ def head_stats(d: torch.Tensor, n: int, sink_idx: torch.Tensor, window: int | No
     d.sub_(mx.unsqueeze(-1))
     e = d.exp()
     z = e.sum(-1)
-    sink_mass = e.index_select(-1, sink_idx).sum(-1) / z
-    recent = (e.index_select(-1, recent_idx.to(e.device)).sum(-1) / z if recent_idx is not None
-              else torch.zeros_like(z))
-    template = (e.index_select(-1, template_idx.to(e.device)).sum(-1) / z if template_idx is not None
-                else torch.zeros_like(z))
+    f = {name: e.index_select(-1, s.to(e.device)).sum(-1) / z for name, s in zip(_CONTEXT, sets)}
     t = tail or chain_tail(k_, str(d.device))
     w = e[..., n:] / z[..., None]  # draft slots (a chain's n .. n+K-2: the inputs of depths 2..K)
     draft, own = (w * t.draft.to(w)).sum(-1), (w * t.own.to(w)).sum(-1)
@@ -169,56 +165,63 @@ def head_stats(d: torch.Tensor, n: int, sink_idx: torch.Tensor, window: int | No
     lo = window_start(n, k_ - 1, window)
     if lo > 0:
         ed[..., :lo].nan_to_num_(0.0)  # slots before the sliding window
-    ent = z.log() - ed.sum(-1) / z
-    fields = [sink_mass, draft, own, ent, z.reciprocal(), top.to(z.dtype), recent, template]  # slot ids < 2^24: exact in fp32
-    heads = rearrange(torch.stack(fields, -1), "g k r f -> k (g r) f")
+    f.update(draft_mass=draft, own_mass=own, entropy=z.log() - ed.sum(-1) / z, max_prob=z.reciprocal(),
+             top_pos=top.to(z.dtype))  # slot ids < 2^24: exact in fp32
+    heads = rearrange(torch.stack([f[name] for name in HEAD_FIELDS], -1), "g k r f -> k (g r) f")
     return heads, row
 
 
-def lse_masses(q: torch.Tensor, keys: torch.Tensor, n: int, lse: torch.Tensor, sink_idx: torch.Tensor,
-               scale: float | None = None, window: int | None = None,
-               recent_idx: torch.Tensor | None = None, template_idx: torch.Tensor | None = None) -> torch.Tensor:
-    """HEAD_FIELDS [K, nh, 8] from the K draft-step queries q [K, nh, hd], the round's keys [nkv, L, hd] and each
-    query row's log-sum-exp lse [K, nh] over the keys it attended: sink / earlier-draft / own masses exactly as
-    `head_stats` defines them (same slots, same window rule), entropy and max_prob NaN, top_pos -1 (not computed).
-    Only the S sink keys, the K-1 draft keys and the R recent keys are read, gathered before the fp32 upcast (bf16 caches stay).
+def lse_masses(q: torch.Tensor, keys: torch.Tensor, n: int, lse: torch.Tensor, sets: list[torch.Tensor],
+               scale: float | None = None, window: int | None = None) -> torch.Tensor:
+    """HEAD_FIELDS [K, nh, F] from the K draft-step queries q [K, nh, hd], the round's keys [nkv, L, hd] and each
+    query row's log-sum-exp lse [K, nh] over the keys it attended: each context mass (`sets`, as head_stats takes
+    them) and the earlier-draft / own masses exactly as `head_stats` defines them (same slots, same window rule),
+    entropy and max_prob NaN, top_pos -1 (not computed). Only the context sets' keys and the K-1 draft keys are
+    read, gathered before the fp32 upcast (bf16 caches stay).
     About ten small ops, all in the [K, nh, keys] layout (no reshuffles): this runs every round, and on a small
     drafter its fixed cost is what capture adds."""
     k_, nh, hd = q.shape
     nkv = keys.shape[0]
     dev = q.device
-    ns = sink_idx.shape[0]
-    rec = recent_idx.to(dev) if recent_idx is not None else torch.zeros(0, dtype=torch.long, device=dev)
-    tpl = template_idx.to(dev) if template_idx is not None else torch.zeros(0, dtype=torch.long, device=dev)
-    # S sinks, then the K-1 draft slots, then the R recent slots, then the T template slots
-    idx = torch.cat([sink_idx.to(dev), torch.arange(n, n + k_ - 1, device=dev), rec, tpl])
+    sets = [s.to(dev) for s in sets]
+    # every context set's slots, then the K-1 draft slots
+    idx = torch.cat([*sets, torch.arange(n, n + k_ - 1, device=dev)])
     kg = keys[:, idx].float().repeat_interleave(nh // nkv, 0)  # [nh, S+K-1, hd]: head h reads kv head h // rep
     s = torch.bmm(q.float().transpose(0, 1), kg.transpose(1, 2)).transpose(0, 1)  # [K, nh, S+K-1]
     p = (s * (scale or 1.0 / math.sqrt(hd)) - lse.float()[..., None]).exp_()
     if window is not None and window_start(n, k_ - 1, window) > 0:  # some key left some depth's window
         lo = torch.tensor([window_start(n, j, window) for j in range(k_)], device=dev)
         p.mul_((idx[None, :] >= lo[:, None]).float()[:, None, :])  # [K, 1, S+K-1]: inside the window
-    masses = torch.bmm(p, _region_weights(k_, ns, rec.shape[0], tpl.shape[0], str(dev)))  # [K, nh, 5]
-    return torch.cat([masses[..., :3], _not_computed(k_, nh, str(dev)), masses[..., 3:]], -1)
+    masses = torch.bmm(p, _region_weights(k_, tuple(s.shape[0] for s in sets), str(dev)))  # [K, nh, F]
+    return masses.add_(_not_computed(k_, nh, str(dev)))
 
 
-@lru_cache(maxsize=32)
-def _region_weights(k_: int, ns: int, nr: int, nt: int, device: str) -> torch.Tensor:
-    """[K, S+K-1+R+T, 5]: per depth, which of the gathered keys (S sinks, the K-1 draft slots, R recent slots, T
-    template slots) count as sink, earlier draft step, own slot (chain_masks' rule), recent, template."""
+@lru_cache(maxsize=64)
+def _region_weights(k_: int, sizes: tuple[int, ...], device: str) -> torch.Tensor:
+    """[K, sum(sizes)+K-1, F] in HEAD_FIELDS order: per depth, which of the gathered keys (each context set's
+    slots, then the K-1 draft slots) count towards each context mass, the earlier draft steps and the own slot
+    (chain_masks' rule); the row-only fields' columns are zero (_not_computed adds their NaN / -1)."""
     _, draft_w, own_w = chain_masks(k_, device)
-    w = torch.zeros(k_, ns + k_ - 1 + nr + nt, 5, device=device)
-    w[:, :ns, 0] = 1
-    w[:, ns:ns + k_ - 1, 1], w[:, ns:ns + k_ - 1, 2] = draft_w[:, 0], own_w[:, 0]
-    w[:, ns + k_ - 1:ns + k_ - 1 + nr, 3] = 1
-    w[:, ns + k_ - 1 + nr:, 4] = 1
+    s = sum(sizes)
+    w = torch.zeros(k_, s + k_ - 1, len(HEAD_FIELDS), device=device)
+    o = 0
+    for name, size in zip(_CONTEXT, sizes):
+        w[:, o:o + size, HEAD_FIELDS.index(name)] = 1
+        o += size
+    w[:, s:, HEAD_FIELDS.index("draft_mass")] = draft_w[:, 0]
+    w[:, s:, HEAD_FIELDS.index("own_mass")] = own_w[:, 0]
     return w
 
 
 @lru_cache(maxsize=32)
 def _not_computed(k_: int, nh: int, device: str) -> torch.Tensor:
-    """[K, nh, 3] entropy NaN, max_prob NaN, top_pos -1: the fields only a full row gives."""
-    return torch.tensor([float("nan"), float("nan"), -1.0], device=device).expand(k_, nh, 3)
+    """[K, nh, F]: NaN for entropy and max_prob, -1 for top_pos, 0 elsewhere (the fields only a full row gives)."""
+    base = torch.zeros(len(HEAD_FIELDS), device=device)
+    for name in HEAD_FIELDS:
+        if name in _CONTEXT or name in _TAIL:
+            continue
+        base[HEAD_FIELDS.index(name)] = -1.0 if name == "top_pos" else float("nan")
+    return base.expand(k_, nh, len(HEAD_FIELDS))
 
 
 def hidden_stats(x: torch.Tensor) -> torch.Tensor:

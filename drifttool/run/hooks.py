@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from ..errors import DriftError
-from ..trace.sinks import RECENT, SinkSpec, recent_index, template_index
+from ..trace import metric_table
+from ..trace.sinks import RECENT, SinkSpec
 from . import attention_stats as stats
 from .attention_stats import HEAD_FIELDS, HIDDEN_FIELDS, MASS_FIELDS, MASS_IDX, massive  # noqa: F401 - re-exported (public names)
 
@@ -271,17 +272,16 @@ class Capture(Observer):
         k_, nh, _ = q.shape
         dev = keys.device
         sink_pos = self.sink.index(self._context_ids(n))  # context positions only (on the host)
-        rec_pos = recent_index(n, self.recent, sink_pos)
-        tpl_pos = template_index(self._context_ids(n), self.template_ids, sink_pos)
+        sets = metric_table.context_sets(metric_table.KeyContext(n, lambda: self._context_ids(n), sink_pos,
+                                                                 self.recent, self.template_ids))
         keep = self._sample_row()
         lse = self._round_lse(k_)
         full = keep or lse is None or (self.full_every > 0 and record.round % self.full_every == 0)
         if full:
             d = stats.masked_logits(q, keys, n, self.scale, self.window)  # [nkv, K, rep, L]
-            heads, row = stats.head_stats(d, n, sink_pos.to(dev), self.window, keep, recent_idx=rec_pos.to(dev),
-                                          template_idx=tpl_pos.to(dev))
+            heads, row = stats.head_stats(d, n, [s.to(dev) for s in sets], self.window, keep)
         else:
-            heads, row = stats.lse_masses(q, keys, n, lse, sink_pos, self.scale, self.window, rec_pos, tpl_pos), None
+            heads, row = stats.lse_masses(q, keys, n, lse, sets, self.scale, self.window), None
         h = self._h
         x = torch.cat(h["in"] + h["pre"] + h["post"], -2)[0].detach().float().view(3, k_, -1)  # [3, K, H]
         hidden = stats.hidden_stats(x)
@@ -313,7 +313,7 @@ class Capture(Observer):
             hidden=host[o1:o2].reshape(k_, len(HIDDEN_FIELDS)),
             aux=host[o2:o3].reshape(-1, 3),
             full=full,
-            counts=stats.key_counts(n, k_, sink_pos, rec_pos, self.window, template_idx=tpl_pos),
+            counts=stats.key_counts(n, k_, sets, self.window),
         )
         if keep:
             rc.row = host[o3:].reshape(k_, -1).astype(np.float16)

@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from ..errors import DriftError
-from ..trace.sinks import RECENT, SinkSpec, recent_index, template_index
+from ..trace import metric_table
+from ..trace.sinks import RECENT, SinkSpec
 from . import attention_stats as stats
 from .hooks import DrafterAdapter, Observer
 
@@ -57,17 +58,15 @@ def tree_head_stats(
     n: int,
     anc: torch.Tensor,
     own: torch.Tensor,
-    sink_idx: torch.Tensor,
+    sets: list[torch.Tensor],
     scale: float | None = None,
-    recent_idx: torch.Tensor | None = None,
-    template_idx: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """stats.HEAD_FIELDS [R, nh, 7] of R query rows q [R, nh, hd] over keys [nkv, n + F, hd] (context slots 0..n-1,
+    """stats.HEAD_FIELDS [R, nh, F] (sets: each context mass's slots, metric_table.context_sets) of R query rows q [R, nh, hd] over keys [nkv, n + F, hd] (context slots 0..n-1,
     then the F fed slots), each row seeing the context and the fed slots marked in anc | own ([R, F]): the chain's
     maths (attention_stats.masked_logits + head_stats) under the tree's tail masks."""
     tail = stats.tree_tail(anc.to(keys.device), own.to(keys.device))
     d = stats.masked_logits(q, keys, n, scale, tail=tail)
-    return stats.head_stats(d, n, sink_idx, tail=tail, recent_idx=recent_idx, template_idx=template_idx)[0]
+    return stats.head_stats(d, n, [s.to(keys.device) for s in sets], tail=tail)[0]
 
 
 @dataclass
@@ -115,11 +114,9 @@ class TreeCapture(Observer):
         keep = torch.tensor([0] + [1 + col[u] for u in tree.fed], device=q.device)
         anc, own = region_masks(tree.parents, rows, col, keys.shape[1] - n)
         ctx = torch.tensor(self._seq[:n], dtype=torch.long)
-        sink_pos = self.sink.index(ctx)
-        rec_pos = recent_index(n, self.recent, sink_pos).to(keys.device)
-        tpl_pos = template_index(ctx, self.template_ids, sink_pos).to(keys.device)
-        heads = tree_head_stats(q.index_select(0, keep), keys, n, anc, own, sink_pos.to(keys.device), self.scale,
-                                rec_pos, tpl_pos)
+        sets = metric_table.context_sets(metric_table.KeyContext(n, lambda: ctx, self.sink.index(ctx), self.recent,
+                                                                 self.template_ids))
+        heads = tree_head_stats(q.index_select(0, keep), keys, n, anc, own, sets, self.scale)
         x = torch.stack(
             [torch.cat(st[k], -2)[0].detach().float().index_select(0, keep) for k in ("in", "pre", "post")]
         )

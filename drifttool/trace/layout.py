@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import DriftError
+from . import metric_table
 from .schema import DERIVED, DICT_COLUMNS
 
 
@@ -136,10 +137,17 @@ def add_derived(table: str, tbl: pa.Table, wanted: list[str] | None) -> pa.Table
 def _formula(c: str, cols: list) -> pa.Array:
     """The derived columns' definitions (trace/schema.py DERIVED says which inputs)."""
     f32 = [pc.cast(x, pa.float32()) for x in cols]
-    if c == "self_mass":
-        return pc.add(f32[0], f32[1])
-    if c == "prompt_mass":  # 1 - sink - draft - own
-        return pc.subtract(pc.subtract(pc.subtract(pa.scalar(1.0, pa.float32()), f32[0]), f32[1]), f32[2])
+    m = metric_table.by_name().get(c)
+    if m is not None and m.kind == "derived":  # a sum of masses, or 1 - the sum (float32, in the table's order)
+        if m.complement:
+            out = pa.scalar(1.0, pa.float32())
+            for x in f32:
+                out = pc.subtract(out, x)
+            return out
+        out = f32[0]
+        for x in f32[1:]:
+            out = pc.add(out, x)
+        return out
     nan = pa.scalar(float("nan"), pa.float64())
     f64 = [pc.cast(x, pa.float64()) for x in cols]
     if c == "entropy_norm":  # entropy / log(n_keys); NaN with fewer than 2 keys

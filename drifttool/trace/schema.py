@@ -7,28 +7,28 @@ traces are read as before and migrated on read (derived columns kept, head summa
 
 from __future__ import annotations
 
+from . import metric_table as _mt
+
 SCHEMA_VERSION = 3  # 2: draft-tree tables (TREE_TABLES); 3: compact layout (see above)
 
 KEY = ["drafter", "prompt_id", "round"]
 
-# The per-head attention quantities, named once for every stage: the capture measures MEASURED_MASSES and the
-# entropy (run/attention_stats.HEAD_FIELDS); the derived masses are functions of them, computed on read. A new
-# per-head metric is an entry here, its computation there and its label (plots/base.LABELS).
-# recent_mass (the last R context slots, sinks excluded; R = manifest capture.recent) is a part of prompt_mass.
-# template_mass (the chat template's special tokens, sinks excluded; ids = manifest capture.template_ids) is a part
-# of prompt_mass too, and may share keys with recent_mass.
-MEASURED_MASSES = ("sink_mass", "draft_mass", "own_mass", "recent_mass", "template_mass")
-DERIVED_MASSES = {"self_mass": ("draft_mass", "own_mass"), "prompt_mass": ("sink_mass", "draft_mass", "own_mass")}
+# The per-head attention quantities come from the metric table (trace/metric_table.py, one declaration each): the
+# capture measures MEASURED_MASSES and the entropy; the derived masses are functions of them, computed on read.
+# recent_mass (the last R context slots, sinks excluded; R = manifest capture.recent) and template_mass (the chat
+# template's special tokens, sinks excluded; ids = manifest capture.template_ids) are parts of prompt_mass and may
+# share keys.
+MEASURED_MASSES = _mt.measured_masses()
+DERIVED_MASSES = _mt.derived()
 MASSES = (*MEASURED_MASSES, *DERIVED_MASSES)
-HEAD_METRICS = (*MASSES, "entropy")
+HEAD_METRICS = (*MASSES, *(m.name for m in _mt.of_kind("row")))
 
 # Every mass against its uniform share. Per round x depth the capture records the keys the query saw (after the
 # sliding window) and how many of them each mass's key set holds; uniform attention over the seen keys would put
 # count / n_keys on the set, and lift = mass / (count / n_keys): 1.0 = no more than uniform. A lift is NaN where
 # its set is empty (self at depth 1, a trace without the counts). entropy_norm = entropy / log(n_keys).
-KEY_COUNTS = ("n_keys", "n_sink", "n_self", "n_recent", "n_template")
-LIFTS = {"sink_lift": ("sink_mass", "n_sink"), "self_lift": ("self_mass", "n_self"),
-         "recent_lift": ("recent_mass", "n_recent"), "template_lift": ("template_mass", "n_template")}
+KEY_COUNTS = _mt.key_counts()
+LIFTS = _mt.lifts()
 MAGNITUDES = ("rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post", "l2_post")  # per depth: the drafter's hidden
 # string columns stored dictionary-encoded (read as pandas categoricals): few distinct values, many rows
 DICT_COLUMNS = ("drafter", "prompt_id", "tags")
@@ -59,11 +59,9 @@ DERIVED: dict[str, dict[str, tuple[str, ...]]] = {
 }
 # Columns added after schema 3 was first written: a trace without them reads them as NaN (key counts: derived from
 # the manifest's sink rule where it allows, see trace/key_counts.py), so every older trace stays readable.
-ADDED: dict[str, tuple[str, ...]] = {"depths": ("recent_mass", "template_mass", *KEY_COUNTS),
-                                     "heads": ("recent_mass", "template_mass"),
-                                     "tree_nodes": ("recent_mass", "template_mass"),
-                                     "tree_heads": ("recent_mass", "template_mass"),
-                                     "head_summary": ("recent_mass_sum", "template_mass_sum")}
+_ADDED = _mt.added()
+ADDED: dict[str, tuple[str, ...]] = {"depths": (*_ADDED, *KEY_COUNTS), "heads": _ADDED, "tree_nodes": _ADDED,
+                                     "tree_heads": _ADDED, "head_summary": tuple(f"{m}_sum" for m in _ADDED)}
 STORED: dict[str, list[str]] = {t: [c for c in cols if c not in DERIVED.get(t, {})] for t, cols in TABLES.items()}
 
 # Optional columns (absent from traces written before they were added; readers must cope):
@@ -99,8 +97,8 @@ ROWS_INDEX = [*KEY, "context_len", "tensor", "slot_tokens"]
 
 # Draft-tree captures (`capture --tree`, manifest capture.tree) write these besides the tables above (whose
 # per-depth tables stay empty: a tree has no single chain). A node's statistics are those of the drafter query
-# that drafted it (its parent's row), as a chain's depth-j row is the query that drafted depth j; draft_mass /
-# own_mass are the mass on its earlier ancestors / on its parent's slot, self_mass their sum (see docs/trees.md).
+# that drafted it (its parent's row), as a chain's depth-j row is the query that drafted depth j; the draft / own
+# masses are the mass on its earlier ancestors / on its parent's slot, the self mass their sum (see docs/trees.md).
 TREE_TABLES: dict[str, list[str]] = {
     # one row per round x tree node (the root excluded)
     "tree_nodes": [*KEY, "node", "parent", "depth", "rank", "draft_id", "target_id", "match", "main_path", "accepted",

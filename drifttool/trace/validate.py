@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import DriftError
+from .metric_table import added, by_name
 from .schema import KEY_COUNTS, LIFTS, MAGNITUDES, MASSES
 
 _MASSES = MASSES
@@ -25,7 +26,7 @@ _FLOATS = (*_MASSES, *_MAGNITUDES, "entropy", "mean_acceptance_length", "wall_s"
 # floats that must be finite (a NaN mass is no measurement); other float columns may be NaN (e.g. verify_s when
 # teacher-forced, entropy / max_prob on rounds without full rows: rounds.full_stats false) and are reported as one
 # note by the readers
-FINITE = tuple(m for m in _MASSES if m not in ("recent_mass", "template_mass"))  # recent_mass: NaN in a trace resumed across its addition
+FINITE = tuple(m for m in _MASSES if m not in added())  # an added mass: NaN in a trace resumed across its addition
 # NaN by design where rounds.full_stats is false: no note for these
 _SCHEDULED = ("depths.entropy", "heads.entropy", "heads.max_prob")
 # NaN by design for a prompt with no drafted round (no acceptance length to average): no note either
@@ -59,10 +60,9 @@ def _type_ok(kind: str, t: pa.DataType) -> bool:
 
 
 def _range(table: str, col: str, depth: int | None) -> tuple[float | None, float | None]:
-    if col in _MASSES:
-        return -_TOL, 1 + _TOL
-    if col == "entropy":
-        return -_TOL, None
+    m = by_name().get(col)
+    if m is not None:  # the metric table's valid range, with float32 rounding room
+        return (m.lo - _TOL if m.lo is not None else None), (m.hi + _TOL if m.hi is not None else None)
     if col == "depth":
         return 1, depth
     if col == "accepted" and table == "rounds":

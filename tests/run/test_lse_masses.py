@@ -22,12 +22,16 @@ from drifttool.run.hooks import Capture
 from drifttool.run.loop import speculate
 from drifttool.run.records import prompt_tables
 from drifttool.run.runner import RunSettings
+from drifttool.trace import metric_table
 from drifttool.trace.sinks import SinkSpec
 from tests.support.capture import TINY, make_drafter, prompt
 
 K, W = 4, 6
 MLA = {"q_lora_rank": 16, "kv_lora_rank": 12, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 6}
 KINDS = {"gqa": {}, "window": {"sliding_window": W}, "mla": {"mla": MLA}}
+
+# the context sets after the sink (recent, template, ...): empty
+EMPTY_SETS = [torch.zeros(0, dtype=torch.long)] * (len(metric_table.context_masses()) - 1)
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +185,7 @@ def test_bf16_lse_path_matches_reference_without_upcasting_the_cache(target):
     q = torch.randn(K, 4, hd, generator=g).bfloat16()
     lse = torch.full((K, 4), 5.0)
     largest = _largest_allocation(
-        lambda: stats.lse_masses(q, keys, n, lse, torch.tensor([0, 1, 2, 3]), 0.35, None)
+        lambda: stats.lse_masses(q, keys, n, lse, [torch.tensor([0, 1, 2, 3]), *EMPTY_SETS], 0.35, None)
     )
     assert 0 < largest < keys.numel() * keys.element_size() // 100
     # the reference path does score the whole row (the contrast that makes this check able to fail)

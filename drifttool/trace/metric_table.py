@@ -1,0 +1,170 @@
+"""The per-head / per-depth metrics, one declaration each: what a metric measures, when the capture computes it,
+its valid range, label and unit, which way is better for a gate, and the key set whose uniform share it is read
+against (its lift). The capture (run/attention_stats, run/hooks, run/tree_capture), the records, the schema,
+validation, the head summary, the views, check and the plots all read `METRICS`; adding a context-slot mass is
+one `Metric` with a `keys` rule (tests/package/test_one_declaration.py adds one at run time).
+
+Kinds: `context` = attention mass on a set of context slots (`keys` names them; computed every round from the
+kernel's log-sum-exp, and from the full row on full rounds); `tail` = mass on this chain's own draft slots (draft:
+the earlier steps, own: the query's own input slot); `row` = needs the full attention row (full rounds only, NaN
+elsewhere: --full-every); `derived` = a sum of other masses, computed on read."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .sinks import recent_index, template_index
+
+
+@dataclass(frozen=True)
+class KeyContext:
+    """What a context key set may depend on in one round: n context slots, their token ids (a callable: read only
+    when a rule needs them), the sink slots, and the capture's settings (recent window R, template token ids)."""
+
+    n: int
+    ids: Callable[[], torch.Tensor]
+    sink: torch.Tensor
+    recent: int
+    template_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One per-head metric (head-mean per depth in the depths table).
+
+    kind: context | tail | row | derived (module docstring). keys: a context mass's slots (int64 positions < n,
+    ascending; sinks excluded unless it is the sink mass itself). count: its key-count column (the uniform share is
+    count / n_keys; the lift `<stem>_lift` = mass / share). parts: a derived mass's terms (`1 -` them when
+    `complement`). lo / hi: the valid range. better: +1 higher is better, -1 lower is better, 0 neither (check
+    --baseline needs one). added: written after schema 3's first traces: older traces read it as NaN."""
+
+    name: str
+    label: str
+    unit: str
+    what: str
+    kind: str
+    keys: Callable[[KeyContext], torch.Tensor] | None = None
+    count: str | None = None
+    parts: tuple[str, ...] = ()
+    complement: bool = False
+    lo: float | None = 0.0
+    hi: float | None = 1.0
+    better: int = 0
+    added: bool = False
+    base_depth: int = 1  # the first depth with a value to trend from (a chain's own slots start at depth 2)
+
+    @property
+    def computed(self) -> str:
+        return {"context": "every round (kernel log-sum-exp)", "tail": "every round (kernel log-sum-exp)",
+                "row": "full rounds only (--full-every)", "derived": "on read"}[self.kind]
+
+    @property
+    def lift(self) -> str | None:
+        return f"{self.name.removesuffix('_mass')}_lift" if self.count else None
+
+
+MASS = "share of attention"
+METRICS: tuple[Metric, ...] = (
+    Metric("sink_mass", "sink mass", MASS, "attention on the sink positions (--sink)", "context",
+           keys=lambda c: c.sink, count="n_sink", better=1),
+    Metric("draft_mass", "draft mass", MASS, "attention on this chain's earlier draft slots", "tail", better=-1,
+           base_depth=2),
+    Metric("own_mass", "own-slot mass", MASS, "attention on the query's own input slot", "tail", better=-1),
+    Metric("recent_mass", "recent mass (last R slots)", MASS, "attention on the last R context slots (--recent; "
+           "sinks excluded)", "context", keys=lambda c: recent_index(c.n, c.recent, c.sink), count="n_recent",
+           added=True),
+    Metric("template_mass", "template mass (chat delimiters)", MASS, "attention on the chat template's special "
+           "tokens in the context (sinks excluded)", "context",
+           keys=lambda c: template_index(c.ids(), c.template_ids, c.sink), count="n_template", added=True),
+    Metric("entropy", "entropy (nats)", "nats", "entropy of the head's attention row", "row", hi=None),
+    Metric("self_mass", "self mass (draft + own)", MASS, "attention on the chain's own slots (draft + own)",
+           "derived", parts=("draft_mass", "own_mass"), count="n_self", better=-1, base_depth=2),
+    Metric("prompt_mass", "prompt mass", MASS, "attention on the context outside the sinks", "derived",
+           parts=("sink_mass", "draft_mass", "own_mass"), complement=True),
+)
+# the self mass's key set is the tail's: counted by the capture (n_self), not by a context rule
+ROW_EXTRAS = ("max_prob", "top_pos")  # full-row fields kept per head (heads table), not head metrics
+
+
+def by_name() -> dict[str, Metric]:
+    return {m.name: m for m in METRICS}
+
+
+def of_kind(*kinds: str) -> tuple[Metric, ...]:
+    return tuple(m for m in METRICS if m.kind in kinds)
+
+
+def context_masses() -> tuple[str, ...]:
+    return tuple(m.name for m in of_kind("context"))
+
+
+def measured_masses() -> tuple[str, ...]:
+    """The masses the capture stores (context and tail), in table order."""
+    return tuple(m.name for m in of_kind("context", "tail"))
+
+
+def head_fields() -> tuple[str, ...]:
+    """The capture's per-head field order: the first context mass (sink), the tail masses, the row metrics,
+    max_prob, top_pos, then the other context masses (appended in table order, so positions 0..5 stay what they
+    were before the recent and template masses)."""
+    ctx = context_masses()
+    return (*ctx[:1], *(m.name for m in of_kind("tail")), *(m.name for m in of_kind("row")), *ROW_EXTRAS, *ctx[1:])
+
+
+def key_counts() -> tuple[str, ...]:
+    """The depths table's key-count columns: keys seen, the sink's, the self slots', then the other context masses'
+    sets in table order (appended, as in head_fields)."""
+    ctx = [m.count for m in of_kind("context") if m.count]
+    return ("n_keys", *ctx[:1], *(m.count for m in of_kind("tail", "row", "derived") if m.count), *ctx[1:])
+
+
+def derived() -> dict[str, tuple[str, ...]]:
+    """derived mass -> its terms (its value is their sum, or 1 - their sum when `complement`)."""
+    return {m.name: m.parts for m in of_kind("derived")}
+
+
+def added() -> tuple[str, ...]:
+    """Metrics written after schema 3's first traces (read as NaN from a trace without them)."""
+    return tuple(m.name for m in METRICS if m.added)
+
+
+def base_depth() -> dict[str, int]:
+    """Metrics (and lifts) whose depth trends start after depth 1."""
+    out = {m.name: m.base_depth for m in METRICS if m.base_depth != 1}
+    out.update({m.lift: m.base_depth for m in METRICS if m.lift and m.base_depth != 1})
+    return out
+
+
+def lifts() -> dict[str, tuple[str, str]]:
+    """lift column -> (mass, count) for every metric with a uniform share."""
+    return {m.lift: (m.name, m.count) for m in METRICS if m.lift}
+
+
+def context_sets(ctx: KeyContext) -> list[torch.Tensor]:
+    """Each context mass's slots for one round, in context_masses() order (int64, on the host)."""
+    return [m.keys(ctx).to(torch.long) for m in of_kind("context")]
+
+
+def labels() -> dict[str, str]:
+    out = {m.name: m.label for m in METRICS}
+    out.update({m.lift: f"{m.label.split(' (')[0].removesuffix(' mass')} lift (x uniform)" for m in METRICS if m.lift})
+    return out
+
+
+def better() -> dict[str, int]:
+    """Gate directions of the per-depth metrics (their lifts go the mass's way)."""
+    out = {m.name: m.better for m in METRICS if m.better}
+    out.update({m.lift: m.better for m in METRICS if m.lift and m.better})
+    return out
+
+
+def describe() -> list[dict[str, Any]]:
+    """The table as rows (docs/metrics.md is generated from it)."""
+    return [{"name": m.name, "label": m.label, "unit": m.unit, "what": m.what, "computed": m.computed,
+             "range": f"[{m.lo if m.lo is not None else '-inf'}, {m.hi if m.hi is not None else 'inf'}]",
+             "uniform share": f"{m.count} / n_keys" if m.count else "-", "lift": m.lift or "-",
+             "better": {1: "higher", -1: "lower", 0: "-"}[m.better]} for m in METRICS]
