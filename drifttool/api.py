@@ -413,7 +413,8 @@ def capture_run(target, drafters: list, probes, out, engine: str = "hf", **kw) -
     from .run.drafters import DrafterSpec
     from .run.engines import engine as engine_named
 
-    kw["sink"] = kw["sink"] if isinstance(kw.get("sink"), SinkSpec) else SinkSpec.parse(kw.get("sink") or "auto")
+    s = kw.get("sink")  # None: the default; 0 / "0" mean no sink positions, not the default
+    kw["sink"] = s if isinstance(s, SinkSpec) else SinkSpec.parse("auto" if s is None else str(s))
     specs = [d if isinstance(d, DrafterSpec) else DrafterSpec.parse(str(d)) for d in drafters]
     return load(engine_named(engine).run(target, specs, str(probes), str(out), **kw))
 

@@ -148,6 +148,8 @@ def info(trace: str = typer.Argument(..., help="NAME.drift folder"), as_json: bo
     if isinstance(rep, dict) and rep.get("sink"):
         c.print(f"  sink provenance: {rep.get('sink')}", markup=False)
     cap = m["capture"]
+    if cap.get("sink_rule"):  # auto / target: which positions the sink mass sums over, and why
+        c.print(f"  sink rule: {cap.get('sink_rule')}", markup=False)
     c.print(f"capture: depth={cap.get('depth')} mode={cap.get('mode')} sink={cap.get('sink')} seed={cap.get('seed')} "
             f"dtype={cap.get('dtype')} probes={cap.get('probes', {}).get('path')}"
             + (f" temperature={cap.get('temperature')} draft_sampling={cap.get('draft_sampling')}"

@@ -175,14 +175,9 @@ class Values:
         return float(v) if v is not None and not pd.isna(v) else math.nan
 
 
-def run_check(trace: TraceData, rules: list[str], baseline: TraceData | None = None, max_drop: str | float = "2%",
-              baseline_metrics: list[str] | None = None, drafter: str | None = None) -> dict[str, Any]:
-    """Evaluate every rule (and the baseline comparison); returns the JSON-able report."""
-    parsed = [parse_rule(r) for r in rules]
-    if not parsed and baseline is None:
-        raise DriftError("check: nothing to check; give at least one --rule or a --baseline trace")
-    drop = parse_drop(max_drop) if isinstance(max_drop, str) else float(max_drop)
-    bms = []
+def _baseline_metrics(baseline_metrics: list[str] | None) -> list[tuple[str, str, int | None]]:
+    """(text, canonical metric, depth or None) per --baseline-metric; each must have a 'better' direction."""
+    out = []
     for m in baseline_metrics or ["mean_acceptance_length"]:
         name, _, dep = m.partition("@")
         where = f"--baseline-metric {m!r}"
@@ -197,9 +192,13 @@ def run_check(trace: TraceData, rules: list[str], baseline: TraceData | None = N
             d = int(mm.group(1))
         elif dep:
             raise DriftError(f"{where}: {name!r} is one number per drafter; drop '@{dep}'")
-        bms.append((m, metric, d))
-    cur = Values(trace, drafter)
-    results = []
+        out.append((m, metric, d))
+    return out
+
+
+def _rule_rows(cur: Values, parsed: list[Rule]) -> list[dict[str, Any]]:
+    """One row per rule and drafter: the value (or a depth trend's paired statistics) and whether the rule holds."""
+    rows = []
     for r in parsed:
         for dname in cur.drafters:
             extra: dict[str, Any] = {}
@@ -210,36 +209,66 @@ def run_check(trace: TraceData, rules: list[str], baseline: TraceData | None = N
                          "ci": [st["lo"], st["hi"]]}
             else:
                 v = cur.get(dname, r.metric, r.depth, f"--rule {r.text!r}")
-            results.append({"rule": r.text, "drafter": dname, "metric": r.metric, "depth": r.depth, "op": r.op,
-                            "threshold": r.threshold, "value": v if math.isfinite(v) else None,
-                            "passed": r.holds(v), **extra})
-    base_rows, notes = [], [n for n in cur.cmp.notes if "no drafted rounds" in n or "non-finite" in n]
+            rows.append({"rule": r.text, "drafter": dname, "metric": r.metric, "depth": r.depth, "op": r.op,
+                         "threshold": r.threshold, "value": v if math.isfinite(v) else None,
+                         "passed": r.holds(v), **extra})
+    return rows
+
+
+def _common_drafters(trace: TraceData, baseline: TraceData, cur: Values, base: Values) -> list[str]:
+    """The drafters both traces hold, after checking the baseline was captured on the same probe suite."""
+    bs, ts = (str((t.manifest["capture"].get("probes") or {}).get("sha256")) for t in (baseline, trace))
+    if bs != ts:
+        raise DriftError(f"--baseline {baseline.path}: captured on probe suite {suite_name(baseline)!r} "
+                         f"(sha256 {bs}), {trace.path} on {suite_name(trace)!r} (sha256 {ts}); a baseline "
+                         "must be captured on the same probe suite")
+    common = [d for d in cur.drafters if d in base.drafters]
+    if not common:
+        raise DriftError(f"--baseline {baseline.path}: no drafter in common with {trace.path} "
+                         f"(baseline: {', '.join(base.drafters)}; trace: {', '.join(cur.drafters)})")
+    return common
+
+
+def _baseline_row(text: str, metric: str, dname: str, b: float, v: float, drop: float) -> dict[str, Any]:
+    """How much worse than the baseline (in the metric's 'better' direction), relative, against the allowed drop."""
+    worse = DIRECTION[metric] * (b - v)
+    change = (worse / abs(b)) if b else (0.0 if worse <= 0 else math.inf)
+    ok = math.isfinite(b) and math.isfinite(v) and change <= drop
+    return {"metric": text, "drafter": dname, "baseline": b if math.isfinite(b) else None,
+            "value": v if math.isfinite(v) else None,
+            "relative_drop": change if math.isfinite(change) else None, "max_drop": drop, "passed": bool(ok)}
+
+
+def _baseline_rows(trace: TraceData, baseline: TraceData, cur: Values, bms, drop: float
+                   ) -> tuple[list[dict[str, Any]], list[str]]:
+    """The --baseline comparison's rows and its notes (incompatibilities that are not failures, drafters missing)."""
+    notes = [n for n in check_compatible([baseline, trace])
+             if not n.startswith("FLAGGED") and "partial trace" not in n]  # those fail as integrity rows
+    base = Values(baseline)
+    common = _common_drafters(trace, baseline, cur, base)
+    notes += [f"drafter {d!r} not in the baseline; not compared" for d in cur.drafters if d not in common]
+    rows = [_baseline_row(text, metric, dname, base.get(dname, metric, d, f"--baseline-metric {text!r}"),
+                          cur.get(dname, metric, d, f"--baseline-metric {text!r}"), drop)
+            for text, metric, d in bms for dname in common]
+    return rows, notes
+
+
+def run_check(trace: TraceData, rules: list[str], baseline: TraceData | None = None, max_drop: str | float = "2%",
+              baseline_metrics: list[str] | None = None, drafter: str | None = None) -> dict[str, Any]:
+    """Evaluate every rule (and the baseline comparison); returns the JSON-able report."""
+    parsed = [parse_rule(r) for r in rules]
+    if not parsed and baseline is None:
+        raise DriftError("check: nothing to check; give at least one --rule or a --baseline trace")
+    drop = parse_drop(max_drop) if isinstance(max_drop, str) else float(max_drop)
+    bms = _baseline_metrics(baseline_metrics)
+    cur = Values(trace, drafter)
+    results = _rule_rows(cur, parsed)
+    notes = [n for n in cur.cmp.notes if "no drafted rounds" in n or "non-finite" in n]
     integrity = integrity_rows(trace, baseline)
+    base_rows: list[dict[str, Any]] = []
     if baseline is not None:
-        notes += [n for n in check_compatible([baseline, trace])
-                  if not n.startswith("FLAGGED") and "partial trace" not in n]  # those fail below, as rows
-        bs, ts = (str((t.manifest["capture"].get("probes") or {}).get("sha256")) for t in (baseline, trace))
-        if bs != ts:
-            raise DriftError(f"--baseline {baseline.path}: captured on probe suite {suite_name(baseline)!r} "
-                             f"(sha256 {bs}), {trace.path} on {suite_name(trace)!r} (sha256 {ts}); a baseline "
-                             "must be captured on the same probe suite")
-        base = Values(baseline)
-        common = [d for d in cur.drafters if d in base.drafters]
-        if not common:
-            raise DriftError(f"--baseline {baseline.path}: no drafter in common with {trace.path} "
-                             f"(baseline: {', '.join(base.drafters)}; trace: {', '.join(cur.drafters)})")
-        notes += [f"drafter {d!r} not in the baseline; not compared" for d in cur.drafters if d not in common]
-        for text, metric, d in bms:
-            for dname in common:
-                b = base.get(dname, metric, d, f"--baseline-metric {text!r}")
-                v = cur.get(dname, metric, d, f"--baseline-metric {text!r}")
-                worse = DIRECTION[metric] * (b - v)
-                change = (worse / abs(b)) if b else (0.0 if worse <= 0 else math.inf)
-                ok = math.isfinite(b) and math.isfinite(v) and change <= drop
-                base_rows.append({"metric": text, "drafter": dname, "baseline": b if math.isfinite(b) else None,
-                                  "value": v if math.isfinite(v) else None,
-                                  "relative_drop": change if math.isfinite(change) else None, "max_drop": drop,
-                                  "passed": bool(ok)})
+        base_rows, more = _baseline_rows(trace, baseline, cur, bms, drop)
+        notes += more
     n_fail = sum(not r["passed"] for r in (*results, *base_rows, *integrity))
     return {"trace": str(trace.path), "baseline_trace": str(baseline.path) if baseline else None,
             "passed": n_fail == 0, "failed": n_fail, "checks": len(results) + len(base_rows) + len(integrity),

@@ -81,3 +81,13 @@ def test_a_new_engine_is_one_declaration(tiny, monkeypatch, capsys):
     assert main(["capture", "--engine", "echo", "--target", str(paths["target"]), "--drafter", str(paths["eagle3"]),
                  "--probes", str(suite), "--out", str(root / "echo2.drift"), "--tree", "[(0,)]", "--quiet"]) == 2
     assert "--tree: only with --engine hf" in capsys.readouterr().err
+
+
+def test_capture_run_sink_default_is_auto_and_zero_means_none(tiny):
+    """`sink=0` asks for no sink positions; only an absent sink means the default (auto), as on the CLI."""
+    root, paths, suite = tiny
+    none = drifttool.capture_run(paths["target"], [f"e3={paths['eagle3']}"], suite, root / "s0.drift", depth=2, sink=0)
+    assert none.manifest["capture"]["sink"] == {"first_n": 0, "positions": [], "token_ids": []}
+    assert (none.depths["sink_mass"] == 0).all() and (none.depths["n_sink"] == 0).all()
+    auto = drifttool.capture_run(paths["target"], [f"e3={paths['eagle3']}"], suite, root / "sa.drift", depth=2)
+    assert auto.manifest["capture"]["sink_rule"].startswith("auto: ")
