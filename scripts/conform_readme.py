@@ -32,11 +32,11 @@ def main() -> int:
         shown = " ".join(a if a.startswith("-") or "/" not in a else a.replace("drifttool/zoo/models/", "$M/")
                          for a in args)
         blocks.append(f"{title} (exit {r.returncode}):\n\n```\n$ drifttool conform {shown}\n{r.stdout.rstrip()}\n```")
-    readme = ROOT / "README.md"
+    readme = ROOT / "docs" / "conform.md"
     text = readme.read_text()
     new = f"{BEGIN}\n" + "\n\n".join(blocks) + f"\n{END}"
     if BEGIN not in text:
-        print("README has no conform markers", file=sys.stderr)
+        print("docs/conform.md has no conform markers", file=sys.stderr)
         return 1
     readme.write_text(re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _: new, text, flags=re.S))
     print(new)

@@ -324,10 +324,29 @@ def _block(text: str, name: str, fn, root: Path) -> str:
     return text[:a] + "\n" + buf.getvalue().strip() + "\n" + text[b:]
 
 
-def readme(root: Path, out: Path) -> None:
-    """Replace the README's generated blocks (results; trees) between their markers with this script's output."""
-    text = _block(out.read_text(), "results", lambda r: main(str(r)), root)
-    out.write_text(_block(text, "trees", trees, root))
+DOCS = {"results": "docs/results.md", "trees": "docs/draft_trees.md", "answer": "README.md"}
+
+
+def landing(root: Path) -> None:
+    """The README's answer in words: long code and the MT-Bench-like chat, EAGLE-3 and EAGLE-3.1 only."""
+    from drifttool.analysis.answer import answer
+
+    chat = root / "chat" / "smollm2-mt_chat.drift"
+    runs = [(s, p) for s, m, p in _traces(root) if m == "generate" and s == "long_code"]
+    runs += [("MT-Bench-like chat", chat)] if chat.is_dir() else []
+    for suite, p in runs:
+        for line in answer(Comparison.of([read_trace(p)])):
+            if "norm_output" not in line.split("?")[0]:
+                print(f"- **{suite}**: {line}")
+
+
+def readme(root: Path, repo: Path) -> None:
+    """Replace the generated blocks (results and trees in docs/, the answer in the README) between their markers
+    with this script's output."""
+    fns = {"results": lambda r: main(str(r)), "trees": trees, "answer": landing}
+    for name, rel in DOCS.items():
+        out = repo / rel
+        out.write_text(_block(out.read_text(), name, fns[name], root))
 
 
 def series(root: Path) -> None:
@@ -550,7 +569,7 @@ def main(root: str = "sample_traces") -> None:
 if __name__ == "__main__":
     if "--readme" in sys.argv:
         args = [a for a in sys.argv[1:] if a != "--readme"]
-        readme(Path(args[0] if args else "sample_traces"), Path(__file__).resolve().parents[1] / "README.md")
+        readme(Path(args[0] if args else "sample_traces"), Path(__file__).resolve().parents[1])
     else:
         main(*sys.argv[1:])
         trees(Path(sys.argv[1] if len(sys.argv) > 1 else "sample_traces"))

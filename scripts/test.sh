@@ -8,7 +8,13 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
 ruff check .
-python -m pytest -x "$@"  # pyproject addopts: -q -rs (counts line + skip reasons)
+# the documentation: pages generated from the code are current, and the site builds with no broken link
+python scripts/docs_gen.py --check
+NO_MKDOCS_2_WARNING=1 mkdocs build --strict -q
+python -m pytest -x -p no:randomly "$@"  # pyproject addopts: -q -rs (counts line + skip reasons)
+# the example notebook, as a user runs it
+(cd "$(mktemp -d)" && jupyter nbconvert --to notebook --execute "$OLDPWD/examples/inspect_drift.ipynb" \
+  --output nb.ipynb --log-level=ERROR)
 # pyproject allows pandas >= 2.0 but the suite above runs the newest: the analysis tests again under the oldest
 # minor line still in wide use (pandas 2.2 overlaid on the venv; its groupby defaults differ from pandas 3's)
 if [ "${DRIFTTOOL_SKIP_PANDAS2:-0}" != "1" ]; then

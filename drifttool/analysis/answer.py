@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..styles import drafter_kind, split_label
+from ..trace.metric_table import acceptance_length
 from .metrics import MIN_CLUSTERS
 from .stats import ALPHA
 
@@ -113,7 +114,8 @@ def answer(cmp, s: pd.DataFrame | None = None, tr: pd.DataFrame | None = None,
     ad = cmp.acceptance_differences() if ad is None else ad
     k = cmp.depth
     rows = {r.series: r for r in s.itertuples()}
-    pooled = 1.0 + cmp.rounds.groupby("series", observed=True)["accepted"].mean()
+    g = cmp.rounds.groupby("series", observed=True)["accepted"]
+    pooled = acceptance_length(g.sum(), g.count())
     groups: dict[str | None, list[str]] = {}
     for ser in cmp.series:
         groups.setdefault(split_label(ser.label)[0], []).append(ser.label)

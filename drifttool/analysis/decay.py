@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ..model.config import trained_window
+from ..trace.metric_table import acceptance_length
 from ..trace.positions import query_position
 from .compare import Comparison
 from .metrics import MIN_CLUSTERS, _resample_weights
@@ -145,7 +146,7 @@ def round_frame(cmp: Comparison) -> pd.DataFrame:
     per uniform share, which context length cannot dilute), sink mass, rms_in."""
     keys = ["series", "prompt_id", "round"]
     r = cmp.rounds[[*keys, "group", "context_len", "accepted"]].copy()
-    r["acceptance_length"] = 1.0 + r["accepted"].astype(float)
+    r["acceptance_length"] = acceptance_length(r["accepted"], pd.Series(1, index=r.index))  # one round each
     d = cmp.depths
     deep = d[d["depth"] >= 2].groupby(keys, observed=True)["self_lift"].mean()
     allk = d.groupby(keys, observed=True)[["sink_mass", "rms_in"]].mean()

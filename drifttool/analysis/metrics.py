@@ -16,6 +16,8 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from ..trace.metric_table import acceptance_length
+
 # Every acceptance definition users meet, by the key it has in summaries and JSON; docs/acceptance.md explains
 # where they differ. `name` is what compare prints; `source` is the public definition it follows.
 ACCEPTANCE_DEFINITIONS: dict[str, dict[str, str]] = {
@@ -62,7 +64,7 @@ def acceptance(accepted: np.ndarray, k: int) -> dict[str, float | list[float]]:
     iid = (1 - p ** (k + 1)) / (1 - p) if p < 1 else k + 1.0
     return {
         "drafts": int(r),
-        "mean_acceptance_length": float(1 + a.mean()),
+        "mean_acceptance_length": acceptance_length(a.sum(), r),
         "per_position_rate": (acc_at / r).tolist(),
         "n_alpha": np.divide(acc_at, reach, out=np.full(k, np.nan), where=reach > 0).tolist(),
         "draft_acceptance_rate": float(a.sum() / (r * k)),

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..styles import drafter_kind
+from ..trace.metric_table import acceptance_length
 from .metrics import bootstrap_ratio
 from .stats import paired
 
@@ -27,7 +28,7 @@ def group_al(cmp) -> pd.DataFrame:
     """Per series x variant x group: acceptance length (1 + accepted drafts per round)."""
     r = cmp.rounds.assign(variant=cmp.rounds["prompt_id"].map(_variant)).dropna(subset=["variant"])
     g = r.groupby(["series", "variant", "group"], observed=True)["accepted"].agg(["sum", "count"]).reset_index()
-    g["al"] = 1.0 + g["sum"] / g["count"]
+    g["al"] = acceptance_length(g["sum"], g["count"])
     return g
 
 

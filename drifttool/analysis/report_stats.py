@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 from rich.console import Console
 
+from ..trace.metric_table import acceptance_length
 from .compare import NEAR_ZERO, Comparison
 from .report_table import label as _lab
 from .report_table import order as _order
@@ -160,7 +161,8 @@ def findings(cmp: Comparison, tr: pd.DataFrame | None = None, ad: pd.DataFrame |
     out = []
     # pooled AL = 1 + accepted / rounds per series: the summary table's, from the rounds alone (the dashboard's
     # first page calls this without the per-depth tables)
-    pooled = 1.0 + cmp.rounds.groupby("series", observed=True)["accepted"].mean() if len(ad) else None
+    g = cmp.rounds.groupby("series", observed=True)["accepted"]
+    pooled = acceptance_length(g.sum(), g.count()) if len(ad) else None
     for r in ad.itertuples():
         # the pooled AL is the summary table's (tokens / rounds); the test is over groups, each group's own AL
         # weighted equally, so its means are named as such (they differ when groups have unequal rounds)

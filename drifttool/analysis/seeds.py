@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..styles import drafter_kind, split_label
+from ..trace.metric_table import acceptance_length
 from .compare import Comparison
 
 SEED = re.compile(r"-s(\d+)$")
@@ -37,7 +38,8 @@ def per_group(cmp: Comparison) -> pd.DataFrame:
     """One row per seed x variant x group: the quantities of QUANTITIES (variant: eagle3 / eagle3.1)."""
     k = cmp.depth
     r = cmp.rounds
-    al = r.groupby(["series", "group"], observed=True)["accepted"].mean().add(1.0).rename("acceptance_length")
+    g = r.groupby(["series", "group"], observed=True)["accepted"]
+    al = acceptance_length(g.sum(), g.count()).rename("acceptance_length")
     d = cmp.depths
     rms = d[d.depth.isin([1, k])].groupby(["series", "group", "depth"], observed=True)["rms_in"].mean().unstack()
     lift = d[d.depth.isin([2, k])].groupby(["series", "group", "depth"], observed=True)["self_lift"].mean().unstack()

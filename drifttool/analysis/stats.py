@@ -291,7 +291,7 @@ def trend_differences(depths: pd.DataFrame, mode: str, baseline: str, metrics=TR
 def group_acceptance(rounds: pd.DataFrame) -> pd.DataFrame:
     """Per series x group: mean acceptance length over the group's rounds (1 + accepted drafts per round)."""
     g = rounds.groupby(["series", "group"], observed=True)["accepted"].agg(["sum", "count"]).reset_index()
-    g["al"] = 1.0 + g["sum"] / g["count"]
+    g["al"] = metric_table.acceptance_length(g["sum"], g["count"])
     return g
 
 

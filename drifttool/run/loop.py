@@ -16,6 +16,7 @@ import torch
 from ..errors import DriftError
 from ..model.drafter import DraftStep, Eagle3Drafter, KVCache
 from ..model.target import Target, TargetSnapshot
+from ..trace.metric_table import acceptance_length
 from ..trace.positions import query_position
 from .argcheck import need_int, need_number, token_ids
 from .verify import greedy_accept, rejection_sample
@@ -49,10 +50,8 @@ class SpecResult:
 
     @property
     def mean_acceptance_length(self) -> float:
-        """1 + accepted drafts per round; NaN with no drafted round (1.0 would read as every draft rejected)."""
-        if not self.rounds:
-            return float("nan")
-        return 1.0 + sum(r.accepted for r in self.rounds) / len(self.rounds)
+        """1 + accepted drafts per round (trace/metric_table.acceptance_length)."""
+        return acceptance_length(sum(r.accepted for r in self.rounds), len(self.rounds))
 
 
 class Observer(Protocol):

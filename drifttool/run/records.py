@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..trace.metric_table import acceptance_length
 from ..trace.positions import query_position
 from ..trace.schema import HEAD_METRICS, KEY_COUNTS, MAGNITUDES
 from .attention_stats import HEAD_FIELDS, HIDDEN_FIELDS, head_fields
@@ -98,7 +99,7 @@ def prompt_row(drafter: str, probe, prompt_len: int, n_generated: int, records: 
         "drafter": drafter, "prompt_id": probe.id, "tags": ",".join(probe.tags), "group": str(probe.group or probe.id),
         "prompt_len": prompt_len,
         "n_generated": n_generated, "n_rounds": len(records), "accepted_total": acc,
-        "mean_acceptance_length": 1.0 + acc / len(records) if records else float("nan"), "wall_s": wall, **extra,
+        "mean_acceptance_length": acceptance_length(acc, len(records)), "wall_s": wall, **extra,
     }])
 
 

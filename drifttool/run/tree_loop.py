@@ -12,6 +12,7 @@ import torch
 from ..errors import DriftError
 from ..model.drafter import Eagle3Drafter
 from ..model.target import Target
+from ..trace.metric_table import acceptance_length
 from .argcheck import need_int, need_number, token_ids
 from .loop import Prefill, check_features, check_prompt, prefill_target, run_rounds, until_stop
 from .tree import DraftTree, TreeSpec, draft_tree, greedy_walk, sampled_walk, tree_mask
@@ -45,10 +46,8 @@ class TreeResult:
 
     @property
     def mean_acceptance_length(self) -> float:
-        """1 + accepted drafts per round; NaN with no drafted round (1.0 would read as every draft rejected)."""
-        if not self.rounds:
-            return float("nan")
-        return 1.0 + sum(r.accepted for r in self.rounds) / len(self.rounds)
+        """1 + accepted drafts per round (trace/metric_table.acceptance_length)."""
+        return acceptance_length(sum(r.accepted for r in self.rounds), len(self.rounds))
 
 
 @torch.no_grad()

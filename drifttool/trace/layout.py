@@ -53,10 +53,13 @@ def shard_file(root: Path, table: str, index: int, ext: str = "parquet") -> Path
 
 
 def shard_prompts(m: dict[str, Any], shard: dict[str, Any]) -> list[str] | None:
-    """The prompt ids a shard's rows may hold: its listed prompts, less the `DRAFTER:` prefix of the vLLM
-    engine's shard keys."""
-    prompts, engine = shard.get("prompts"), m["capture"].get("vllm")
-    if prompts is None or not isinstance(engine, dict) or engine.get("shard_key") != "DRAFTER:PROMPT":
+    """The prompt ids a shard's rows may hold: its listed prompts, less the `DRAFTER:` prefix where the capture's
+    `shard_key` says shards are keyed DRAFTER:PROMPT (an engine that runs drafters one by one). Traces written
+    before the key was generic keep it in their engine's block (capture.vllm.shard_key)."""
+    prompts, cap = shard.get("prompts"), m["capture"]
+    legacy = cap.get("vllm") if isinstance(cap.get("vllm"), dict) else {}
+    key = cap.get("shard_key") or legacy.get("shard_key")
+    if prompts is None or key != "DRAFTER:PROMPT":
         return prompts
     names = [d["name"] for d in m["drafters"]]
     return [p[len(n) + 1 :] for p in prompts for n in names if p.startswith(n + ":")]

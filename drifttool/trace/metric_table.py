@@ -168,3 +168,19 @@ def describe() -> list[dict[str, Any]]:
              "range": f"[{m.lo if m.lo is not None else '-inf'}, {m.hi if m.hi is not None else 'inf'}]",
              "uniform share": f"{m.count} / n_keys" if m.count else "-", "lift": m.lift or "-",
              "better": {1: "higher", -1: "lower", 0: "-"}[m.better]} for m in METRICS]
+
+
+def acceptance_length(accepted, rounds):
+    """The one definition of mean acceptance length: 1 + accepted drafts per drafted round (the bonus token
+    included). NaN with no drafted round (1.0 would read as every draft rejected). Scalars, numpy arrays and pandas
+    Series alike (element-wise)."""
+    import numpy as np
+
+    acc, n = np.asarray(accepted, dtype=np.float64), np.asarray(rounds, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(n > 0, 1.0 + acc / np.where(n > 0, n, 1.0), np.nan)
+    if hasattr(accepted, "index"):  # a pandas Series in, a Series out (same index)
+        import pandas as pd
+
+        return pd.Series(out, index=accepted.index)
+    return float(out) if out.ndim == 0 else out

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from .key_counts import derived_counts, recent_counts
+from .metric_table import acceptance_length
 from .positions import query_position
 from .schema import DERIVED, DERIVED_MASSES, KEY, KEY_COUNTS, MAGNITUDES, OPTIONAL, ROWS_INDEX, STORED
 from .sinks import RECENT
@@ -159,7 +160,7 @@ def chain_tables(
         base = {"prompt_len": int(ctx[0]) if n_r else 0, "n_generated": int((acc + 1).sum())}
         cols, val = _columns("prompts", {**base, **prompt})
         shape = {"drafter": drafter, "prompt_id": prompt_id, "n_rounds": n_r, "accepted_total": int(acc.sum()),
-                 "mean_acceptance_length": float(1 + acc.mean()) if n_r else float("nan")}
+                 "mean_acceptance_length": acceptance_length(acc.sum(), n_r)}
         tables["prompts"] = pd.DataFrame([{c: shape[c] if c in shape else val[c] for c in cols}])
     arrays: dict[str, np.ndarray] = {}
     if rows:

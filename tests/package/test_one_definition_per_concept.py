@@ -65,3 +65,28 @@ def test_dtype_recorded_canonically_and_resume_accepts_either_spelling(env, tmp_
     assert read_manifest(part)["settings_hash"] == read_manifest(out)["settings_hash"]
     cap(env, part, dtype="bf16", limit=1, resume=True)  # refused before: capture.dtype differed
     assert read_manifest(part)["status"] == "complete"
+
+
+def test_acceptance_length_is_defined_once():
+    """Mean acceptance length (1 + accepted drafts per round, NaN without a round) is metric_table.acceptance_length:
+    no other module of the package computes it (it used to be written in seven places; a fix had to be made twice)."""
+    import ast
+    from pathlib import Path
+
+    import numpy as np
+
+    from drifttool.trace.metric_table import acceptance_length
+
+    def one_plus_accepted(node: ast.AST) -> bool:  # 1 + <anything naming accept...>, or <accept...>.add(1)
+        src = ast.unparse(node)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            ones = [x for x in (node.left, node.right) if isinstance(x, ast.Constant) and x.value in (1, 1.0)]
+            return bool(ones) and "accept" in src
+        return isinstance(node, ast.Call) and src.endswith(".add(1.0)") and "accept" in src
+
+    pkg = Path(__file__).resolve().parents[2] / "drifttool"
+    hits = [f"{p.relative_to(pkg)}:{n.lineno}" for p in pkg.rglob("*.py") if p.name != "metric_table.py"
+            for n in ast.walk(ast.parse(p.read_text())) if one_plus_accepted(n)]
+    assert hits == []
+    assert acceptance_length(6, 4) == 2.5 and np.isnan(acceptance_length(0, 0))
+    assert acceptance_length(np.array([2, 0]), np.array([2, 0]))[0] == 2.0

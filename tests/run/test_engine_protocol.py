@@ -91,3 +91,31 @@ def test_capture_run_sink_default_is_auto_and_zero_means_none(tiny):
     assert (none.depths["sink_mass"] == 0).all() and (none.depths["n_sink"] == 0).all()
     auto = drifttool.capture_run(paths["target"], [f"e3={paths['eagle3']}"], suite, root / "sa.drift", depth=2)
     assert auto.manifest["capture"]["sink_rule"].startswith("auto: ")
+
+
+def test_every_engine_run_has_the_protocol_signature():
+    """Each engine's run takes the EngineRun parameters (target, drafters, probes, out, settings, and the
+    keyword-only resume / overwrite / progress / extra_manifest), checked without importing vLLM."""
+    import ast
+    import importlib.util
+    import inspect
+
+    from drifttool.run.engines import EngineRun
+
+    want = [p for p in inspect.signature(EngineRun.__call__).parameters if p not in ("self", "kw")]
+    for e in ENGINES.values():
+        src = importlib.util.find_spec(e.module).origin
+        fn = next(n for n in ast.walk(ast.parse(open(src).read())) if isinstance(n, ast.FunctionDef) and n.name == e.entry)
+        names = [a.arg for a in fn.args.args] + [a.arg for a in fn.args.kwonlyargs]
+        assert all(w in names for w in want), (e.name, set(want) - set(names))
+        assert [a.arg for a in fn.args.args][:4] == ["target", "drafters", "probes", "out"], e.name
+
+
+def test_shard_keys_are_read_from_the_generic_field_and_the_legacy_one():
+    from drifttool.trace.layout import shard_prompts
+
+    m = {"capture": {"shard_key": "DRAFTER:PROMPT"}, "drafters": [{"name": "e3"}]}
+    assert shard_prompts(m, {"prompts": ["e3:p0"]}) == ["p0"]
+    old = {"capture": {"vllm": {"shard_key": "DRAFTER:PROMPT"}}, "drafters": [{"name": "e3"}]}
+    assert shard_prompts(old, {"prompts": ["e3:p0"]}) == ["p0"]
+    assert shard_prompts({"capture": {}, "drafters": []}, {"prompts": ["p0"]}) == ["p0"]

@@ -8,16 +8,23 @@ progress, extra_manifest, **options, **settings_kw) -> Path`, with `options` lim
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ...errors import DriftError
 
 # engine-specific options: the keyword a run takes -> how the CLI spells it
 OPTION_FLAGS = {"device_map": "--device-map", "tree": "--tree", "compact": "--no-compact",
                 "engine_args": "--vllm-arg"}
+
+
+class EngineRun(Protocol):
+    """The one signature every engine's run implements (the hf and vLLM engines; `Engine.load` returns it)."""
+
+    def __call__(self, target: Any, drafters: list, probes: str, out: str, settings: Any = None, *,
+                 resume: bool = False, overwrite: bool = False, progress: bool = True,
+                 extra_manifest: dict[str, Any] | None = None, **kw: Any) -> Path: ...
 
 
 @dataclass(frozen=True)
@@ -29,7 +36,7 @@ class Engine:
     options: frozenset[str]  # the OPTION_FLAGS keys this engine's run accepts
     refusals: tuple[tuple[str, str], ...] = ()  # (option, why this engine cannot take it), for the error line
 
-    def load(self) -> Callable[..., Path]:
+    def load(self) -> EngineRun:
         return getattr(importlib.import_module(self.module), self.entry)
 
     def check(self, options: dict[str, Any]) -> None:

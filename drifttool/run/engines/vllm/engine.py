@@ -374,6 +374,7 @@ def capture_settings(
         **st.record(probes, n_prompts),
         "template_ids": list(run.target.template_ids),
         "engine": "vllm",
+        "shard_key": "DRAFTER:PROMPT",  # how this engine names its shards (trace/layout.shard_prompts reads it)
         "draft_sampling": "greedy (vLLM's draft_sample_method)"
         if st.temperature > 0
         else "greedy (temperature 0)",
@@ -391,7 +392,6 @@ def capture_settings(
             "wall_s": "a submission's generate time divided by its prompts",
             "engine_args": run.engine_kwargs,
             "checkpoint_given_to_vllm": given,
-            "shard_key": "DRAFTER:PROMPT",
             "replay_tolerance": tolerance(st.dtype),
         },
         "attention": "vLLM's recorded drafter inputs replayed through drifttool's drafter; masses from its attention "
