@@ -26,9 +26,18 @@ def _suite(probes: str) -> str:
     """A probe-suite path, or a bundled suite by name (--probes long_code, --probes real/doc_qa)."""
     if Path(probes).exists():
         return probes
-    from .demo import bundled_suite
+    from .demo import bundled_names, bundled_suite
 
-    return str(bundled_suite(probes) or probes)
+    found = bundled_suite(probes)
+    if found is None and not probes.endswith(".jsonl"):  # a name, mistyped? (a missing .jsonl path: load_suite)
+        import difflib
+
+        names = bundled_names()
+        close = difflib.get_close_matches(probes, names, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise DriftError(f"--probes {probes!r}: no such file and no bundled suite of that name; {hint}bundled: "
+                         f"{', '.join(n for n in names if n.count('/') < 2)}, ... (or a JSONL path)")
+    return str(found or probes)
 
 
 def _no_hf_progress_bars() -> None:

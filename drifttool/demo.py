@@ -41,6 +41,15 @@ def probes_dir() -> Path:
     raise DriftError(f"{REPO / 'probes'}: probe suites not found (neither a checkout nor a full install)")
 
 
+def bundled_names() -> list[str]:
+    """The bundled suites' names (`long_code`, `real/doc_qa`, `real/powered/long_code`, ...)."""
+    try:
+        d = probes_dir()
+    except DriftError:
+        return []
+    return sorted(str(p.relative_to(d).with_suffix("")) for p in d.rglob("*.jsonl"))
+
+
 def bundled_suite(name: str) -> Path | None:
     """A bundled suite by name ('long_code', 'real/doc_qa', ...), or None."""
     try:

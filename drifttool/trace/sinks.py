@@ -53,7 +53,8 @@ class SinkSpec:
             try:
                 nums = [int(x) for x in val.split(",") if x.strip()]
             except ValueError:
-                raise DriftError(f"--sink {text!r}: expected integers, e.g. 4, first:4, pos:0,1 or tok:0") from None
+                raise DriftError(f"--sink {text!r}: expected integers, e.g. 4, first:4, pos:0,1 or tok:0 (auto and "
+                                 "target stand alone)") from None
             if any(n < 0 for n in nums):
                 raise DriftError(f"--sink {text!r}: values must be >= 0")
             if kind == "first" and len(nums) == 1:

@@ -153,3 +153,11 @@ def test_zoo_help_and_bare_zoo_print_help_without_building(monkeypatch, capsys):
         assert "fetch smollm2" in out and "build" in out
     assert main(["zoo", "bogus"]) == 2
     assert "zoo --help" in capsys.readouterr().err
+
+
+def test_a_mistyped_bundled_suite_suggests_the_closest_and_lists_them(capsys):
+    from drifttool.cli import main
+
+    assert main(["capture", "--target", "t", "--drafter", "d", "--probes", "long_cod", "--out", "/tmp/x.drift"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "did you mean 'long_code'?" in err and "real/mt_chat" in err
