@@ -12,7 +12,7 @@ import pandas as pd
 from rich.console import Console
 
 from ..trace.metric_table import acceptance_length
-from .compare import NEAR_ZERO, Comparison
+from .compare import Comparison
 from .report_table import label as _lab
 from .report_table import order as _order
 from .report_table import series_width as _sw
@@ -20,7 +20,7 @@ from .report_table import table as _table
 from .stats import ALPHA, POPULATION_TEXT, POWER, min_p
 
 NAMES = {"sink_mass": "sink mass", "self_mass": "self mass", "prompt_mass": "prompt mass", "rms_in": "layer-input RMS",
-         "acceptance_length": "acceptance length"}
+         "acceptance_length": "acceptance length", "sink_lift": "sink lift (x uniform)", "self_lift": "self lift (x uniform)"}
 
 
 def _g(v: float, d: int = 3) -> str:
@@ -153,6 +153,22 @@ def print_between(c: Console, cmp: Comparison, ad: pd.DataFrame, td: pd.DataFram
     c.print(t)
 
 
+# "In short" states trends of the quantities a slot count cannot move (lifts) and the fed-back RMS; the raw-mass
+# trends stay in the depth tables, where their dilution by added slots sits beside the lifts
+IN_SHORT = ("sink_lift", "self_lift", "rms_in")
+
+
+def _no_sink(cmp: Comparison) -> dict[str, str]:
+    """Per series whose depth-1 sink lift's 95% CI reaches no higher than uniform (1.0): that statement."""
+    s = cmp.summary()
+    out = {}
+    for r in s.itertuples():
+        hi = getattr(r, "sink_lift_d1_hi", np.nan)
+        if hi == hi and hi <= 1.0:
+            out[r.series] = f"depth-1 sink lift {r.sink_lift_d1:.2f} [{r.sink_lift_d1_lo:.2f}, {hi:.2f}]"
+    return out
+
+
 def findings(cmp: Comparison, tr: pd.DataFrame | None = None, ad: pd.DataFrame | None = None) -> list[str]:
     """Sentences for "In short": acceptance between drafters with power, the detected depth trends (all rounds
     and prefix-correct), and what was too underpowered to tell."""
@@ -184,7 +200,8 @@ def findings(cmp: Comparison, tr: pd.DataFrame | None = None, ad: pd.DataFrame |
     if tr.empty:
         return out
     k = int(tr["depth"].max())
-    sub = tr[tr.depth == k]
+    sub = tr[(tr.depth == k) & tr.metric.isin(IN_SHORT)]
+    no_sink = _no_sink(cmp)
     for pop in ("all", "prefix_correct"):
         s = sub[sub.population == pop]
         det = s[s.verdict.isin(["rise", "fall"])]
@@ -192,13 +209,13 @@ def findings(cmp: Comparison, tr: pd.DataFrame | None = None, ad: pd.DataFrame |
         if pop == "prefix_correct" and cmp.mode == "teacher-forced":
             continue  # the same rows as all rounds
         for r in det.itertuples():
-            no_sink = r.metric == "sink_mass" and r.base_value < NEAR_ZERO
-            d = 4 if no_sink else _dig(r.metric)  # a mass below the no-sink floor: digits enough to read it
+            # "no sink to leave": the depth-1 sink lift's CI does not exceed uniform (never a fixed floor)
+            ns = no_sink.get(r.series) if r.metric.startswith("sink") else None
+            d = _dig(r.metric)
             out.append(f"{r.series}: {NAMES.get(r.metric, r.metric)} {'rises' if r.change > 0 else 'falls'} "
                        f"from depth {r.from_depth} to {k} by {r.change:+.{d}f} [{r.change_lo:+.{d}f}, "
                        f"{r.change_hi:+.{d}f}] (from {r.base_value:.{d}f}; p {_p(r.p)}, {r.n_groups} groups, "
-                       f"{where})" + (f"; below {NEAR_ZERO:g} at depth {r.from_depth}: no sink to leave"
-                                      if no_sink else "") + ".")
+                       f"{where})" + (f"; {ns}: no sink to leave" if ns else "") + ".")
         under = s[s.verdict == "underpowered"]
         if len(under):
             names = sorted({f"{NAMES.get(m, m)}" for m in under.metric})

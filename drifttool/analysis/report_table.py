@@ -7,7 +7,7 @@ from rich import box
 from rich.markup import escape as _e
 from rich.table import Table
 
-SERIES_WIDTH = 18  # series labels longer than this wrap inside their cell
+SERIES_WIDTH = 20  # series labels longer than this wrap inside their cell (after the colon)
 
 
 def fmt(v, lo=None, hi=None, d=3) -> str:
@@ -41,9 +41,15 @@ def label(series: str) -> str:
     return s.replace(":", ":\n", 1) if len(s) > SERIES_WIDTH and ":" in s else s
 
 
+def _cut(s: str) -> list[str]:
+    """The lines label() breaks a long 'trace:drafter' into (the colon stays on the first)."""
+    a, sep, b = s.partition(":")
+    return [a + sep, b] if sep else [s]
+
+
 def series_width(labels) -> dict[str, int]:
     """min width of the series column: its longest label, up to SERIES_WIDTH."""
-    parts = [p for x in labels for p in (str(x).split(":", 1) if len(str(x)) > SERIES_WIDTH else [str(x)])]
+    parts = [p for x in labels for p in (_cut(str(x)) if len(str(x)) > SERIES_WIDTH else [str(x)])]
     return {"series": min(SERIES_WIDTH, max((len(p) for p in parts), default=6))}
 
 
