@@ -88,6 +88,7 @@ def trends(root: Path) -> list[str]:
         cmp = Comparison.of([read_trace(p)])
         tr = cmp.trends(populations=("all",))
         k = cmp.depth
+        s1 = cmp.summary().set_index("series")["sink_lift_d1_hi"]  # no sink to leave: its CI not above uniform
         for r in tr[(tr.depth == k) & tr.metric.isin(["sink_lift", "self_lift", "rms_in"])].itertuples():
             dg = 1 if r.metric == "self_lift" else 2  # lifts: multiples of uniform
             ch = f"{r.change:+.{dg}f} [{r.change_lo:+.{dg}f}, {r.change_hi:+.{dg}f}]"
@@ -96,7 +97,7 @@ def trends(root: Path) -> list[str]:
             tests.append(r)
             if r.verdict in ("rise", "fall"):
                 floor = " — the smallest p that many groups allow" if abs(r.p - min_p(r.n_groups)) < 1e-12 else ""
-                no_sink = r.metric == "sink_lift" and r.base_value < 1.5
+                no_sink = r.metric == "sink_lift" and s1.get(r.series, float("nan")) <= 1.0
                 detected.append(f"{r.series} {r.metric} {'rises' if r.change > 0 else 'falls'} by {r.change:+.{dg}f} "
                                 f"from {r.base_value:.{dg}f} at depth {r.from_depth} to depth {k} ({suite}, {mode}; "
                                 f"p {_p(r.p)}, {r.n_groups} groups{floor}"
@@ -140,14 +141,18 @@ def sentences(root: Path, detected: list[str], tests: list) -> None:
     else:
         print("- Detected (p < 0.05, paired over groups, all rounds): nothing.")
     d1: dict[str, list[float]] = {}
+    sinks = set()
     for _suite, mode, p in _traces(root):
         if mode != "generate":
             continue
-        pdp = Comparison.of([read_trace(p)]).per_depth()
+        t = read_trace(p)
+        sinks.add(sink_words(t.manifest["capture"]))
+        pdp = Comparison.of([t]).per_depth()
         for r in pdp[pdp.depth == 1].itertuples():
             d1.setdefault(r.series, []).append(r.sink_lift)
-    print("- Depth-1 sink lift (attention on the first 4 positions / their uniform share; 1.0 = no more than uniform) "
-          "over the generate-mode suites: " + "; ".join(f"{s} {min(v):.2f}–{max(v):.2f}" for s, v in d1.items()) + ".")
+    print(f"- Depth-1 sink lift (attention on {' / '.join(sorted(sinks))} / its uniform share; 1.0 = no more than "
+          "uniform) over the generate-mode suites: " + "; ".join(f"{s} {min(v):.2f}–{max(v):.2f}" for s, v in d1.items())
+          + ".")
     same = []
     for suite, mode, p in _traces(root):
         if mode != "teacher-forced" or (root / f"smollm2-{suite}.drift") not in [q for _, m, q in _traces(root)]:
@@ -296,18 +301,30 @@ def budget() -> None:
     print()
 
 
+def sink_words(cap: dict) -> str:
+    """A trace's sink rule in words, from its manifest (the resolved positions, and whether the target chose them)."""
+    s = cap.get("sink") or {}
+    pos = sorted(set(range(int(s.get("first_n", 0)))) | set(s.get("positions", [])))
+    where = f"position{'s' if len(pos) != 1 else ''} {', '.join(map(str, pos))}" if pos else "no position"
+    if s.get("token_ids"):
+        where += f" and token ids {s['token_ids']}"
+    rule = str(cap.get("sink_rule") or "")
+    return f"the target's own sink ({where})" if rule.endswith("target") else f"the sink {where}"
+
+
 def settings(root: Path) -> None:
     """What the sample traces were captured with, read from their manifests and prompts tables."""
-    caps, gen = [], []
-    for _, _, p in _traces(root):
+    caps, gen, sinks = [], [], {}
+    for suite, mode, p in _traces(root):
         t = read_trace(p)
         caps.append(t.manifest["capture"])
+        sinks.setdefault(sink_words(t.manifest["capture"]), []).append(f"{suite} ({mode})")
         gen += t.prompts["n_generated"].astype(int).tolist()
     c = caps[0]
-    sink = c.get("sink", {})
     depth = sorted({int(x["depth"]) for x in caps})
+    sink = "; ".join(f"{w}: {', '.join(s)}" for w, s in sinks.items())
     print(f"Captured with: depth {', '.join(map(str, depth))}, seed {c.get('seed')}, temperature {c.get('temperature')}"
-          f" (greedy), sink {json.dumps(sink)}; new tokens generated per prompt {min(gen)}–{max(gen)} "
+          f" (greedy); sink: {sink}; new tokens generated per prompt {min(gen)}–{max(gen)} "
           f"(median {int(np.median(gen))}).")
     print()
 
@@ -454,13 +471,14 @@ def table2(root: Path) -> None:
     target's own sink) and on long code (the seed panel, pooled over seeds), beside the published rows."""
     chat = root / "chat" / "smollm2-mt_chat.drift"
     if chat.is_dir():
-        table2_of([chat], "the shipped drafters, 24 single-turn chat questions written for this project (MT-Bench's "
-                          "kind: writing, roleplay, reasoning, math, coding, extraction, STEM, humanities), the sink "
-                          "= the target's own (`--sink target`: position 0)")
+        n = read_trace(chat).prompts["prompt_id"].nunique()
+        table2_of([chat], f"the shipped drafters, {n} single-turn chat questions written for this project (MT-Bench's "
+                          "kind: writing, roleplay, reasoning, math, coding, extraction, STEM, humanities), "
+                          + sink_words(read_trace(chat).manifest["capture"]))
     seeds = sorted((root / "seeds").glob("smollm2-long_code-s*.drift"))
     if seeds:
-        table2_of(seeds, f"the seed panel's drafters, long code, pooled over {len(seeds)} seeds, sink = the first 4 "
-                         "positions")
+        table2_of(seeds, f"the seed panel's drafters, long code, pooled over {len(seeds)} seeds, "
+                         + sink_words(read_trace(seeds[0]).manifest["capture"]))
 
 
 def table2_of(paths: list[Path], what: str) -> None:
