@@ -60,6 +60,11 @@ def head_diff_heatmap(head_means: pd.DataFrame, a: str, b: str, metric: str = "s
     return fig
 
 
+# slot kinds' colours: none close to a drafter's (styles.KIND_STYLES / PALETTE; tests/plots check the distance) —
+# the self slots were an orange next to EAGLE-3.1's vermillion
+SLOT_COLORS = {"pos0": "#d62728", "early": "#ff9896", "recent": "#9467bd", "self": "#00CED1", "other": "#c7c7c7"}
+
+
 def where_attention(where: pd.DataFrame, max_cols: int = 3) -> go.Figure:
     """Where heads look hardest, by depth: one panel per series, stacked shares of head maxima on position 0,
     early, recent, own draft slots and other prompt slots; the mean max weight as a black line."""
@@ -69,7 +74,7 @@ def where_attention(where: pd.DataFrame, max_cols: int = 3) -> go.Figure:
         return _empty("Where heads look hardest", "not recorded in these traces (drifttool before head maxima)")
     series = series_order(where["series"])
     fig, rows, cols = _subplots(series, max_cols=max_cols, shared_yaxes=True)
-    colors = {"pos0": "#d62728", "early": "#ff9896", "recent": "#9467bd", "self": "#ff7f0e", "other": "#c7c7c7"}
+    colors = SLOT_COLORS
     for i, s in enumerate(series):
         r, c = _rc(i, cols)
         d = where[where["series"] == s].sort_values("depth")

@@ -253,3 +253,16 @@ def test_tree_figures_keep_labels_inside_and_use_the_drafter_colours():
         assert t.line.color == colours[t.name.split("/")[1].split(" \u00b7 ")[0]]
         assert list(t.error_y.array) == pytest.approx([0.02, 0.02]) and list(t.error_y.arrayminus) == pytest.approx(
             [0.01, 0.01])  # the bootstrap interval is not symmetric
+
+
+def test_slot_colours_stay_apart_from_every_drafter_colour():
+    """The 'self' slot colour (where heads look) is not mistaken for a drafter: far from each drafter colour."""
+    from drifttool.plots.heads import SLOT_COLORS
+    from drifttool.styles import KIND_STYLES, PALETTE
+
+    def rgb(h: str) -> tuple[int, ...]:
+        return tuple(int(h.lstrip("#")[i:i + 2], 16) for i in (0, 2, 4))
+
+    drafters = {rgb(s["color"]) for s in KIND_STYLES.values()} | {rgb(c) for c in PALETTE}
+    self_c = rgb(SLOT_COLORS["self"])
+    assert min(sum((a - b) ** 2 for a, b in zip(self_c, d)) ** 0.5 for d in drafters) > 60
