@@ -18,16 +18,19 @@ from drifttool.errors import DriftError
 REPO = Path(__file__).resolve().parents[2]  # a checkout's root (drifttool/dashboard/lib.py)
 SAMPLES = REPO / "sample_traces"
 TREES = SAMPLES / "trees"
+TRAINING = SAMPLES / "training"  # the Across-training page's checkpoint series
 # Show every given trace at once only while they hold at most this many series together; else the first trace
 # (a selector adds the others). 24 series on one chart is a hairball, 3-6 reads at a glance.
 MAX_DEFAULT_SERIES = 6
 
 
 def trace_paths(argv: list[str] | None = None) -> list[Path]:
-    """The trace folders named on the command line, else every sample_traces/*.drift and the bundled tree
-    trace(s) in sample_traces/trees/ (for the Draft trees page). Nothing else is read."""
+    """The trace folders named on the command line, else every sample_traces/*.drift, the bundled tree trace(s) in
+    sample_traces/trees/ (for the Draft trees page) and checkpoint series in sample_traces/training/ (for the
+    Across-training page). Nothing else is read."""
     args = [a for a in (sys.argv[1:] if argv is None else argv) if a.strip()]
-    return [Path(a) for a in args] if args else sorted(SAMPLES.glob("*.drift")) + sorted(TREES.glob("*.drift"))
+    return [Path(a) for a in args] if args else (sorted(SAMPLES.glob("*.drift")) + sorted(TREES.glob("*.drift"))
+                                                 + sorted(TRAINING.glob("*.drift")))
 
 
 def _key(p: Path) -> tuple[str, float]:
@@ -101,9 +104,33 @@ def load_traces() -> list[tuple[str, float]]:
     chains = chain_keys(keys)
     if len(chains) < len(keys):
         st.sidebar.caption(f"{len(keys) - len(chains)} tree trace(s) loaded: see the Draft trees page.")
+    series = [k for k in chains if _is_series(k)]
+    st.session_state["series_keys"] = series
+    if series and len(series) < len(chains):  # the series are the Across-training page's; the rest the others'
+        st.sidebar.caption(f"{len(series)} checkpoint-series trace(s) loaded: see the Across training page.")
+        chains = [k for k in chains if k not in series]
     keys = chains
     st.session_state["trace_keys"] = trace_selector(keys) if keys else []
     return st.session_state["trace_keys"]
+
+
+def _is_series(key: tuple[str, float]) -> bool:
+    """A checkpoint-series trace (`capture --drafter-series`): every drafter named VARIANT@STEP."""
+    names = [d.get("name", "") for d in _load(*key).manifest.get("drafters", [])]
+    return bool(names) and all("@" in n for n in names)
+
+
+def series_view() -> View | None:
+    """The checkpoint-series traces loaded beside the selected ones, as one view (the Across-training page's
+    default when the selection holds none); None without any."""
+    keys = st.session_state.get("series_keys") or []
+    if not keys:
+        return None
+    try:
+        return _view(tuple(keys), Filters())
+    except DriftError as e:
+        st.error(str(e))
+        return None
 
 
 def chain_keys(keys: list[tuple[str, float]]) -> list[tuple[str, float]]:

@@ -220,3 +220,17 @@ def test_depth_page_population_toggle(monkeypatch, dash_traces):
             assert n == int((rr.accepted >= depth - 1).sum()), (series, depth)
     trends = at.dataframe[1].value
     assert set(trends["population"]) == {"prefix_correct"} and "mde" in trends.columns
+
+
+def test_the_across_training_page_draws_the_shipped_series_by_default(monkeypatch):
+    """No traces named: the sample traces, with sample_traces/training's checkpoint series kept out of the other
+    pages' selection and drawn on Across training."""
+    from drifttool.dashboard.lib import TRAINING
+
+    if not any(TRAINING.glob("*.drift")):
+        pytest.skip("no checkpoint series in sample_traces/training")
+    at = _app(monkeypatch)
+    assert not at.exception
+    at.switch_page("app_pages/training.py").run()
+    assert not at.exception and not at.error
+    assert len(at.get("plotly_chart")) >= 1

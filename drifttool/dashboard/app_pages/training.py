@@ -10,6 +10,12 @@ st.title("Across training")
 v = lib.view()
 lib.notes(v)
 curves = v.training
+if curves.empty:  # the selection holds no series: the checkpoint series loaded beside it (sample_traces/training)
+    sv = lib.series_view()
+    if sv is not None:
+        st.caption("The checkpoint-series trace(s) loaded beside the selected traces (not in the selection: a "
+                   "series compares checkpoints of one run, not drafters).")
+        curves = sv.training
 if curves.empty:
     st.info("No checkpoint series in the selected traces: capture one with `drifttool capture --drafter-series "
             "DIR` (a folder of step-N checkpoints; each becomes a drafter named VARIANT@STEP).")
