@@ -121,22 +121,29 @@ def answer(cmp, s: pd.DataFrame | None = None, tr: pd.DataFrame | None = None,
         groups.setdefault(split_label(ser.label)[0], []).append(ser.label)
     out = []
     for labels in groups.values():
-        labels = [x for x in labels if x in rows]
-        if not labels:
+        out += _trace_lines([x for x in labels if x in rows], rows, tr, ad, k, pooled, seeds)
+    return out
+
+
+def _clauses(r, tr: pd.DataFrame, k: int, *more: str) -> str:
+    return "; ".join(x for x in [growth(r, tr, k), sink(r), elsewhere(r), self_trend(r, tr, k), *more] if x)
+
+
+def _trace_lines(labels: list[str], rows: dict, tr: pd.DataFrame, ad: pd.DataFrame, k: int, pooled: pd.Series,
+                 seeds: int) -> list[str]:
+    """One trace's sentences: its EAGLE-3 drafter (or its first) asked whether it drifts, every other drafter
+    whether it changes that."""
+    if not labels:
+        return []
+    base = next((x for x in labels if drafter_kind(x) == "eagle3"), labels[0])
+    about = _clauses(rows[base], tr, k)
+    out = [f"Does {base} drift? {about}." if len(labels) > 1 else f"{base}: {about}."]
+    for x in labels:
+        if x == base:
             continue
-        base = next((x for x in labels if drafter_kind(x) == "eagle3"), labels[0])
-        b = rows[base]
-        about_b = "; ".join(x for x in [growth(b, tr, k), sink(b), elsewhere(b), self_trend(b, tr, k)] if x)
-        out.append(f"Does {base} drift? {about_b}." if len(labels) > 1 else f"{base}: {about_b}.")
-        for x in labels:
-            if x == base:
-                continue
-            r = rows[x]
-            a = ad[(ad.series == x) & (ad.baseline == base)] if len(ad) else ad
-            acc = acceptance(a.iloc[0] if len(a) else None, pooled, seeds)
-            out.append(f"Does {x} change it? "
-                       + "; ".join(x for x in [growth(r, tr, k), sink(r), elsewhere(r), self_trend(r, tr, k), acc] if x)
-                       + ".")
+        a = ad[(ad.series == x) & (ad.baseline == base)] if len(ad) else ad
+        acc = acceptance(a.iloc[0] if len(a) else None, pooled, seeds)
+        out.append(f"Does {x} change it? {_clauses(rows[x], tr, k, acc)}.")
     return out
 
 

@@ -174,54 +174,61 @@ def findings(cmp: Comparison, tr: pd.DataFrame | None = None, ad: pd.DataFrame |
     and prefix-correct), and what was too underpowered to tell."""
     tr = cmp.trends() if tr is None else tr
     ad = cmp.acceptance_differences() if ad is None else ad
-    out = []
     # pooled AL = 1 + accepted / rounds per series: the summary table's, from the rounds alone (the dashboard's
     # first page calls this without the per-depth tables)
     g = cmp.rounds.groupby("series", observed=True)["accepted"]
     pooled = acceptance_length(g.sum(), g.count()) if len(ad) else None
-    for r in ad.itertuples():
-        # the pooled AL is the summary table's (tokens / rounds); the test is over groups, each group's own AL
-        # weighted equally, so its means are named as such (they differ when groups have unequal rounds)
-        d = (f"acceptance length {pooled[r.series]:.2f} vs {pooled[r.baseline]:.2f} (pooled over rounds); "
-             f"per group {r.base_value + r.difference:.2f} vs {r.base_value:.2f} on average, paired difference "
-             f"{r.difference:+.2f} [{r.difference_lo:+.2f}, {r.difference_hi:+.2f}] (p {_p(r.p)}, "
-             f"{r.n_groups} groups)") if r.n_groups > 1 else f"acceptance length: {r.n_groups} common group(s)"
-        if r.verdict in ("rise", "fall"):
-            v = f"{'higher' if r.difference > 0 else 'lower'}, detected"
-        elif r.verdict == "underpowered" and not np.isfinite(r.mde):
-            v = (f"underpowered: with {r.n_groups} groups no difference can reach p < 0.05 (the sign-flip test's "
-                 f"smallest p is 2/2^{r.n_groups} = {2 / 2 ** r.n_groups:.3g}; 6 groups or more)")
-        elif r.verdict == "underpowered":
-            v = (f"underpowered: MDE {_mde(r.mde, 2)} tokens/round exceeds the {r.base_value - 1:.2f} accepted "
-                 "drafts per round")
-        else:
-            v = f"no difference detected (MDE {_mde(r.mde, 2)} tokens/round, {r.mde_rel:.0%} of it)"
-        out.append(f"{r.series} vs {r.baseline}: {d}: {v}.")
+    out = [_acceptance_sentence(r, pooled) for r in ad.itertuples()]
     if tr.empty:
         return out
     k = int(tr["depth"].max())
     sub = tr[(tr.depth == k) & tr.metric.isin(IN_SHORT)]
     no_sink = _no_sink(cmp)
     for pop in ("all", "prefix_correct"):
-        s = sub[sub.population == pop]
-        det = s[s.verdict.isin(["rise", "fall"])]
-        where = "all rounds" if pop == "all" else "prefix-correct rounds"
         if pop == "prefix_correct" and cmp.mode == "teacher-forced":
             continue  # the same rows as all rounds
-        for r in det.itertuples():
-            # "no sink to leave": the depth-1 sink lift's CI does not exceed uniform (never a fixed floor)
-            ns = no_sink.get(r.series) if r.metric.startswith("sink") else None
-            d = _dig(r.metric)
-            out.append(f"{r.series}: {NAMES.get(r.metric, r.metric)} {'rises' if r.change > 0 else 'falls'} "
-                       f"from depth {r.from_depth} to {k} by {r.change:+.{d}f} [{r.change_lo:+.{d}f}, "
-                       f"{r.change_hi:+.{d}f}] (from {r.base_value:.{d}f}; p {_p(r.p)}, {r.n_groups} groups, "
-                       f"{where})" + (f"; {ns}: no sink to leave" if ns else "") + ".")
-        under = s[s.verdict == "underpowered"]
-        if len(under):
-            names = sorted({f"{NAMES.get(m, m)}" for m in under.metric})
-            out.append(f"Underpowered at depth {k} ({where}): {', '.join(names)} for "
-                       f"{', '.join(sorted(set(under.series)))} — the MDE exceeds the quantity itself, so "
-                       "'no change' would not be a finding.")
+        out += _trend_sentences(sub[sub.population == pop], pop, k, no_sink)
+    return out
+
+
+def _acceptance_sentence(r, pooled: pd.Series) -> str:
+    """One drafter against its baseline: pooled and per-group acceptance length, the paired test and its power."""
+    # the pooled AL is the summary table's (tokens / rounds); the test is over groups, each group's own AL
+    # weighted equally, so its means are named as such (they differ when groups have unequal rounds)
+    d = (f"acceptance length {pooled[r.series]:.2f} vs {pooled[r.baseline]:.2f} (pooled over rounds); "
+         f"per group {r.base_value + r.difference:.2f} vs {r.base_value:.2f} on average, paired difference "
+         f"{r.difference:+.2f} [{r.difference_lo:+.2f}, {r.difference_hi:+.2f}] (p {_p(r.p)}, "
+         f"{r.n_groups} groups)") if r.n_groups > 1 else f"acceptance length: {r.n_groups} common group(s)"
+    if r.verdict in ("rise", "fall"):
+        v = f"{'higher' if r.difference > 0 else 'lower'}, detected"
+    elif r.verdict == "underpowered" and not np.isfinite(r.mde):
+        v = (f"underpowered: with {r.n_groups} groups no difference can reach p < 0.05 (the sign-flip test's "
+             f"smallest p is 2/2^{r.n_groups} = {2 / 2 ** r.n_groups:.3g}; 6 groups or more)")
+    elif r.verdict == "underpowered":
+        v = f"underpowered: MDE {_mde(r.mde, 2)} tokens/round exceeds the {r.base_value - 1:.2f} accepted drafts per round"
+    else:
+        v = f"no difference detected (MDE {_mde(r.mde, 2)} tokens/round, {r.mde_rel:.0%} of it)"
+    return f"{r.series} vs {r.baseline}: {d}: {v}."
+
+
+def _trend_sentences(s: pd.DataFrame, pop: str, k: int, no_sink: dict[str, str]) -> list[str]:
+    """The detected depth trends of one population, and one line for what was underpowered."""
+    where = "all rounds" if pop == "all" else "prefix-correct rounds"
+    out = []
+    for r in s[s.verdict.isin(["rise", "fall"])].itertuples():
+        # "no sink to leave": the depth-1 sink lift's CI does not exceed uniform (never a fixed floor)
+        ns = no_sink.get(r.series) if r.metric.startswith("sink") else None
+        d = _dig(r.metric)
+        out.append(f"{r.series}: {NAMES.get(r.metric, r.metric)} {'rises' if r.change > 0 else 'falls'} "
+                   f"from depth {r.from_depth} to {k} by {r.change:+.{d}f} [{r.change_lo:+.{d}f}, "
+                   f"{r.change_hi:+.{d}f}] (from {r.base_value:.{d}f}; p {_p(r.p)}, {r.n_groups} groups, "
+                   f"{where})" + (f"; {ns}: no sink to leave" if ns else "") + ".")
+    under = s[s.verdict == "underpowered"]
+    if len(under):
+        names = sorted({f"{NAMES.get(m, m)}" for m in under.metric})
+        out.append(f"Underpowered at depth {k} ({where}): {', '.join(names)} for "
+                   f"{', '.join(sorted(set(under.series)))} — the MDE exceeds the quantity itself, so "
+                   "'no change' would not be a finding.")
     return out
 
 

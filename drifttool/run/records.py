@@ -21,61 +21,76 @@ def prompt_tables(
     if not records:  # e.g. max_new_tokens 1: no drafting round, but the shard still needs every table
         return _empty_tables(drafter, prompt_id, aux_layer_ids, trained_window, attn_window)
     k_ = len(records[0].draft_ids)
-    nr = len(records)
-    nh = caps[0].heads.shape[1]
     rnd = np.array([r.round for r in records])
     ctx = np.array([r.context_len for r in records])
-    acc = np.array([r.accepted for r in records])
-    depth = np.arange(1, k_ + 1)
-    pos = query_position(ctx[:, None], depth[None, :])
-    rounds = pd.DataFrame({
-        "drafter": drafter, "prompt_id": prompt_id, "round": rnd, "context_len": ctx, "depth": k_,
-        "accepted": acc, "bonus": [r.bonus for r in records], "beyond_window": pos.max(1) >= trained_window,
+    pos = query_position(ctx[:, None], np.arange(1, k_ + 1)[None, :])
+    hf = head_fields(np.stack([c.heads for c in caps]))  # [R, K, nh] per attention_stats.HEAD_FIELDS name
+    key = {"drafter": drafter, "prompt_id": prompt_id}
+    depths = _depth_frame(key, records, caps, rnd, ctx, pos, hf, trained_window, attn_window)
+    heads_df = _head_frame(key, rnd, k_, caps[0].heads.shape[1], hf)
+    for df in (depths, heads_df):
+        for c in HEAD_METRICS:
+            df[c] = df[c].astype(np.float32)
+    return {"rounds": _round_frame(key, records, caps, rnd, ctx, pos, trained_window), "depths": depths,
+            "heads": heads_df, "aux": _aux_frame(key, caps, rnd, aux_layer_ids)}
+
+
+def _round_frame(key: dict, records, caps, rnd, ctx, pos, trained_window: int) -> pd.DataFrame:
+    """One row per round (a drafted chain + its verification)."""
+    return pd.DataFrame({
+        **key, "round": rnd, "context_len": ctx, "depth": len(records[0].draft_ids),
+        "accepted": np.array([r.accepted for r in records]), "bonus": [r.bonus for r in records],
+        "beyond_window": pos.max(1) >= trained_window,
         "draft_s": [r.draft_s for r in records], "verify_s": [r.verify_s for r in records],
         "full_stats": [c.full for c in caps],  # entropy / max_prob / top_pos computed (else NaN / NaN / -1)
     })
-    heads = np.stack([c.heads for c in caps])  # [R, K, nh, 7] attention_stats.HEAD_FIELDS
+
+
+def _depth_frame(key: dict, records, caps, rnd, ctx, pos, hf: dict, trained_window: int,
+                 attn_window: int | None) -> pd.DataFrame:
+    """One row per round x depth: head-mean metrics, hidden magnitudes, acceptance and the key counts."""
+    k_, nr = len(records[0].draft_ids), len(records)
+    depth = np.arange(1, k_ + 1)
+    acc = np.array([r.accepted for r in records])
     counts = np.stack([c.counts if c.counts is not None else np.zeros((k_, len(KEY_COUNTS)), np.int64) for c in caps])
     hidden = np.stack([c.hidden for c in caps])  # [R, K, 7]
-    hf = head_fields(heads)
-    pmax, top = hf["max_prob"], hf["top_pos"]
     rep = lambda a: np.repeat(a, k_)  # noqa: E731
-    match = np.array([r.match for r in records])
-    hm = lambda a: a.mean(-1).ravel()  # noqa: E731
-    depths = pd.DataFrame({
-        "drafter": drafter, "prompt_id": prompt_id, "round": rep(rnd), "depth": np.tile(depth, nr),
-        "context_len": rep(ctx), "position": pos.ravel(),
+    return pd.DataFrame({
+        **key, "round": rep(rnd), "depth": np.tile(depth, nr), "context_len": rep(ctx), "position": pos.ravel(),
         "input_id": np.array([r.input_ids for r in records]).ravel(),
         "draft_id": np.array([r.draft_ids for r in records]).ravel(),
         "target_id": np.array([r.target_ids for r in records]).ravel(),
-        "match": match.ravel(), "reached": (depth[None, :] <= acc[:, None] + 1).ravel(),
+        "match": np.array([r.match for r in records]).ravel(), "reached": (depth[None, :] <= acc[:, None] + 1).ravel(),
         "accepted": (depth[None, :] <= acc[:, None]).ravel(),
-        **{m: hm(hf[m]) for m in HEAD_METRICS},
+        **{m: hf[m].mean(-1).ravel() for m in HEAD_METRICS},
         **{name: hidden[..., i].ravel() for i, name in enumerate(MAGNITUDES)},
-        "massive": hidden[..., HIDDEN_FIELDS.index("massive")].ravel() > 0.5, "beyond_window": pos.ravel() >= trained_window,
+        "massive": hidden[..., HIDDEN_FIELDS.index("massive")].ravel() > 0.5,
+        "beyond_window": pos.ravel() >= trained_window,
         # first slot the query can attend (its sliding window); earlier slots, sinks included, get zero mass
         "attn_window_start": (np.maximum(pos - attn_window + 1, 0) if attn_window else np.zeros_like(pos)).ravel(),
         # the keys the query saw and the size of each mass's key set: the uniform share is count / n_keys
         **{name: counts[..., i].ravel().astype(np.int32) for i, name in enumerate(KEY_COUNTS)},
     })
-    heads_df = pd.DataFrame({
-        "drafter": drafter, "prompt_id": prompt_id, "round": np.repeat(rnd, k_ * nh),
-        "depth": np.tile(np.repeat(depth, nh), nr), "head": np.tile(np.arange(nh), nr * k_),
-        **{m: hf[m].ravel() for m in HEAD_METRICS},
-        # where the head looks hardest: its largest weight and the key slot holding it (where_attention.py)
-        "max_prob": pmax.ravel().astype(np.float32), "top_pos": top.ravel().astype(np.int32),
+
+
+def _head_frame(key: dict, rnd, k_: int, nh: int, hf: dict) -> pd.DataFrame:
+    """One row per round x depth x head; where the head looks hardest: its largest weight and its key slot."""
+    return pd.DataFrame({
+        **key, "round": np.repeat(rnd, k_ * nh), "depth": np.tile(np.repeat(np.arange(1, k_ + 1), nh), len(rnd)),
+        "head": np.tile(np.arange(nh), len(rnd) * k_), **{m: hf[m].ravel() for m in HEAD_METRICS},
+        "max_prob": hf["max_prob"].ravel().astype(np.float32), "top_pos": hf["top_pos"].ravel().astype(np.int32),
     })
+
+
+def _aux_frame(key: dict, caps, rnd, aux_layer_ids: list[int]) -> pd.DataFrame:
+    """One row per round x aux chunk: the depth-1 slot's captured target feature before / after fc_norm."""
     aux = np.stack([c.aux for c in caps])  # [R, A, 3]
     na = aux.shape[1]
-    aux_df = pd.DataFrame({
-        "drafter": drafter, "prompt_id": prompt_id, "round": np.repeat(rnd, na), "chunk": np.tile(np.arange(na), nr),
-        "layer_id": np.tile(np.array(aux_layer_ids[:na], dtype=np.int64), nr),
+    return pd.DataFrame({
+        **key, "round": np.repeat(rnd, na), "chunk": np.tile(np.arange(na), len(rnd)),
+        "layer_id": np.tile(np.array(aux_layer_ids[:na], dtype=np.int64), len(rnd)),
         "rms_before": aux[..., 0].ravel(), "rms_after": aux[..., 1].ravel(), "massive": aux[..., 2].ravel() > 0.5,
     })
-    for df in (depths, heads_df):
-        for c in HEAD_METRICS:
-            df[c] = df[c].astype(np.float32)
-    return {"rounds": rounds, "depths": depths, "heads": heads_df, "aux": aux_df}
 
 
 def _empty_tables(drafter: str, prompt_id: str, aux_layer_ids: list[int], trained_window: int,

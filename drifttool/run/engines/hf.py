@@ -65,6 +65,57 @@ def resolve_sink(st, tgt, prompts: list[list[int]]):
     return dataclasses.replace(st, sink=SinkSpec(first_n=0, positions=ev["positions"])), ev
 
 
+def check_tree_ranks(tree, models: dict) -> None:
+    """Checked before anything is written: a child rank no drafter can draft."""
+    rank = max(max(p) for p in tree.paths) if tree.kind == "static" else tree.top_k - 1
+    for name, m in models.items():
+        if rank >= m.config.draft_vocab_size:
+            raise DriftError(f"--tree: child rank {rank} needs a draft vocabulary of more than {rank} tokens; "
+                             f"drafter {name!r} has {m.config.draft_vocab_size}")
+
+
+def checked_tokens(suite, tgt, st, tree, probes: str) -> dict[str, list[int]]:
+    """Every probe's token ids, each checked against the target's positions before anything is written; the error
+    names the file and the probe."""
+    token_ids = {}
+    for probe in suite:
+        try:
+            check_text_length(probe, tgt, st.new_tokens(probe) + st.depth + 1)
+            ids = probe.tokens(tgt)
+            check_prompt(ids, tgt, positions_needed(len(ids), st.new_tokens(probe),
+                                                    tree.max_nodes if tree is not None else st.depth))
+        except DriftError as e:
+            raise DriftError(f"{probes}: probe {probe.id!r}: {e}") from None
+        token_ids[probe.id] = ids
+    return token_ids
+
+
+def recorded_settings(st, suite, probes: str, tgt, template_ids, sink_evidence, tree) -> dict[str, Any]:
+    """The manifest's capture block: the run settings and what this engine did with them."""
+    cs = {
+        **st.record(probes, len(suite)),
+        "attention": "masses from the fused attention kernel's log-sum-exp over the sink and draft keys; on full rounds "
+                     "softmax rows of the K draft queries against the round's final key cache (no L x L maps)",
+        "draft_sampling": st.draft_sampling if st.temperature > 0 else "greedy (temperature 0)",
+    }
+    cs["template_ids"] = list(template_ids)
+    if sink_evidence is not None:
+        cs["sink_rule"] = sink_rule(sink_evidence)
+        cs["sink_target"] = sink_evidence
+    if any(p.messages is not None for p in suite):
+        cs["chat_format"] = tgt.chat_format
+    if tree is not None:
+        cs["tree"] = tree.to_dict()
+        cs["attention"] = ("softmax rows of the tree's query rows (root + expanded nodes) against the "
+                           "round's final key cache under the ancestor mask (no L x L maps)")
+        cs["draft_sampling"] = "tree: drafter top-k at temperature 1 (EAGLE); sampled verification q = 1"
+        # what a tree capture does, whatever --keep-rows / --full-every said: every node's row in full, no rows/
+        cs.update(keep_rows=0, full_every=1, full_every_note=(
+            "tree capture: every node's attention row is computed in full on every round (entropy and head maxima "
+            "everywhere); no sampled rows are written (--keep-rows and --full-every do not apply to trees)"))
+    return cs
+
+
 def check_recent(recent: int, token_ids: dict[str, list[int]], probes: str) -> None:
     """A --recent window longer than every prompt makes the recent mass the whole prompt's (less the sinks) on every
     round: refused when asked for; the default window is never refused (short suites keep running)."""
@@ -150,48 +201,15 @@ def run_capture(
     drafters = [DrafterSpec(d.name, str(resolve(d.path, "drafter")), d.overrides) for d in drafters]
     models = load_drafters(drafters, tgt.shape(), dev, st.torch_dtype)
     check_mtp_targets(drafters, models, tgt_path)
-    if tree is not None:  # checked before anything is written: a rank no drafter can draft
-        rank = max(max(p) for p in tree.paths) if tree.kind == "static" else tree.top_k - 1
-        for name, m in models.items():
-            if rank >= m.config.draft_vocab_size:
-                raise DriftError(f"--tree: child rank {rank} needs a draft vocabulary of more than {rank} tokens; "
-                                 f"drafter {name!r} has {m.config.draft_vocab_size}")
+    if tree is not None:
+        check_tree_ranks(tree, models)
     tgt.set_aux_layer_ids(next(iter(models.values())).config.input_aux_layer_ids)
     st, sink_evidence = resolve_sink(st, tgt, [p.tokens(tgt) for p in suite[:8]])
     template_ids = tuple(tgt.template_ids)
-    token_ids = {}  # every probe checked before anything is written; the error names the file and the probe
-    for probe in suite:
-        try:
-            check_text_length(probe, tgt, st.new_tokens(probe) + st.depth + 1)
-            ids = probe.tokens(tgt)
-            check_prompt(ids, tgt, positions_needed(len(ids), st.new_tokens(probe),
-                                                    tree.max_nodes if tree is not None else st.depth))
-        except DriftError as e:
-            raise DriftError(f"{probes}: probe {probe.id!r}: {e}") from None
-        token_ids[probe.id] = ids
+    token_ids = checked_tokens(suite, tgt, st, tree, probes)
     check_recent(st.recent, token_ids, probes)
-    capture_settings = {
-        **st.record(probes, len(suite)),
-        "attention": "masses from the fused attention kernel's log-sum-exp over the sink and draft keys; on full rounds "
-                     "softmax rows of the K draft queries against the round's final key cache (no L x L maps)",
-        "draft_sampling": st.draft_sampling if st.temperature > 0 else "greedy (temperature 0)",
-    }
-    capture_settings["template_ids"] = list(template_ids)
-    if sink_evidence is not None:
-        capture_settings["sink_rule"] = sink_rule(sink_evidence)
-        capture_settings["sink_target"] = sink_evidence
-    if any(p.messages is not None for p in suite):
-        capture_settings["chat_format"] = tgt.chat_format
-    if tree is not None:
-        capture_settings["tree"] = tree.to_dict()
-        capture_settings["attention"] = ("softmax rows of the tree's query rows (root + expanded nodes) against the "
-                                         "round's final key cache under the ancestor mask (no L x L maps)")
-        capture_settings["draft_sampling"] = "tree: drafter top-k at temperature 1 (EAGLE); sampled verification q = 1"
-        # what a tree capture does, whatever --keep-rows / --full-every said: every node's row in full, no rows/
-        capture_settings.update(keep_rows=0, full_every=1, full_every_note=(
-            "tree capture: every node's attention row is computed in full on every round (entropy and head maxima "
-            "everywhere); no sampled rows are written (--keep-rows and --full-every do not apply to trees)"))
-    manifest = build_manifest(tgt, tgt_path, models, capture_settings, extra_manifest)
+    settings_ = recorded_settings(st, suite, probes, tgt, template_ids, sink_evidence, tree)
+    manifest = build_manifest(tgt, tgt_path, models, settings_, extra_manifest)
 
     def step(writer, bar, probe) -> None:
         mnt = st.new_tokens(probe)
