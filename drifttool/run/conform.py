@@ -194,25 +194,53 @@ def mtp_config_of(path: Path) -> dict[str, Any] | None:
     return raw if isinstance(raw, dict) and is_mtp_config(raw) else None
 
 
+def _check_usage(depth: int, max_new_tokens: int, limit: int | None, engine_overrides: dict | None) -> None:
+    """Usage errors first (exit 2 through DriftError): before, an engine that refused them was reported as the
+    verdict "NOT conformant" (exit 1, which CI reads as a non-conformant drafter)."""
+    from ..model.ckpt_config import parse_override
+    from .argcheck import run_settings
+
+    run_settings(depth, max_new_tokens, 0.0, 0, 0, limit, None)
+    if max_new_tokens < 2:
+        raise DriftError(f"--max-new-tokens {max_new_tokens}: conform needs at least one drafted round; give >= 2")
+    for k, v in (engine_overrides or {}).items():
+        parse_override(k, v)  # raises "--override k=v: expected ..." for a value no engine could take
+
+
+def per_depth_agreement(same: np.ndarray, eng_rms: np.ndarray, ref_rms: np.ndarray) -> list[dict[str, Any]]:
+    """Per depth: the engine's drafts against the reference's (all rounds, and rounds whose earlier depths
+    agreed), and both layer-input RMS. same: [rounds, K] bool."""
+    prefix = np.cumprod(same, axis=1).astype(bool)
+    out = []
+    for k in range(same.shape[1]):
+        reach = prefix[:, k - 1] if k else np.ones(len(same), bool)
+        out.append({
+            "depth": k + 1, "rounds": int(len(same)), "agreement": float(same[:, k].mean()),
+            "agreement_after_agreeing_prefix": float(same[reach, k].mean()) if reach.any() else None,
+            "rounds_with_agreeing_prefix": int(reach.sum()),
+            "engine_layer_input_rms": float(np.nanmean(eng_rms[:, k])), "reference_layer_input_rms": float(ref_rms[:, k].mean())})
+    return out
+
+
+def divergence(same: np.ndarray) -> dict[str, Any]:
+    """Overall agreement and, per depth, how many rounds first diverge there."""
+    first = np.where(same.all(1), 0, np.argmin(same, axis=1) + 1)
+    return {"agreement": float(same.mean()), "rounds": int(len(same)), "rounds_fully_agreeing": int(same.all(1).sum()),
+            "first_divergence_depth": {str(k): int((first == k).sum()) for k in range(1, same.shape[1] + 1)
+                                       if (first == k).any()}}
+
+
 def conform(drafter: str, target: str, probes: str, engine: str = "hf", *, depth: int = 4,
             max_new_tokens: int = 32, limit: int | None = None, engine_overrides: dict[str, str] | None = None,
             engine_options: dict[str, Any] | None = None, out: str | None = None, device: str = "cpu",
             dtype: str = "float32", run_diagnosis: bool = True, progress: bool = False) -> ConformReport:
     """The whole check; see the module docstring. `engine_overrides` make the engine side load the checkpoint
     differently (`?flag=value` on --drafter: a planted misread to test the diagnosis with)."""
-    from ..model.ckpt_config import parse_override
     from ..model.hub import resolve
     from ..trace.reader import read_trace
-    from .argcheck import run_settings
     from .engines import engine as engine_named
 
-    # usage errors first (exit 2 through DriftError): before, an engine that refused them was reported as the
-    # verdict "NOT conformant" (exit 1, which CI reads as a non-conformant drafter)
-    run_settings(depth, max_new_tokens, 0.0, 0, 0, limit, None)
-    if max_new_tokens < 2:
-        raise DriftError(f"--max-new-tokens {max_new_tokens}: conform needs at least one drafted round; give >= 2")
-    for k, v in (engine_overrides or {}).items():
-        parse_override(k, v)  # raises "--override k=v: expected ..." for a value no engine could take
+    _check_usage(depth, max_new_tokens, limit, engine_overrides)
     path = resolve(drafter, "drafter")
     mtp = mtp_config_of(path)
     if mtp is not None:  # an MTP head: the family's readings, not EAGLE-3 flags (conform_mtp.py)
@@ -232,46 +260,29 @@ def conform(drafter: str, target: str, probes: str, engine: str = "hf", *, depth
             rep.notes.append(f"the engine could not run the checkpoint: {e}")
             return rep
         rep.trace = str(out) if out else None
-        trace = read_trace(t)
-        rounds = _rounds_of(trace, "engine")
-        aux = trace.aux
-        aux = aux[aux["drafter"].astype(str) == "engine"] if len(aux) else aux
-        tgt = load_target(target, device=device, dtype=dtype)
-        intent = intended_flags(declared, findings)
-        if intent:
-            rep.notes.append("the reference reads the checkpoint as its trainer meant it: " + ", ".join(
-                f"{k}={v}" for k, v in intent.items()) + " (see the findings above)")
-        try:
-            ref = read_drafter(path, tgt.shape(), overrides={k: str(v).lower() for k, v in intent.items()},
-                               device=device, dtype=dtype)
-        except DriftError as e:
-            rep.notes.append(f"the reference cannot load the checkpoint as declared: {e}")
+        ctx = _reference_inputs(rep, read_trace(t), path, target, probes, declared, findings, device, dtype)
+        if ctx is None:
             return rep
-        tgt.set_aux_layer_ids(ref.config.input_aux_layer_ids)
-        suite = {p.id: p for p in load_suite(probes)}
-        prompts = {}
-        for pid, rr in rounds.items():
-            seq, feats = _features(tgt, suite[pid].tokens(tgt), rr)
-            prompts[pid] = (seq, feats, rr)
+        tgt, ref, suite, prompts, aux = ctx
+    _follow_engine(rep, tgt, ref, prompts, aux, depth, run_diagnosis, path, mtp)
+    by_group: dict[str, list[bool]] = {}  # the statistical unit is the source document (probe.group)
+    for pid, (_, _, rr) in prompts.items():
+        by_group.setdefault(suite[pid].group or pid, []).extend(r["accepted"] >= 1 for r in rr)
+    rep.training = training_gap(path, {g: np.array(v, float) for g, v in by_group.items()})
+    return rep
+
+
+def _follow_engine(rep: ConformReport, tgt, ref, prompts: dict, aux, depth: int, run_diagnosis: bool, path,
+                   mtp) -> None:
+    """The reference drafter follows the engine's rounds: per-depth agreement, divergence, the fc input RMS, and
+    (when they disagree) the diagnosis, onto `rep`."""
     followed: dict[str, Followed] = {
         pid: follow(tgt, ref, seq, [r["context_len"] for r in rr], depth, feats) for pid, (seq, feats, rr) in prompts.items()}
     eng_drafts = np.concatenate([np.stack([r["draft_ids"] for r in rr]) for _, _, rr in prompts.values()])
     eng_rms = np.concatenate([np.stack([r["rms_in"] for r in rr]) for _, _, rr in prompts.values()])
-    ref_drafts = np.concatenate([f.drafts for f in followed.values()])
-    ref_rms = np.concatenate([f.fed_rms for f in followed.values()])
-    same = ref_drafts == eng_drafts
-    prefix = np.cumprod(same, axis=1).astype(bool)
-    for k in range(depth):
-        reach = prefix[:, k - 1] if k else np.ones(len(same), bool)
-        rep.per_depth.append({
-            "depth": k + 1, "rounds": int(len(same)), "agreement": float(same[:, k].mean()),
-            "agreement_after_agreeing_prefix": float(same[reach, k].mean()) if reach.any() else None,
-            "rounds_with_agreeing_prefix": int(reach.sum()),
-            "engine_layer_input_rms": float(np.nanmean(eng_rms[:, k])), "reference_layer_input_rms": float(ref_rms[:, k].mean())})
-    first = np.where(same.all(1), 0, np.argmin(same, axis=1) + 1)
-    rep.divergence = {"agreement": float(same.mean()), "rounds": int(len(same)),
-                      "rounds_fully_agreeing": int(same.all(1).sum()),
-                      "first_divergence_depth": {str(k): int((first == k).sum()) for k in range(1, depth + 1) if (first == k).any()}}
+    same = np.concatenate([f.drafts for f in followed.values()]) == eng_drafts
+    rep.per_depth = per_depth_agreement(same, eng_rms, np.concatenate([f.fed_rms for f in followed.values()]))
+    rep.divergence = divergence(same)
     if len(aux):
         ref_feat = np.concatenate([f.feature_rms for f in followed.values()])
         rep.divergence["fc_input_rms"] = {
@@ -280,12 +291,33 @@ def conform(drafter: str, target: str, probes: str, engine: str = "hf", *, depth
     if run_diagnosis and same.mean() < AGREE:
         rep.diagnosis = (diagnose_mtp(tgt, ref, prompts, depth, eng_drafts, own_tensors(path, mtp)) if mtp is not None
                          else diagnose(tgt, ref, prompts, depth, eng_drafts))
-    by_group: dict[str, list[bool]] = {}  # the statistical unit is the source document (probe.group)
-    for pid, (_, _, rr) in prompts.items():
-        by_group.setdefault(suite[pid].group or pid, []).extend(r["accepted"] >= 1 for r in rr)
-    depth1 = {g: np.array(v, float) for g, v in by_group.items()}
-    rep.training = training_gap(path, depth1)
-    return rep
+
+
+def _reference_inputs(rep: ConformReport, trace, path, target: str, probes: str, declared, findings, device: str,
+                      dtype: str):
+    """(target, reference drafter, suite, per prompt (sequence, target features, engine rounds), engine aux rows)
+    for following the engine's rounds; None (with a note on `rep`) when the reference cannot load the checkpoint."""
+    rounds = _rounds_of(trace, "engine")
+    aux = trace.aux
+    aux = aux[aux["drafter"].astype(str) == "engine"] if len(aux) else aux
+    tgt = load_target(target, device=device, dtype=dtype)
+    intent = intended_flags(declared, findings)
+    if intent:
+        rep.notes.append("the reference reads the checkpoint as its trainer meant it: " + ", ".join(
+            f"{k}={v}" for k, v in intent.items()) + " (see the findings above)")
+    try:
+        ref = read_drafter(path, tgt.shape(), overrides={k: str(v).lower() for k, v in intent.items()},
+                           device=device, dtype=dtype)
+    except DriftError as e:
+        rep.notes.append(f"the reference cannot load the checkpoint as declared: {e}")
+        return None
+    tgt.set_aux_layer_ids(ref.config.input_aux_layer_ids)
+    suite = {p.id: p for p in load_suite(probes)}
+    prompts = {}
+    for pid, rr in rounds.items():
+        seq, feats = _features(tgt, suite[pid].tokens(tgt), rr)
+        prompts[pid] = (seq, feats, rr)
+    return tgt, ref, suite, prompts, aux
 
 
 def render(rep: ConformReport) -> str:
