@@ -38,23 +38,23 @@ def read(params: Any, state: Any, trace_names: Sequence[str], labels: Sequence[s
         return
     state[APPLIED] = True
     names = [n.removesuffix(".drift") for n in _split(params.get("traces"))]
-    picked = [labels[trace_names.index(n)] for n in names if n in trace_names]
-    if picked:
-        state["flt_traces"] = picked
-    for key, opt in (("probes", "prompts"), ("tags", "tags")):
-        vals = [v for v in _split(params.get(key)) if v in options.get(opt, [])]
-        if vals:
-            state[f"flt_{'prompts' if key == 'probes' else key}"] = vals
-    heads = [h for h in (small_int(x) for x in _split(params.get("heads"))) if h is not None
-             and h in options.get("heads", [])]
-    if heads:
-        state["flt_heads"] = heads
-    d = str(params.get("depth") or "")
-    k = int(options.get("depth", 1))
-    if "-" in d:
-        lo, _, hi = (small_int(x) for x in d.partition("-"))
-        if lo is not None and hi is not None and 1 <= lo <= hi <= k and k > 1:
-            state["flt_depth"] = (lo, hi)
+    found = {
+        "flt_traces": [labels[trace_names.index(n)] for n in names if n in trace_names],
+        "flt_prompts": [v for v in _split(params.get("probes")) if v in options.get("prompts", [])],
+        "flt_tags": [v for v in _split(params.get("tags")) if v in options.get("tags", [])],
+        "flt_heads": [h for h in (small_int(x) for x in _split(params.get("heads")))
+                      if h is not None and h in options.get("heads", [])],
+        "flt_depth": _depth_range(str(params.get("depth") or ""), int(options.get("depth", 1))),
+    }
+    state.update({k: v for k, v in found.items() if v})
+
+
+def _depth_range(d: str, k: int) -> tuple[int, int] | None:
+    """A link's 'lo-hi' depth range inside 1..K (K > 1), else None (a bad value is ignored)."""
+    if "-" not in d or k <= 1:
+        return None
+    lo, _, hi = (small_int(x) for x in d.partition("-"))
+    return (lo, hi) if lo is not None and hi is not None and 1 <= lo <= hi <= k else None
 
 
 def write(params: Any, state: Any, trace_names: Sequence[str], labels: Sequence[str], depth: int,
