@@ -11,7 +11,7 @@ ruff check .
 # the documentation: pages generated from the code are current, and the site builds with no broken link
 python scripts/docs_gen.py --check
 NO_MKDOCS_2_WARNING=1 mkdocs build --strict -q
-python -m pytest -x -p no:randomly "$@"  # pyproject addopts: -q -rs (counts line + skip reasons)
+python -m pytest -x -p randomly "$@"  # shuffled (pytest-randomly; the seed is printed at the end: replay with --randomly-seed=N); addopts -q -rs
 # the example notebook, as a user runs it
 (cd "$(mktemp -d)" && jupyter nbconvert --to notebook --execute "$OLDPWD/examples/inspect_drift.ipynb" \
   --output nb.ipynb --log-level=ERROR)

@@ -13,6 +13,13 @@ import pytest  # noqa: E402
 from tests.support.tiny_training import TinyPair, build_pair  # noqa: E402
 
 
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    """The shuffle seed, at the end: pytest-randomly puts it in the header, which addopts' -q hides.
+    `pytest -p randomly --randomly-seed=N` replays that order; `-p no:randomly` runs in file order."""
+    if config.pluginmanager.hasplugin("randomly") and config.getoption("randomly_reorganize", True):
+        terminalreporter.write_line(f"Using --randomly-seed={config.getoption('randomly_seed')}")
+
+
 @pytest.fixture(scope="session")
 def trained_pair(tmp_path_factory) -> TinyPair:
     """EAGLE-3 drafter trained ~2 s (TTT, 3 steps) against a tiny 4-layer target; see tiny_training."""

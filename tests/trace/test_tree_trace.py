@@ -25,9 +25,12 @@ def env(tmp_path_factory):
     return root, m, probes
 
 
-def test_tree_trace_tables(env):
+@pytest.fixture(scope="module")
+def tree_trace(env):
+    """The module's dynamic-tree trace (e3 + e31, 3 prompts), captured once: the tables test checks it and the
+    compare / figure / dashboard tests read it, whichever of them runs first and whether or not the others run."""
     root, m, probes = env
-    out = run_capture(
+    return run_capture(
         str(m["target"]),
         [DrafterSpec.parse(f"e3={m['eagle3']}"), DrafterSpec.parse(f"e31={m['eagle31']}")],
         str(probes),
@@ -36,7 +39,26 @@ def test_tree_trace_tables(env):
         progress=False,
         tree="dynamic:top_k=3,depth=4,total=10",
     )
-    t = read_trace(out)
+
+
+@pytest.fixture(scope="module")
+def chain_trace(env):
+    """The module's chain trace (e3, 1 prompt), captured once: a tree trace's counterpart in `compare`."""
+    root, m, probes = env
+    return run_capture(
+        str(m["target"]),
+        [DrafterSpec.parse(f"e3={m['eagle3']}")],
+        str(probes),
+        str(root / "c.drift"),
+        depth=3,
+        max_new_tokens=8,
+        progress=False,
+        limit=1,
+    )
+
+
+def test_tree_trace_tables(tree_trace):
+    t = read_trace(tree_trace)
     assert t.manifest["schema_version"] == SCHEMA_VERSION >= 2 and t.is_tree  # 2: tree tables; 3: compact layout
     assert t.manifest["capture"]["tree"] == {"kind": "dynamic", "top_k": 3, "depth": 4, "total": 10}
     nodes, heads, rounds = t.tree_nodes, t.tree_heads, t.rounds
@@ -63,19 +85,8 @@ def test_tree_trace_tables(env):
     assert nodes.main_path.any() and (~nodes.main_path).any()
 
 
-def test_chain_trace_has_no_tree_tables(env):
-    root, m, probes = env
-    out = run_capture(
-        str(m["target"]),
-        [DrafterSpec.parse(f"e3={m['eagle3']}")],
-        str(probes),
-        str(root / "c.drift"),
-        depth=3,
-        max_new_tokens=8,
-        progress=False,
-        limit=1,
-    )
-    t = read_trace(out)
+def test_chain_trace_has_no_tree_tables(chain_trace):
+    t = read_trace(chain_trace)
     assert not t.is_tree and len(t.depths) > 0
     with pytest.raises(DriftError, match="chain trace"):
         _ = t.tree_nodes
@@ -121,16 +132,13 @@ def test_cli_tree_capture_and_errors(env):
     assert "--tree" in (r.stderr + r.stdout) and "lacks its parent" in (r.stderr + r.stdout)
 
 
-def test_tree_compare_api_and_figures(env):
+def test_tree_compare_api_and_figures(tree_trace, chain_trace):
     import json
 
     import drifttool
     from drifttool.plots import tree_layout
 
-    root, m, probes = env
-    path = root / "t.drift"
-    if not path.exists():
-        test_tree_trace_tables(env)
+    path = tree_trace
     tr = drifttool.load(path)
     tab = tr.tree_summary()
     nodes = tr.tree_nodes
@@ -163,21 +171,18 @@ def test_tree_compare_api_and_figures(env):
                        env=env, timeout=120)
     assert r.returncode == 0 and "side branches" in r.stdout
     assert max(len(ln) for ln in r.stdout.splitlines()) <= 80, r.stdout  # the tree tables fit 80 columns
-    r = cli("compare", path, root / "c.drift")
+    r = cli("compare", path, chain_trace)
     assert r.returncode != 0 and "chain trace" in (r.stdout + r.stderr) and "Traceback" not in r.stderr
 
 
-def test_dashboard_trees_page(env, monkeypatch):
+def test_dashboard_trees_page(tree_trace, monkeypatch):
     import sys
     from pathlib import Path
 
     pytest.importorskip("streamlit")
     from streamlit.testing.v1 import AppTest
 
-    root, m, probes = env
-    path = root / "t.drift"
-    if not path.exists():
-        test_tree_trace_tables(env)
+    path = tree_trace
     app = Path(__file__).resolve().parents[2] / "drifttool" / "dashboard" / "app.py"
     monkeypatch.setattr(sys, "argv", [str(app), str(path)])
     at = AppTest.from_file(str(app), default_timeout=120)
