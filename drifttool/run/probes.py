@@ -84,28 +84,13 @@ def resolve_source(src: Any, where: str) -> str:
 
 
 def parse_line(obj: Any, where: str) -> list[Probe]:
+    """One JSONL line -> its probe(s) (one per `cut`); every field checked, one error line naming it."""
     if not isinstance(obj, dict):
         raise DriftError(f"{where}: expected a JSON object per line")
     pid = obj.get("id")
-    if not isinstance(pid, (str, int)) or isinstance(pid, bool) or str(pid) == "":
+    if not _name(pid):
         raise DriftError(f"{where}: field 'id' missing (expected a non-empty string)")
-    kinds = [k for k in KINDS if k in obj]
-    if len(kinds) != 1:
-        raise DriftError(f"{where}: expected exactly one of {', '.join(KINDS)} (got {kinds or 'none'})")
-    kind = kinds[0]
-    text, ids, msgs = None, None, None
-    if kind == "text":
-        if not isinstance(obj["text"], str) or not obj["text"]:
-            raise DriftError(f"{where}: field 'text' must be a non-empty string")
-        text = obj["text"]
-    elif kind == "messages":
-        msgs = check_messages(obj["messages"], where)  # rendered per target (its own chat template)
-    elif kind == "source":
-        text = resolve_source(obj["source"], where)
-    else:
-        ids = obj["token_ids"]
-        if not isinstance(ids, list) or not ids or not all(is_int(i) and i >= 0 for i in ids):
-            raise DriftError(f"{where}: field 'token_ids' must be a non-empty list of non-negative integers")
+    text, ids, msgs = _content(obj, where)
     mnt = obj.get("max_new_tokens")
     if mnt is not None and (not is_int(mnt) or mnt < 1):
         raise DriftError(f"{where}: field 'max_new_tokens' must be a positive integer")
@@ -113,19 +98,43 @@ def parse_line(obj: Any, where: str) -> list[Probe]:
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise DriftError(f"{where}: field 'tags' must be a list of strings")
     group = obj.get("group", pid)
-    if not isinstance(group, (str, int)) or isinstance(group, bool) or str(group) == "":
+    if not _name(group):
         raise DriftError(f"{where}: field 'group' must be a non-empty string (the source document prompts share)")
-    group = str(group)
     keep = obj.get("keep", "start")
     if keep not in ("start", "end"):
         raise DriftError(f"{where}: field 'keep' must be 'start' or 'end'")
     cuts = obj.get("cut")
     if cuts is None:
-        return [Probe(str(pid), text, ids, mnt, tags, messages=msgs, group=group)]
+        return [Probe(str(pid), text, ids, mnt, tags, messages=msgs, group=str(group))]
     cuts = cuts if isinstance(cuts, list) else [cuts]
     if not cuts or not all(is_int(c) and c > 0 for c in cuts):
         raise DriftError(f"{where}: field 'cut' must be a positive integer or a list of them")
-    return [Probe(f"{pid}@{c}", text, ids, mnt, tags, c, keep == "end", msgs, group) for c in cuts]
+    return [Probe(f"{pid}@{c}", text, ids, mnt, tags, c, keep == "end", msgs, str(group)) for c in cuts]
+
+
+def _name(v: Any) -> bool:
+    """An id or group: a non-empty string or an integer (never a bool)."""
+    return isinstance(v, (str, int)) and not isinstance(v, bool) and str(v) != ""
+
+
+def _content(obj: dict, where: str) -> tuple[str | None, list[int] | None, list | None]:
+    """(text, token ids, messages): exactly one of the KINDS fields, checked."""
+    kinds = [k for k in KINDS if k in obj]
+    if len(kinds) != 1:
+        raise DriftError(f"{where}: expected exactly one of {', '.join(KINDS)} (got {kinds or 'none'})")
+    kind = kinds[0]
+    if kind == "text":
+        if not isinstance(obj["text"], str) or not obj["text"]:
+            raise DriftError(f"{where}: field 'text' must be a non-empty string")
+        return obj["text"], None, None
+    if kind == "messages":
+        return None, None, check_messages(obj["messages"], where)  # rendered per target (its own chat template)
+    if kind == "source":
+        return resolve_source(obj["source"], where), None, None
+    ids = obj["token_ids"]
+    if not isinstance(ids, list) or not ids or not all(is_int(i) and i >= 0 for i in ids):
+        raise DriftError(f"{where}: field 'token_ids' must be a non-empty list of non-negative integers")
+    return None, ids, None
 
 
 def check_text_length(probe: Probe, target, extra: int) -> None:
