@@ -21,5 +21,5 @@ if [ ! -f "$MARK" ] || [ "$(cat "$MARK")" != "$PKG" ]; then
   echo "$PKG" > "$MARK"
 fi
 "$ENV/bin/python" -m pip install -q --no-deps -e .
-"$ENV/bin/python" -m pip install -q pyarrow pandas safetensors typer rich einops tokenizers filelock jinja2 scipy accelerate pytest pytest-timeout
+"$ENV/bin/python" -m pip install -q pyarrow pandas safetensors typer rich einops tokenizers filelock jinja2 scipy accelerate gguf pytest pytest-timeout
 exec "$ENV/bin/python" -m pytest tests/run/test_vllm_engine.py "$@"  # pyproject addopts: -q -rs

@@ -11,7 +11,8 @@ import pytest
 
 import drifttool as dt
 
-SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "smollm2-short_chat.drift"
+# a shipped trace written before the counts existed (the generate-mode samples were recaptured with them)
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "training" / "smollm2-ci-series.drift"
 
 
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample traces not in this checkout")
