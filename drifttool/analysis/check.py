@@ -302,8 +302,8 @@ def print_check(c, rep: dict[str, Any]) -> None:
     res = lambda ok: "[green]PASS[/green]" if ok else "[bold red]FAIL[/bold red]"  # noqa: E731
     if rep["rules"]:
         t = Table(title=f"drifttool check {e(rep['trace'])}")
-        for col in ("rule", "drafter", "value", "result"):
-            t.add_column(col)
+        for col in ("rule", "drafter", "value", "result"):  # a rule and a name whole, the value wraps
+            t.add_column(col, no_wrap=col != "value", overflow="fold")
         for r in rep["rules"]:
             val = f(r["value"]) if r["value"] is not None else "no data"
             if "n_groups" in r:  # a depth trend: its test and power beside the value
@@ -314,7 +314,7 @@ def print_check(c, rep: dict[str, Any]) -> None:
     if rep["baseline"]:
         t = Table(title=f"against baseline {e(rep['baseline_trace'])}")
         for col in ("metric", "drafter", "baseline", "value", "worse by", "allowed", "result"):
-            t.add_column(col)
+            t.add_column(col, overflow="fold")  # wrap, never cut a rule or a name
         for r in rep["baseline"]:
             d = r["relative_drop"]
             t.add_row(e(r["metric"]), e(r["drafter"]), f(r["baseline"]), f(r["value"]),
@@ -323,7 +323,7 @@ def print_check(c, rep: dict[str, Any]) -> None:
     if rep.get("integrity"):
         t = Table(title="trace integrity (a gate cannot pass on these)")
         for col in ("trace", "check", "detail", "result"):
-            t.add_column(col)
+            t.add_column(col, overflow="fold")  # wrap, never cut a rule or a name
         for r in rep["integrity"]:
             t.add_row(e(f"{r['role']}: {r['trace']}"), r["check"], e(r["detail"]), res(r["passed"]))
         c.print(t)

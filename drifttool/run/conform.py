@@ -361,4 +361,22 @@ def render(rep: ConformReport) -> str:
         if tr.get("note"):
             lines.append(f"  {tr['note']}")
     lines += ["", "verdict: " + ("conformant" if rep.conformant else "NOT conformant")]
-    return "\n".join(lines)
+    return "\n".join(wrapped(lines))
+
+
+WIDTH = 80  # a terminal's width: long lines wrap at word boundaries under their own indent (paths stay whole)
+
+
+def wrapped(lines: list[str], width: int = WIDTH) -> list[str]:
+    """Each line within `width` columns where its words allow: continuation lines indented 4 more than the line."""
+    import textwrap
+
+    out = []
+    for ln in lines:
+        if len(ln) <= width:
+            out.append(ln)
+            continue
+        indent = ln[: len(ln) - len(ln.lstrip())]
+        out += textwrap.wrap(ln, width=width, subsequent_indent=indent + "    ", break_long_words=False,
+                             break_on_hyphens=False)
+    return out

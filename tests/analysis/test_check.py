@@ -176,3 +176,21 @@ def test_a_trace_without_target_identity_is_compared_with_a_note(traces, tmp_pat
     assert main(["compare", str(cur), str(base)]) == 0
     out = capsys.readouterr().out
     assert "no target.weights in its manifest" in " ".join(out.split())
+
+
+def test_check_prints_rules_whole_within_80_columns(capsys):
+    """A long rule and a drafter name are printed whole (never cut with an ellipsis); the value wraps instead."""
+    from pathlib import Path
+
+    import pytest
+
+    from drifttool.cli import main
+
+    sample = Path(__file__).resolve().parents[2] / "sample_traces" / "smollm2-short_chat.drift"
+    if not sample.is_dir():
+        pytest.skip("sample traces not in this checkout")
+    rule = "sink_lift@depth8-depth1>=-100"
+    assert main(["check", str(sample), "--rule", rule]) == 0
+    out = capsys.readouterr().out
+    assert rule in out and "eagle3+norm_output" in out and "…" not in out
+    assert max(len(ln) for ln in out.splitlines()) <= 80

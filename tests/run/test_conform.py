@@ -148,3 +148,20 @@ def test_a_trained_agreement_outside_0_1_is_not_compared(tmp_path, value):
     (tmp_path / "report.json").write_text(json.dumps({"heldout_top1_per_step": [value]}))
     gap = training_gap(tmp_path, {f"g{i}": np.array([1.0, 0.0]) for i in range(8)})
     assert gap["trained_heldout_depth1"] is None and not gap["flagged"] and "not an agreement rate" in gap["note"]
+
+
+def test_the_text_report_fits_80_columns():
+    """Long findings and notes wrap at word boundaries under their indent (only a word longer than the line, such
+    as a path, may exceed it); no word is cut."""
+    from drifttool.model.conformance import Finding
+    from drifttool.run.conform import ConformReport, render
+
+    long = ("fc_norm.* weights are present but fc_norm is absent: an EAGLE-3.1 checkpoint whose flag was dropped, "
+            "or stray weights that no engine reads, so the engine serves a different drafter than the trainer wrote")
+    rep = ConformReport("/models/d", "hf", {"layout": "specforge", "flags": {"fc_norm": None, "norm_output": True},
+                                            "aux_layer_ids": [1, 2, 3], "draft_vocab_size": 32000},
+                        [Finding("weights_without_flag", "error", long, {"vllm 0.32 (flat Llama config)": long})],
+                        notes=[long])
+    text = render(rep)
+    assert max(len(ln) for ln in text.splitlines()) <= 80
+    assert " ".join(text.split()).count(" ".join(long.split())) == 3  # every word kept, in order
