@@ -13,7 +13,8 @@ python scripts/docs_gen.py --check
 NO_MKDOCS_2_WARNING=1 mkdocs build --strict -q
 python -m pytest -x -p randomly "$@"  # shuffled (pytest-randomly; the seed is printed at the end: replay with --randomly-seed=N); addopts -q -rs
 # the example notebook, as a user runs it
-(cd "$(mktemp -d)" && jupyter nbconvert --to notebook --execute "$OLDPWD/examples/inspect_drift.ipynb" \
+NB=$(mktemp -d)  # the executed copy goes there (nbconvert writes beside the notebook unless told)
+(cd "$NB" && jupyter nbconvert --to notebook --execute "$OLDPWD/examples/inspect_drift.ipynb" --output-dir "$NB" \
   --output nb.ipynb --log-level=ERROR)
 # pyproject allows pandas >= 2.0 but the suite above runs the newest: the analysis tests again under the oldest
 # minor line still in wide use (pandas 2.2 overlaid on the venv; its groupby defaults differ from pandas 3's)
