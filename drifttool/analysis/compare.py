@@ -25,7 +25,8 @@ from .metrics import acceptance, cluster_mean, context_bucket, spearman
 
 # the per-depth statistics, in the order tables show them: the three regions first, then every other head metric
 # (trace/schema.HEAD_METRICS), then the fed-back magnitudes
-_FIRST = (*sorted(LIFTS, key=lambda k: k != "sink_lift" and k != "self_lift"), "sink_mass", "self_mass", "prompt_mass")
+_FIRST = ("sink_lift", "self_lift", *(k for k in LIFTS if k not in ("sink_lift", "self_lift")), "sink_mass", "self_mass",
+          "prompt_mass")
 DEPTH_METRICS = (*_FIRST, *(m for m in HEAD_METRICS if m not in _FIRST), "entropy_norm", "rms_in", "rms_pre",
                  "rms_post")
 PREDICTORS = ("sink_mass", "self_mass", "rms_in")

@@ -109,9 +109,8 @@ class DrafterConfig:
 
     def with_flags(self, values: dict[str, bool]) -> dict[str, Any]:
         """dataclasses.replace keyword arguments setting `values`: fields where a flag has one, else extra_flags."""
-        own = {k: bool(v) for k, v in values.items() if k in FIELD_NAMES}
-        extra = {**self.extra_flags, **{k: bool(v) for k, v in values.items() if k not in FIELD_NAMES}}
-        return {**own, "extra_flags": extra}
+        kw = split_flags({k: bool(v) for k, v in values.items()})
+        return {**kw, "extra_flags": {**self.extra_flags, **kw["extra_flags"]}}
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from .sinks import recent_index, template_index
@@ -174,8 +175,6 @@ def acceptance_length(accepted, rounds):
     """The one definition of mean acceptance length: 1 + accepted drafts per drafted round (the bonus token
     included). NaN with no drafted round (1.0 would read as every draft rejected). Scalars, numpy arrays and pandas
     Series alike (element-wise)."""
-    import numpy as np
-
     acc, n = np.asarray(accepted, dtype=np.float64), np.asarray(rounds, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         out = np.where(n > 0, 1.0 + acc / np.where(n > 0, n, 1.0), np.nan)
