@@ -7,6 +7,8 @@ data cannot tell, the sentence says why instead of giving a number that reads as
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 import pandas as pd
 
@@ -150,3 +152,91 @@ def _trace_lines(labels: list[str], rows: dict, tr: pd.DataFrame, ad: pd.DataFra
 def headline(lines: list[str]) -> str:
     """The first sentence a user reads: whether EAGLE-3 drifts and whether EAGLE-3.1 changes it."""
     return lines[0] if lines else "no drafted rounds: nothing to answer"
+
+
+SHORT_WIDTH = 80  # the terminal's "In short" fits a plain 80-column terminal
+
+
+def _arrow(lo: float, hi: float, v: float, lo_flat: float = 1.0, hi_flat: float = 1.0) -> str:
+    """↑ / ↓ when the interval (or, without one, the value) clears the flat band; · when the data do not tell."""
+    lo, hi = (lo, hi) if lo == lo and hi == hi else (v, v)
+    return "↑" if lo > hi_flat else "↓" if hi < lo_flat else "·"
+
+
+def _short_cells(r, tr: pd.DataFrame, k: int, acc: str) -> list[str]:
+    t = _trend(tr, r.series, "rms_in", k)
+    fg = r.feature_growth
+    detected = t is not None and t.p == t.p and t.p < ALPHA
+    rms = "-" if fg != fg else f"x{fg:.2f} " + (("↑" if fg > 1.05 else "↓" if fg < 0.95 else "·") if detected else "·")
+    st = r.self_lift_trend
+    self_ = "-" if st != st else f"x{st:.2f} " + _arrow(r.self_lift_trend_lo, r.self_lift_trend_hi, np.nan)
+    v, lo = r.sink_lift_d1, r.sink_lift_d1_lo
+    sink_ = "-" if v != v else f"{v:.2f} " + ("none" if not (lo if lo == lo else v) > 1 else
+                                                "weak" if v < WEAK_SINK else "yes")
+    return [rms, self_, sink_, acc]
+
+
+def _short_labels(labels: list[str], room: int) -> tuple[list[str], str]:
+    """Series names whole; when they do not fit, the prefix every name shares (up to a '-' or '_') is dropped and
+    named once, never a cut inside a name."""
+    if max(map(len, labels)) <= room or len(labels) < 2:
+        return labels, ""
+    common = labels[0]
+    for x in labels[1:]:
+        while not x.startswith(common):
+            common = common[:-1]
+    cut = max(common.rfind("-"), common.rfind("_")) + 1
+    return ([x[cut:] for x in labels], labels[0][:cut]) if cut else (labels, "")
+
+
+def short(cmp, s: pd.DataFrame | None = None, tr: pd.DataFrame | None = None, ad: pd.DataFrame | None = None,
+          seeds: int = 1) -> list[str]:
+    """The terminal's "In short": one counted sentence, then one row per series (fed-back RMS depth 1 -> K, self
+    lift depth 2 -> K, depth-1 sink lift, acceptance length against the trace's EAGLE-3) — a table that stays a
+    dozen lines for a handful of drafters. The sentences with every CI and p follow under "The answer"."""
+    s = cmp.summary() if s is None else s
+    if s.empty:
+        return []
+    tr = cmp.trends() if tr is None else tr
+    ad = cmp.acceptance_differences() if ad is None else ad
+    k = cmp.depth
+    rows = {r.series: r for r in s.itertuples()}
+    labels = [x.label for x in cmp.series if x.label in rows]
+    g = cmp.rounds.groupby("series", observed=True)["accepted"]
+    pooled = acceptance_length(g.sum(), g.count())
+    cells = {}
+    for lab in labels:
+        a = ad[ad.series == lab] if len(ad) else ad
+        acc = f"{pooled[lab]:.2f}"
+        if len(a):
+            r = a.iloc[0]
+            mark = ("↑" if r.difference > 0 else "↓") if r.p == r.p and r.p < ALPHA else "·"
+            acc += f" {r.difference:+.2f}{mark}"
+        cells[lab] = _short_cells(rows[lab], tr, k, acc)
+    heads = [("fed-back RMS", f"d1 -> d{k}"), ("self lift", f"d2 -> d{k}"), ("sink lift", "at d1"),
+             ("acc. length", "paired diff")]
+    widths = [max(len(h[0]), len(h[1]), *(len(c[i]) for c in cells.values())) for i, h in enumerate(heads)]
+    room = SHORT_WIDTH - sum(w + 2 for w in widths)
+    names, dropped = _short_labels(labels, room)
+    lw = max(len("series"), *map(len, names))
+    out = textwrap.wrap(_counted(labels, rows, cells, k), SHORT_WIDTH)
+    out.append("series".ljust(lw) + "".join(f"  {h[0]:>{w}}" for h, w in zip(heads, widths)))
+    out.append((f"({dropped}...)" if dropped else "").ljust(lw) + "".join(f"  {h[1]:>{w}}"
+                                                                          for h, w in zip(heads, widths)))
+    for lab, name in zip(labels, names):
+        out.append(name.ljust(lw) + "".join(f"  {c:>{w}}" for c, w in zip(cells[lab], widths)))
+    out.append("↑↓ detected (p < 0.05 over groups), · not; lift = x uniform; none: not above it.")
+    return out
+
+
+def _counted(labels: list[str], rows: dict, cells: dict, k: int) -> str:
+    """The first sentence: in how many series attention drifts (self lift rises), the fed-back state grows, and
+    a sink exists to lose — counts, so the sentence stays one line however many drafters there are."""
+    n = len(labels)
+    drift = sum(cells[x][1].endswith("↑") for x in labels)
+    grows = [x for x in labels if cells[x][0].endswith("↑")]
+    kinds = sorted({drafter_kind(x) or "other" for x in grows})
+    sinks = sum(cells[x][2].endswith(("weak", "yes")) for x in labels)
+    who = f" ({', '.join(kinds)})" if grows else ""
+    return (f"Drift (self lift rising to depth {k}) in {drift} of {n} series; fed-back RMS grows in {len(grows)} of "
+            f"{n}{who}; a sink above uniform in {sinks} of {n}.")

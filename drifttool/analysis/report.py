@@ -211,11 +211,15 @@ def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool =
     from .report_stats import findings, print_between, print_depth_changes, print_training, print_verdicts
 
     tr, ad = cmp.trends(), cmp.acceptance_differences()
-    answer = plain_summary(cmp, s, tr, ad)
-    if answer:  # the answer first: what the tables below support, in words
-        c.print("[bold]The answer[/bold]")
-        for line in answer:
-            c.print(f"  {line}", markup=False, emoji=False)
+    from .answer import short
+
+    # the answer first: counted in one table ("In short"), then in words with every CI and p ("The answer")
+    for title, lines, indent in (("In short", short(cmp, s, tr, ad), ""),
+                                 ("The answer", plain_summary(cmp, s, tr, ad), "  ")):
+        if lines:
+            c.print(f"[bold]{title}[/bold]")
+            for line in lines:
+                c.print(f"{indent}{line}", markup=False, emoji=False, soft_wrap=not indent)
     print_acceptance(c, s)
     print_drift(c, s)
     print_per_depth(c, cmp)
@@ -246,7 +250,7 @@ def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool =
     print_where(c, cmp)
     lines = findings(cmp, tr, ad)
     if lines:
-        c.print("[bold]In short[/bold]")
+        c.print("[bold]Findings: every detected trend and difference, with its test[/bold]")
         for line in lines:
             c.print(f"  {line}", markup=False, emoji=False)
 

@@ -8,6 +8,7 @@ from rich.markup import escape as _e
 from rich.table import Table
 
 SERIES_WIDTH = 20  # series labels longer than this wrap inside their cell (after the colon)
+SERIES_PART_MAX = 32  # a trace or drafter name up to this long stays on one line (longer ones fold)
 
 
 def fmt(v, lo=None, hi=None, d=3) -> str:
@@ -28,7 +29,8 @@ def table(title: str, *cols: str, widths: dict[str, int] | None = None) -> Table
     widths = widths or {}
     for c in cols:
         if c == "series":
-            t.add_column(c, min_width=widths.get(c), max_width=SERIES_WIDTH, overflow="fold")
+            t.add_column(c, min_width=widths.get(c), max_width=max(SERIES_WIDTH, widths.get(c) or 0),
+                         overflow="fold")
         else:
             t.add_column(c, overflow="fold", min_width=widths.get(c),
                          justify="left" if c in ("depth", "context", "side", "contexts") else "right")
@@ -48,9 +50,10 @@ def _cut(s: str) -> list[str]:
 
 
 def series_width(labels) -> dict[str, int]:
-    """min width of the series column: its longest label, up to SERIES_WIDTH."""
+    """Width of the series column: its longest label, or, for labels broken after the colon, its longest trace or
+    drafter name (up to SERIES_PART_MAX), so that no name breaks inside itself."""
     parts = [p for x in labels for p in (_cut(str(x)) if len(str(x)) > SERIES_WIDTH else [str(x)])]
-    return {"series": min(SERIES_WIDTH, max((len(p) for p in parts), default=6))}
+    return {"series": min(SERIES_PART_MAX, max((len(p) for p in parts), default=6))}
 
 
 def order(cmp) -> dict[str, int]:

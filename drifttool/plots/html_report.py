@@ -27,12 +27,61 @@ from . import (
 STYLE = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0}td,th{border:1px solid #ddd;padding:.2em .5em;text-align:right}
-th{background:#f4f4f4}.meta{color:#666;font-size:.85em}li{margin:.3em 0}"""
+th{background:#f4f4f4}pre{font-size:.85em;overflow-x:auto}.meta{color:#666;font-size:.85em}li{margin:.3em 0}"""
 
 
-def _table(df: pd.DataFrame, cols: list[str]) -> str:
-    have = [c for c in cols if c in df.columns]
-    return df[have].to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-", border=0)
+# (heading a person reads, column, decimals): the report's tables in words, rounded as the terminal rounds them
+SUMMARY_COLUMNS = [("series", "series", None), ("drafts", "drafts", 0),
+                   ("acceptance length", "mean_acceptance_length", 2), ("95% CI low", "al_lo", 2),
+                   ("95% CI high", "al_hi", 2), ("sink lift at depth 1 (x uniform)", "sink_lift_d1", 2),
+                   ("self lift, depths 2..K (x uniform)", "self_lift", 2),
+                   ("self lift trend (depth K / depth 2)", "self_lift_trend", 2),
+                   ("fed-back RMS growth (depth K / depth 1)", "feature_growth", 2), ("prompts", "prompts", 0),
+                   ("groups", "groups", 0)]
+PER_DEPTH_COLUMNS = [("series", "series", None), ("depth", "depth", 0), ("rounds", "n_rounds", 0),
+                     ("groups", "n_groups", 0), ("sink lift (x uniform)", "sink_lift", 2),
+                     ("self lift (x uniform)", "self_lift", 2), ("recent lift (x uniform)", "recent_lift", 2),
+                     ("sink mass", "sink_mass", 4), ("self mass", "self_mass", 4),
+                     ("prompt mass", "prompt_mass", 4), ("fed-back RMS", "rms_in", 2),
+                     ("acceptance rate", "acceptance_rate", 3)]
+
+
+def _cell(v, d: int | None) -> str:
+    if d is None or isinstance(v, str):
+        return html.escape(str(v))
+    if v is None or v != v:
+        return "-"
+    return f"{int(round(v))}" if d == 0 else f"{v:.{d}f}"
+
+
+def _table(df: pd.DataFrame, cols: list[tuple[str, str, int | None]]) -> str:
+    """An HTML table with headings in words and the values rounded (columns the frame lacks are left out)."""
+    have = [(h, c, d) for h, c, d in cols if c in df.columns]
+    head = "".join(f"<th>{html.escape(h)}</th>" for h, _, _ in have)
+    rows = "".join("<tr>" + "".join(f"<td>{_cell(r[c], d)}</td>" for _, c, d in have) + "</tr>"
+                   for _, r in df.iterrows())
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+def _answer(cmp: Comparison) -> list[str]:
+    """The terminal's opening, computed the same way: "In short" (the counted sentence and its table), "The
+    answer" (every sentence with its CI and p) and the findings (each detected trend with its test)."""
+    from ..analysis.answer import short
+    from ..analysis.report_stats import findings
+
+    s, tr, ad = cmp.summary(), cmp.trends(), cmp.acceptance_differences()
+    lines = short(cmp, s, tr, ad)
+    table_at = next((i for i, x in enumerate(lines) if x.startswith("series")), len(lines))
+    out = ["<h2>In short</h2><p>" + html.escape(" ".join(lines[:table_at])) + "</p>"]
+    if lines[table_at:]:
+        out.append("<pre>" + html.escape("\n".join(lines[table_at:])) + "</pre>")
+    out.append("<h2>The answer</h2><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in plain_summary(cmp, s, tr, ad))
+               + "</ul>")
+    found = findings(cmp, tr, ad)
+    if found:
+        out.append("<h2>Findings: every detected trend and difference, with its test</h2><ul>"
+                   + "".join(f"<li>{html.escape(x)}</li>" for x in found) + "</ul>")
+    return out
 
 
 def charts(v) -> list[tuple[str, object]]:
@@ -56,23 +105,19 @@ def charts(v) -> list[tuple[str, object]]:
 
 def html_report(traces: list[TraceData], title: str = "drifttool report") -> str:
     v = build_view(traces)
-    sentences = plain_summary(Comparison.of(traces))  # the terminal's "In short", computed the same way
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
              f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>",
              "<p class='meta'>" + html.escape(
                  f"drifttool {__version__}, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; traces: "
                  + ", ".join(str(t.path) for t in traces)) + "</p>",
-             "<h2>In short</h2><ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in sentences) + "</ul>",
-             "<h2>Summary</h2>" + _table(v.summary, ["series", "drafts", "mean_acceptance_length", "al_lo", "al_hi",
-                                                    "sink_lift_d1", "self_lift", "self_lift_trend", "feature_growth",
-                                                    "n_prompts", "n_groups"])]
+             *_answer(Comparison.of(traces)),
+             "<h2>Summary</h2>" + _table(v.summary, SUMMARY_COLUMNS)]
     first = True
     for name, fig in charts(v):
         parts.append(f"<h2>{html.escape(name)}</h2>")
         parts.append(fig.to_html(full_html=False, include_plotlyjs="inline" if first else False,
                                  config={"displaylogo": False}))
         first = False
-    parts.append("<h2>Per depth</h2>" + _table(v.per_depth, ["series", "depth", "n_rounds", "n_groups", "sink_mass",
-                                                             "self_mass", "prompt_mass", "rms_in", "acceptance_rate"]))
+    parts.append("<h2>Per depth</h2>" + _table(v.per_depth, PER_DEPTH_COLUMNS))
     parts.append("</body></html>")
     return "\n".join(parts)

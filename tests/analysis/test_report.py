@@ -84,7 +84,7 @@ def test_plain_summary_and_findings_state_the_numbers_and_their_power(three):
     assert ad.loc["e3post", "n_groups"] == 2 and "underpowered" in next(x for x in found if x.startswith("e3post"))
     text = _render(three)
     assert text.rstrip().endswith(found[-1].split()[-1])  # the report ends with the findings
-    assert text.lstrip().startswith("The answer")  # ... and opens with the answer
+    assert text.lstrip().startswith("In short")  # ... and opens with the answer (counted, then in words)
 
 
 def test_break_even_never_says_below_when_the_measured_length_is_above():

@@ -100,3 +100,31 @@ def test_report_images_writes_every_chart_as_png_and_svg(tmp_path, capsys):
                  "--image-format", "jpeg"]) == 2
     err = capsys.readouterr().err
     assert "--image-format 'jpeg'" in err and "Traceback" not in err
+
+
+def test_report_opens_with_compares_answer_and_reads_in_words(tmp_path):
+    """The report's "In short" is compare's (the counted sentence and table), then the answer with its CIs and p,
+    then the findings with their tests; its tables name columns in words, values rounded (it showed `al_lo` and
+    0.01377)."""
+    import html as h
+    import re
+
+    from drifttool.analysis.answer import short
+    from drifttool.analysis.report_stats import findings
+    from drifttool.plots.html_report import html_report
+
+    trace = read_trace(SAMPLE)
+    text = html_report([trace])
+    cmp = Comparison.of([trace])
+    heads = re.findall(r"<h2>([^<]+)</h2>", text)
+    assert heads[:3] == ["In short", "The answer", "Findings: every detected trend and difference, with its test"]
+    lines = short(cmp)
+    assert h.escape(lines[0].split(";")[0]) in text and all(h.escape(x) in text for x in lines[-4:])
+    for x in findings(cmp):
+        assert h.escape(x) in text and (re.search(r"\bp ?[<0-9]", x) or "MDE" in x)  # a test, or its power
+    tables = re.findall(r"<table>.*?</table>", text, re.S)
+    cols = [c for t in tables for c in re.findall(r"<th>([^<]+)</th>", t)]
+    assert "acceptance length" in cols and "sink lift at depth 1 (x uniform)" in cols
+    assert not [c for c in cols if re.fullmatch(r"[a-z]+(_[a-z0-9]+)+", c)]  # no raw column name
+    cells = [c for t in tables for c in re.findall(r"<td>([^<]+)</td>", t)]
+    assert not [c for c in cells if re.fullmatch(r"-?\d+\.\d{5,}", c)]  # rounded

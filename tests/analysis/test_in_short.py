@@ -1,0 +1,60 @@
+"""`compare`'s "In short" on two shipped sample traces (six drafters): at most 12 lines, within 80 columns, one
+row per series whose numbers are the summary's, the arrows the tests' verdicts; no series name broken inside
+itself anywhere in the report."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from drifttool.analysis.answer import short
+from drifttool.analysis.compare import Comparison
+from drifttool.analysis.report import print_comparison
+from drifttool.trace.reader import read_trace
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
+
+
+@pytest.fixture(scope="module")
+def two():
+    return Comparison.of([read_trace(SAMPLES / "smollm2-long_code.drift"),
+                          read_trace(SAMPLES / "smollm2-agent_traces.drift")])
+
+
+def test_in_short_is_a_dozen_lines_whose_numbers_are_the_summary(two):
+    con = Console(record=True, width=80, color_system=None)
+    print_comparison(con, two, context=False)
+    text = con.export_text()
+    lines = text.splitlines()
+    start = lines.index("In short")
+    block = lines[start + 1:lines.index("The answer")]
+    assert 1 + len(block) <= 12 and max(map(len, lines)) <= 80, block
+    assert block == short(two)
+    s = two.summary().set_index("series")
+    ad = two.acceptance_differences().set_index("series")
+    for label in s.index:
+        row = next(x for x in block if x.startswith(label.removeprefix("smollm2-")))
+        r = s.loc[label]
+        assert f"x{r.feature_growth:.2f}" in row and f"x{r.self_lift_trend:.2f}" in row
+        assert f"{r.sink_lift_d1:.2f} none" in row  # no depth-1 sink lift of these drafters clears uniform
+        if r.self_lift_trend_hi < 1:
+            assert f"x{r.self_lift_trend:.2f} ↓" in row
+        if label in ad.index:
+            d = ad.loc[label]
+            assert f"{d.difference:+.2f}" in row and row.endswith("↑" if d.p < 0.05 and d.difference > 0 else
+                                                                  "↓" if d.p < 0.05 else "·")
+    n = len(s)
+    assert f"in 0 of {n} series" in " ".join(block[:2])  # no self lift rises here: no drift counted
+
+
+def test_no_series_name_breaks_inside_itself(two):
+    con = Console(record=True, width=80, color_system=None)
+    print_comparison(con, two)
+    text = con.export_text()
+    for trace in ("smollm2-long_code", "smollm2-agent_traces"):
+        assert re.search(rf"^{trace}:\s", text, re.M)  # the trace name whole with its colon ...
+    assert not re.search(r"^\s*:\s*$|^\s*:\s*eagle", text, re.M)  # ... never a colon left alone
+    assert not re.search(r"^(mollm2|ollm2|_traces|traces:|_code:|code:)", text, re.M)
