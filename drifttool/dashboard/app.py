@@ -18,16 +18,17 @@ import streamlit as st
 from drifttool.dashboard import lib
 
 PAGES_DIR = Path(__file__).resolve().parent / "app_pages"
-PAGES = [
-    ("overview.py", "Overview", "overview"),
-    ("depth.py", "Depth", "depth"),
-    ("heads.py", "Heads", "heads"),
-    ("context.py", "Context length", "context"),
-    ("drilldown.py", "Prompt drill-down", "drilldown"),
-    ("magnitudes.py", "Magnitudes", "magnitudes"),
-    ("rejection.py", "What predicts rejection", "rejection"),
-    ("trees.py", "Draft trees", "trees"),
-    ("training.py", "Across training", "training"),
+CHAIN = ("probes", "tags", "depth")  # per-head filters only where a page reads heads (lib.FILTERS)
+PAGES = [  # (file, title, url path, the sidebar filters the page applies: the others are hidden there)
+    ("overview.py", "Overview", "overview", CHAIN),
+    ("depth.py", "Depth", "depth", CHAIN),
+    ("heads.py", "Heads", "heads", (*CHAIN, "heads")),
+    ("context.py", "Context length", "context", CHAIN),
+    ("drilldown.py", "Prompt drill-down", "drilldown", ("probes", "tags")),
+    ("magnitudes.py", "Magnitudes", "magnitudes", CHAIN),
+    ("rejection.py", "What predicts rejection", "rejection", CHAIN),
+    ("trees.py", "Draft trees", "trees", ()),
+    ("training.py", "Across training", "training", CHAIN),
 ]
 
 
@@ -35,10 +36,11 @@ def main() -> None:
     """One script run: page config, navigation, the traces and the sidebar filters, then the chosen page."""
     st.set_page_config(page_title="drifttool", layout="wide")
     nav = st.navigation([st.Page(PAGES_DIR / f, title=t, url_path=u, default=(i == 0))
-                         for i, (f, t, u) in enumerate(PAGES)])
+                         for i, (f, t, u, _) in enumerate(PAGES)])
+    used = next((x for _, t, _, x in PAGES if t == nav.title), lib.FILTERS)
     keys = lib.load_traces()
     if keys:
-        lib.sidebar_filters(keys)
+        lib.sidebar_filters(keys, used)
         lib.sync_url(lib.chain_keys(lib.checked_traces()[0]))  # the view in the URL (url_state): a link opens the same view
     try:
         nav.run()

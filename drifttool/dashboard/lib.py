@@ -200,20 +200,37 @@ def trace_selector(keys: list[tuple[str, float]]) -> list[tuple[str, float]]:
     return [keys[labels.index(c)] for c in chosen]
 
 
-def sidebar_filters(keys: list[tuple[str, float]]) -> None:
-    """Probe / tag / depth / head filters in the sidebar; values persist in st.session_state across pages."""
+FILTERS = ("probes", "tags", "depth", "heads")  # the sidebar's filters, by the name a page declares it uses
+_FILTER_KEYS = {"probes": "flt_prompts", "tags": "flt_tags", "depth": "flt_depth", "heads": "flt_heads"}
+
+
+def sidebar_filters(keys: list[tuple[str, float]], used: tuple[str, ...] = FILTERS) -> None:
+    """The filters the current page uses (`used`, of FILTERS) in the sidebar; values persist in st.session_state
+    across pages, the hidden ones too (a widget not drawn in a run would lose its value)."""
     o = _options(tuple(keys))
     sb = st.sidebar
+    for name in FILTERS:
+        k = _FILTER_KEYS[name]
+        if name not in used and k in st.session_state:
+            st.session_state[k] = st.session_state[k]  # keeps the value of a filter this page hides
+    if not used:
+        return
     sb.header("Filters")
-    sb.multiselect("Probes", o["prompts"], key="flt_prompts", placeholder="all probes")
-    sb.multiselect("Tags (any of)", o["tags"], key="flt_tags", placeholder="all tags")
+    if "probes" in used:
+        sb.multiselect("Probes", o["prompts"], key="flt_prompts", placeholder="all probes")
+    if "tags" in used:
+        sb.multiselect("Tags (any of)", o["tags"], key="flt_tags", placeholder="all tags")
     k = o["depth"]
     if k > 1:
         if "flt_depth" not in st.session_state:  # set here, not as the widget's value, so a link's range may set it
             st.session_state["flt_depth"] = initial_filters(k).depth_range
-        sb.slider("Depth range", 1, k, key="flt_depth")
-    sb.multiselect("Heads", o["heads"], key="flt_heads", placeholder="all heads")
-    sb.caption(f"showing {len(keys)} trace(s): " + ", ".join(o["names"]))
+        if "depth" in used:
+            sb.slider("Depth range", 1, k, key="flt_depth")
+    if "heads" in used:
+        sb.multiselect("Heads", o["heads"], key="flt_heads", placeholder="all heads")
+    hidden = [n for n in FILTERS if n not in used]
+    sb.caption(f"showing {len(keys)} trace(s): " + ", ".join(o["names"])
+               + (f". Not used on this page: {', '.join(hidden)}." if hidden else ""))
 
 
 def sync_url(keys: list[tuple[str, float]]) -> None:
@@ -261,6 +278,12 @@ def view() -> View:
     except DriftError as e:
         st.error(str(e))
         st.stop()
+
+
+def shown_traces() -> str:
+    """The selected traces' labels, whole (the sidebar's chips cut long names), for a page's first line."""
+    keys = st.session_state.get("trace_keys") or []
+    return "; ".join(_names_labels(keys)[1]) if keys else ""
 
 
 def _slug(text: str) -> str:

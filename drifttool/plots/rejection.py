@@ -78,17 +78,28 @@ def predictor_correlations(predictors: pd.DataFrame, min_n: int = MIN_N) -> go.F
     rho = in_series_order(rho)
     styles = series_styles(rho["series"])
     fig, rows, cols = _subplots([label(m) for m in metrics], max_cols=3, shared_yaxes=True)
+    one_depth = rho["depth"].nunique() == 1  # one depth (e.g. the depth filter at 1): bars, not lone points
     for j, m in enumerate(metrics):
         r, c = _rc(j, cols)
         for s, sub in rho[rho["metric"] == m].groupby("series", sort=False):
             st = styles[s]
+            if one_depth:
+                fig.add_trace(go.Bar(x=[s.rpartition(":")[2]], y=sub["spearman"], name=s, legendgroup=s,
+                                     showlegend=(j == 0), marker={"color": st["color"]}, customdata=sub["n"],
+                                     text=[f"{v:.2f}" for v in sub["spearman"]], textposition="outside",
+                                     hovertemplate=f"{s}<br>depth {int(sub['depth'].iloc[0])}<br>rho=%{{y:.2f}}"
+                                     "<br>n=%{customdata}<extra></extra>"), row=r, col=c)
+                continue
             fig.add_trace(go.Scatter(x=sub["depth"], y=sub["spearman"], mode="lines+markers", name=s, legendgroup=s,
                                      showlegend=(j == 0), line={"color": st["color"], "dash": st["dash"]},
                                      marker={"color": st["color"], "symbol": st["symbol"]}, customdata=sub["n"],
                                      hovertemplate=f"{s}<br>depth %{{x}}<br>rho=%{{y:.2f}}<br>n=%{{customdata}}"
                                      "<extra></extra>"), row=r, col=c)
         fig.add_hline(y=0, line_dash="dot", line_color="grey", row=r, col=c)
-        fig.update_xaxes(title_text="depth", dtick=1, row=r, col=c)
+        if one_depth:
+            fig.update_xaxes(title_text=f"depth {int(rho['depth'].iloc[0])}", row=r, col=c)
+        else:
+            fig.update_xaxes(title_text="depth", dtick=1, row=r, col=c)
     fig.update_yaxes(range=[-1, 1], title_text="Spearman rho", row=1, col=1)
     fig.update_layout(title="What tracks rejection: rank correlation with acceptance", template=TEMPLATE,
                       height=300 * rows + 60)

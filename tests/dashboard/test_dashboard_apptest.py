@@ -97,6 +97,30 @@ def test_filters_apply_across_pages(app_run):
     assert at.session_state["flt_tags"] == ["chat"]
 
 
+def test_pages_hide_the_filters_they_ignore_and_keep_their_values(monkeypatch, dash_traces):
+    """Heads only where a page reads heads, no depth range on the drill-down (one round), no filter on Draft trees
+    (it reads its own traces); a value set on one page survives the pages that hide its filter."""
+    at = _app(monkeypatch, dash_traces["a"], dash_traces["b"])
+
+    def keys():
+        return {w.key for w in [*at.sidebar.multiselect, *at.sidebar.slider]}
+
+    assert {"flt_prompts", "flt_tags", "flt_depth"} <= keys() and "flt_heads" not in keys()  # Overview
+    at.sidebar.slider(key="flt_depth").set_value((2, 3))
+    at.switch_page("app_pages/heads.py").run()
+    assert "flt_heads" in keys() and not at.exception
+    at.sidebar.multiselect(key="flt_heads").set_value([0])
+    at.switch_page("app_pages/drilldown.py").run()
+    assert "flt_depth" not in keys() and "flt_heads" not in keys() and "flt_tags" in keys()
+    at.switch_page("app_pages/trees.py").run()
+    assert not keys() & {"flt_prompts", "flt_tags", "flt_depth", "flt_heads"} and not at.exception
+    at.switch_page("app_pages/depth.py").run()
+    assert at.sidebar.slider(key="flt_depth").value == (2, 3) and "flt_heads" not in keys()
+    assert set(at.dataframe[0].value["depth"]) == {2, 3}
+    at.switch_page("app_pages/heads.py").run()
+    assert at.sidebar.multiselect(key="flt_heads").value == [0] and not at.exception
+
+
 def test_bad_traces_show_errors_not_exceptions(monkeypatch, dash_traces):
     at = _app(monkeypatch, dash_traces["bad"], dash_traces["missing"], dash_traces["a"])
     assert not at.exception

@@ -266,3 +266,14 @@ def test_slot_colours_stay_apart_from_every_drafter_colour():
     drafters = {rgb(s["color"]) for s in KIND_STYLES.values()} | {rgb(c) for c in PALETTE}
     self_c = rgb(SLOT_COLORS["self"])
     assert min(sum((a - b) ** 2 for a, b in zip(self_c, d)) ** 0.5 for d in drafters) > 60
+
+
+def test_rejection_correlations_at_one_depth_are_bars_with_their_values():
+    """The depth filter at 1 left one marker per series on a -1..1 axis; one depth draws one labelled bar each."""
+    pred = pd.DataFrame([{"series": s, "depth": 1, "metric": m, "bin": b, "lo": 0, "hi": 1, "acceptance": 0.5,
+                          "n": 50, "spearman": r} for s, r in (("t:eagle3", -0.4), ("t:eagle3.1", 0.25))
+                         for m in ("self_mass", "rms_in") for b in (0, 1)])
+    fig = plots.predictor_correlations(pred)
+    assert {t.type for t in fig.data} == {"bar"} and len(fig.data) == 4
+    assert [t.text[0] for t in fig.data[:2]] == ["-0.40", "0.25"] and list(fig.data[0].x) == ["eagle3"]
+    assert fig.layout.xaxis.title.text == "depth 1"

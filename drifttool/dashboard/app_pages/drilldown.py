@@ -48,4 +48,10 @@ lib.chart(plots.attention_row_heatmap(row, slots, ctx, sinks, decode,
                                           title=f"{series} / {pid} / round {rnd}: head-mean attention"),
               "attention rows")
 st.caption("Green triangles: sink slots; shaded: the chain's own draft slots; crosses: each depth's query slot.")
-lib.table(round_detail(trace, drafter, pid, rnd), "round detail")
+# short headings and rounded numbers: the 14 columns fit 1400 px without sideways scrolling (they overflowed by 7 px)
+NUM = {"sink_mass": "sink", "self_mass": "self", "prompt_mass": "prompt", "entropy": "entropy", "rms_in": "RMS in",
+       "rms_post": "RMS post"}
+IDS = {"position": "pos.", "input_id": "input", "draft_id": "draft", "target_id": "target", "accepted": "acc."}
+lib.table(round_detail(trace, drafter, pid, rnd), "round detail", column_config={
+    **{k: st.column_config.NumberColumn(v, format="%.3f") for k, v in NUM.items()},
+    **{k: st.column_config.Column(v) for k, v in IDS.items()}})

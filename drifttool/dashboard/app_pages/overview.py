@@ -8,6 +8,7 @@ from drifttool.dashboard import lib
 
 st.title("Overview")
 v = lib.view()
+st.caption(f"Traces shown: {lib.shown_traces()}")  # whole: the sidebar's chips cut long names
 lib.notes(v)
 answer = v.answer
 if answer:  # the answer first: does EAGLE-3 drift, does the other drafter change it
