@@ -53,6 +53,7 @@ def _no_hf_progress_bars() -> None:
 
 
 @app.command()
+# long: one typer option per line (the CLI's declaration), no logic
 def capture(
     target: str = typer.Option(..., "--target", help="HF target model folder"),
     drafter: list[str] = typer.Option([], "--drafter", help="[NAME=]DIR[?flag=value&...]; repeat for several"),

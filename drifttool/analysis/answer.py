@@ -204,23 +204,32 @@ def short(cmp, s: pd.DataFrame | None = None, tr: pd.DataFrame | None = None, ad
     labels = [x.label for x in cmp.series if x.label in rows]
     g = cmp.rounds.groupby("series", observed=True)["accepted"]
     pooled = acceptance_length(g.sum(), g.count())
-    cells = {}
-    for lab in labels:
-        a = ad[ad.series == lab] if len(ad) else ad
-        acc = f"{pooled[lab]:.2f}"
-        if len(a):
-            r = a.iloc[0]
-            mark = ("↑" if r.difference > 0 else "↓") if r.p == r.p and r.p < ALPHA else "·"
-            acc += f" {r.difference:+.2f}{mark}"
-        cells[lab] = _short_cells(rows[lab], tr, k, acc)
+    cells = {lab: _short_cells(rows[lab], tr, k, _acc_cell(pooled, ad, lab)) for lab in labels}
+    return textwrap.wrap(_counted(labels, rows, cells, k), SHORT_WIDTH) + _short_table(labels, cells, k)
+
+
+def _acc_cell(pooled: pd.Series, ad: pd.DataFrame, lab: str) -> str:
+    """A series' pooled acceptance length, with its paired difference against the trace's EAGLE-3 where there is
+    one (an arrow only where the test detects it)."""
+    a = ad[ad.series == lab] if len(ad) else ad
+    v = pooled.get(lab, np.nan)  # a series without a drafted round has no acceptance length
+    acc = f"{v:.2f}" if v == v else "-"
+    if len(a):
+        r = a.iloc[0]
+        mark = ("↑" if r.difference > 0 else "↓") if r.p == r.p and r.p < ALPHA else "·"
+        acc += f" {r.difference:+.2f}{mark}"
+    return acc
+
+
+def _short_table(labels: list[str], cells: dict[str, list[str]], k: int) -> list[str]:
+    """The two header lines, one row per series (names shortened only when they would not fit) and the legend."""
     heads = [("fed-back RMS", f"d1 -> d{k}"), ("self lift", f"d2 -> d{k}"), ("sink lift", "at d1"),
              ("acc. length", "paired diff")]
     widths = [max(len(h[0]), len(h[1]), *(len(c[i]) for c in cells.values())) for i, h in enumerate(heads)]
     room = SHORT_WIDTH - sum(w + 2 for w in widths)
     names, dropped = _short_labels(labels, room)
     lw = max(len("series"), *map(len, names))
-    out = textwrap.wrap(_counted(labels, rows, cells, k), SHORT_WIDTH)
-    out.append("series".ljust(lw) + "".join(f"  {h[0]:>{w}}" for h, w in zip(heads, widths)))
+    out = ["series".ljust(lw) + "".join(f"  {h[0]:>{w}}" for h, w in zip(heads, widths))]
     out.append((f"({dropped}...)" if dropped else "").ljust(lw) + "".join(f"  {h[1]:>{w}}"
                                                                           for h, w in zip(heads, widths)))
     for lab, name in zip(labels, names):

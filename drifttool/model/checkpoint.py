@@ -93,41 +93,65 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
     return out
 
 
-def validate(cfg: DrafterConfig, sd: dict[str, torch.Tensor], path: Path) -> None:
-    want = expected_shapes(cfg)
+# the index tensors, which are not floating point: name -> (the dtypes read, the dtype the error line expects)
+INDEX_DTYPES = {"d2t": ((torch.int64, torch.int32), "int64"), "t2d": ((torch.bool, torch.uint8, torch.int64), "bool")}
+
+
+def _unit_norm_allowed(cfg: DrafterConfig, key: str) -> bool:
+    """A norm weight an override turned on may be absent: that norm runs with unit weights (recorded)."""
+    return any(f.weights and key.startswith(f.weights) and f.name in cfg.overrides for f in flag_table.FLAGS)
+
+
+def _check_shapes(cfg: DrafterConfig, sd: dict[str, torch.Tensor], want: dict[str, tuple[int, ...]],
+                  path: Path) -> None:
+    """Every tensor the module needs is there (optional ones aside), each with the shape config.json implies."""
     for k, shape in want.items():
         if k not in sd:
-            if k in OPTIONAL:
+            if k in OPTIONAL or _unit_norm_allowed(cfg, k):
                 continue
-            if any(f.weights and k.startswith(f.weights) and f.name in cfg.overrides for f in flag_table.FLAGS):
-                continue  # a norm an override turned on runs with unit weights (recorded)
             raise DriftError(f"{path}: missing tensor {k!r} (expected shape {list(shape)})")
         if tuple(sd[k].shape) != shape:
             raise DriftError(f"{path}: tensor {k!r} has shape {list(sd[k].shape)}, expected {list(shape)} from config")
+
+
+def _check_dtypes(sd: dict[str, torch.Tensor], want: dict[str, tuple[int, ...]], path: Path) -> None:
+    """Index tensors hold integers (or a mask); every other known tensor is finite floating point."""
     for k, v in sd.items():
-        if k == "d2t" and v.dtype not in (torch.int64, torch.int32):
-            raise DriftError(f"{path}: tensor 'd2t' has dtype {v.dtype}, expected int64")
-        elif k == "t2d" and v.dtype not in (torch.bool, torch.uint8, torch.int64):
-            raise DriftError(f"{path}: tensor 't2d' has dtype {v.dtype}, expected bool")
-        elif k not in ("d2t", "t2d") and k in want and not v.is_floating_point():
+        if k in INDEX_DTYPES:
+            allowed, name = INDEX_DTYPES[k]
+            if v.dtype not in allowed:
+                raise DriftError(f"{path}: tensor {k!r} has dtype {v.dtype}, expected {name}")
+        elif k in want and not v.is_floating_point():
             raise DriftError(f"{path}: tensor {k!r} has dtype {v.dtype}, expected a floating-point dtype")
-        elif k in want and v.is_floating_point() and not torch.isfinite(v).all():
+        elif k in want and not torch.isfinite(v).all():
             raise DriftError(f"{path}: tensor {k!r} contains NaN or inf")
+
+
+def _check_vocab_map(cfg: DrafterConfig, sd: dict[str, torch.Tensor], path: Path) -> None:
+    """A reduced draft vocabulary needs `d2t`, and `d2t` maps it one-to-one into the target vocabulary."""
+    if cfg.draft_vocab_size != cfg.vocab_size and "d2t" not in sd:
+        raise DriftError(f"{path}: draft_vocab_size {cfg.draft_vocab_size} != vocab_size {cfg.vocab_size} but no 'd2t' tensor")
+    if "d2t" not in sd:
+        return
+    tgt = torch.arange(cfg.draft_vocab_size) + sd["d2t"].long()
+    if tgt.min() < 0 or tgt.max() >= cfg.vocab_size:
+        raise DriftError(f"{path}: 'd2t' maps draft ids outside the target vocabulary [0, {cfg.vocab_size})")
+    uniq, counts = torch.unique(tgt, return_counts=True)
+    if len(uniq) < len(tgt):
+        tok = int(uniq[counts > 1][0])
+        ids = (tgt == tok).nonzero()[:, 0].tolist()
+        raise DriftError(f"{path}: 'd2t' maps draft ids {ids[:3]} all to target token {tok}; a draft vocabulary "
+                         "maps one-to-one into the target's")
+
+
+def validate(cfg: DrafterConfig, sd: dict[str, torch.Tensor], path: Path) -> None:
+    want = expected_shapes(cfg)
+    _check_shapes(cfg, sd, want, path)
+    _check_dtypes(sd, want, path)
     unknown = sorted(k for k in sd if k not in want and not k.startswith(flag_table.weight_prefixes()))
     if unknown:
         raise DriftError(f"{path}: unexpected tensor {unknown[0]!r} for this config ({len(unknown)} unexpected in all)")
-    if cfg.draft_vocab_size != cfg.vocab_size and "d2t" not in sd:
-        raise DriftError(f"{path}: draft_vocab_size {cfg.draft_vocab_size} != vocab_size {cfg.vocab_size} but no 'd2t' tensor")
-    if "d2t" in sd:
-        tgt = torch.arange(cfg.draft_vocab_size) + sd["d2t"].long()
-        if tgt.min() < 0 or tgt.max() >= cfg.vocab_size:
-            raise DriftError(f"{path}: 'd2t' maps draft ids outside the target vocabulary [0, {cfg.vocab_size})")
-        uniq, counts = torch.unique(tgt, return_counts=True)
-        if len(uniq) < len(tgt):
-            tok = int(uniq[counts > 1][0])
-            ids = (tgt == tok).nonzero()[:, 0].tolist()
-            raise DriftError(f"{path}: 'd2t' maps draft ids {ids[:3]} all to target token {tok}; a draft vocabulary "
-                             "maps one-to-one into the target's")
+    _check_vocab_map(cfg, sd, path)
 
 
 def load_drafter(
@@ -178,6 +202,22 @@ def read_drafter(
         return model
     cfg = normalise_config(raw, p, shape)
     check_conflicts(cfg, str(p / "config.json"))
+    _apply_overrides(cfg, overrides)
+    check_conflicts(cfg, "--override")
+    sd = read_weights(p)
+    validate(cfg, sd, p)
+    if shape is not None:
+        _check_target(cfg, shape, p)
+        check_aux_ids(cfg.input_aux_layer_ids, shape.num_layers)
+    model = Eagle3Drafter(cfg)
+    _fill_embeddings(cfg, sd, shape, p)
+    _fill_head(cfg, sd, shape, p)
+    _load_weights(model, sd, p)
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def _apply_overrides(cfg: DrafterConfig, overrides: dict[str, Any] | None) -> None:
+    """Each `--override` set on the config, with the checkpoint's own value kept beside it (reports show both)."""
     for k, v in (overrides or {}).items():
         val = parse_override(k, v)
         if k in OTHER_OVERRIDES:
@@ -188,25 +228,27 @@ def read_drafter(
             cfg.overrides[k] = {"checkpoint": cfg.flag(k), "override": val}
             for attr, v2 in cfg.with_flags({k: val}).items():
                 setattr(cfg, attr, v2)
-    check_conflicts(cfg, "--override")
-    sd = read_weights(p)
-    validate(cfg, sd, p)
-    if shape is not None:
-        _check_target(cfg, shape, p)
-        check_aux_ids(cfg.input_aux_layer_ids, shape.num_layers)
-    model = Eagle3Drafter(cfg)
-    if "embed_tokens.weight" not in sd:
-        if shape is None or shape.input_embeddings is None:
-            raise DriftError(f"{p}: checkpoint has no embed_tokens.weight; pass target=... to take the target's embeddings")
-        emb = shape.input_embeddings()
-        if tuple(emb.shape) != (cfg.vocab_size, cfg.hidden_size):
-            raise DriftError(
-                f"{p}: checkpoint has no embed_tokens.weight and the target's embeddings have shape "
-                f"{list(emb.shape)}, expected {[cfg.vocab_size, cfg.hidden_size]} (drafter hidden_size)"
-            )
-        sd["embed_tokens.weight"] = emb.detach().to("cpu", torch.float32)
-        cfg.has_embed = False
-    _fill_head(cfg, sd, shape, p)
+
+
+def _fill_embeddings(cfg: DrafterConfig, sd: dict[str, torch.Tensor], shape: TargetShape | None, p: Path) -> None:
+    """A checkpoint without embed_tokens takes the target's input embeddings, which must match the drafter's
+    vocabulary and width."""
+    if "embed_tokens.weight" in sd:
+        return
+    if shape is None or shape.input_embeddings is None:
+        raise DriftError(f"{p}: checkpoint has no embed_tokens.weight; pass target=... to take the target's embeddings")
+    emb = shape.input_embeddings()
+    if tuple(emb.shape) != (cfg.vocab_size, cfg.hidden_size):
+        raise DriftError(
+            f"{p}: checkpoint has no embed_tokens.weight and the target's embeddings have shape "
+            f"{list(emb.shape)}, expected {[cfg.vocab_size, cfg.hidden_size]} (drafter hidden_size)"
+        )
+    sd["embed_tokens.weight"] = emb.detach().to("cpu", torch.float32)
+    cfg.has_embed = False
+
+
+def _load_weights(model: Eagle3Drafter, sd: dict[str, torch.Tensor], p: Path) -> None:
+    """The validated tensors onto the module (float32; d2t as int64; the t2d mask is not a module tensor)."""
     if "d2t" in sd:
         sd["d2t"] = sd["d2t"].long()
     sd.pop("t2d", None)
@@ -214,7 +256,6 @@ def read_drafter(
     missing = [m for m in missing if not m.startswith(flag_table.weight_prefixes()) and m != "d2t"]
     if missing or unexpected:
         raise DriftError(f"{p}: cannot map weights onto the drafter (missing {missing[:3]}, unexpected {unexpected[:3]})")
-    return model.to(device=device, dtype=dtype).eval()
 
 
 def _fill_head(cfg: DrafterConfig, sd: dict[str, torch.Tensor], shape: TargetShape | None, p: Path) -> None:

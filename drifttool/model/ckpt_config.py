@@ -97,6 +97,71 @@ def _flags(layout: Layout, top: dict, layer: dict, eagle: dict, assumptions: dic
     return out
 
 
+def _model_type(layer: dict[str, Any], layer_where: str) -> str:
+    """The draft layer's family (absent: llama), refused unless drifttool builds it; EAGLE-3 layers have no biases."""
+    model_type = str(layer.get("model_type") or "llama")
+    if model_type not in MODEL_TYPES + MLA_TYPES:
+        raise DriftError(f"{layer_where}: model_type {model_type!r} unsupported (expected one of "
+                         f"{', '.join(MODEL_TYPES + MLA_TYPES)})")
+    if layer.get("attention_bias") is not None and strict_bool(layer["attention_bias"], "attention_bias", layer_where):
+        raise DriftError(f"{layer_where}: attention_bias true is unsupported (EAGLE-3 draft layers have no biases)")
+    return model_type
+
+
+def _mla(layer: dict[str, Any], layer_where: str) -> dict[str, Any]:
+    """The latent-attention fields: q_lora_rank may be null (queries not low-rank); the others are required."""
+    mla = {k: pos_int(layer, k, layer_where, default=None if k == MLA_FIELDS[0] else REQUIRED) for k in MLA_FIELDS}
+    if mla["qk_rope_head_dim"] % 2:  # RoPE rotates pairs of dimensions
+        raise DriftError(f"{layer_where}: qk_rope_head_dim {mla['qk_rope_head_dim']} is odd; rotary embedding "
+                         "rotates pairs of dimensions (expected an even number, e.g. 64)")
+    return mla
+
+
+def _top_or_layer(top: dict[str, Any], layer: dict[str, Any], key: str) -> dict[str, Any]:
+    """Where a field is read: the top level when it sets it, else the nested layer config."""
+    return top if top.get(key) is not None else layer
+
+
+def _draft_vocab(top: dict[str, Any], layer: dict[str, Any], where: str, vocab: int) -> int:
+    """draft_vocab_size (absent: the full vocabulary), never larger than the target vocabulary."""
+    dvocab = pos_int(_top_or_layer(top, layer, "draft_vocab_size"), "draft_vocab_size", where, default=vocab)
+    if dvocab > vocab:
+        raise DriftError(f"{where}: draft_vocab_size {dvocab} exceeds vocab_size {vocab} (the target vocabulary)")
+    return dvocab
+
+
+def _target_hidden(top: dict[str, Any], layer: dict[str, Any], where: str, h: int,
+                   assumptions: dict[str, str]) -> int:
+    """target_hidden_size; absent, SafeAILab/vLLM size fc from hidden_size (a target of another width is then
+    reported by _check_target rather than as an fc.weight shape mismatch)."""
+    ht = pos_int(_top_or_layer(top, layer, "target_hidden_size"), "target_hidden_size", where, default=None)
+    if ht is None:
+        ht = h
+        assumptions["target_hidden_size"] = f"absent: drafter hidden_size {h}"
+    return int(ht)
+
+
+def _aux_layers(raw: dict[str, Any], eagle: dict[str, Any], target: Target | TargetShape | None, where: str,
+                h: int, ht: int, assumptions: dict[str, str]) -> tuple[Any, bool]:
+    """The aux layer ids as written (unchecked; absent: vLLM's default for the target) and use_aux_hidden_state;
+    without aux features the target's hidden state enters the layer without fc, so the widths must match."""
+    aux = raw.get("eagle_aux_hidden_state_layer_ids") or eagle.get("eagle_aux_hidden_state_layer_ids")
+    use_aux = _use_aux(raw, assumptions, where)
+    if not use_aux:
+        if ht != h:
+            raise DriftError(f"{where}: use_aux_hidden_state false needs target_hidden_size == hidden_size "
+                             f"(got {ht} and {h}): the target's hidden state enters the layer without fc")
+        return [], use_aux
+    if aux is None:
+        if target is None:
+            raise DriftError(
+                f"{where}: no eagle_aux_hidden_state_layer_ids and no target given to derive the default [2, L//2, L-3]"
+            )
+        aux = default_aux_layer_ids(target.num_layers)
+        assumptions["aux_layer_ids"] = f"absent: vLLM default {aux} for a {target.num_layers}-layer target"
+    return aux, use_aux
+
+
 def normalise_config(raw: dict[str, Any], path: Path, target: Target | TargetShape | None) -> DrafterConfig:
     """config.json -> DrafterConfig; `target` (its shape) is needed only for default aux ids."""
     layout = BY_NAME[detect_layout(raw)]
@@ -105,55 +170,22 @@ def normalise_config(raw: dict[str, Any], path: Path, target: Target | TargetSha
     top = raw
     layer, layer_where = layout.layer(raw, where)
     eagle = layout.eagle(raw)
-    model_type = str(layer.get("model_type") or "llama")
-    if model_type not in MODEL_TYPES + MLA_TYPES:
-        raise DriftError(f"{layer_where}: model_type {model_type!r} unsupported (expected one of "
-                         f"{', '.join(MODEL_TYPES + MLA_TYPES)})")
-    if layer.get("attention_bias") is not None and strict_bool(layer["attention_bias"], "attention_bias", layer_where):
-        raise DriftError(f"{layer_where}: attention_bias true is unsupported (EAGLE-3 draft layers have no biases)")
+    model_type = _model_type(layer, layer_where)
     h = pos_int(layer, "hidden_size", layer_where)
     nh = pos_int(layer, "num_attention_heads", layer_where)
     nkv = pos_int(layer, "num_key_value_heads", layer_where, default=nh)
     hd = pos_int(layer, "head_dim", layer_where, default=h // nh)
     mla = None
     if model_type in MLA_TYPES:  # heads are decompressed per query head: nkv = nh, head dim = nope + rope
-        # q_lora_rank may be null (queries not low-rank); the others are required
-        mla = {k: pos_int(layer, k, layer_where, default=None if k == MLA_FIELDS[0] else REQUIRED)
-               for k in MLA_FIELDS}
-        if mla["qk_rope_head_dim"] % 2:  # RoPE rotates pairs of dimensions
-            raise DriftError(f"{layer_where}: qk_rope_head_dim {mla['qk_rope_head_dim']} is odd; rotary embedding "
-                             "rotates pairs of dimensions (expected an even number, e.g. 64)")
+        mla = _mla(layer, layer_where)
         nkv, hd = nh, mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
     inter = pos_int(layer, "intermediate_size", layer_where)
     vocab = pos_int(layer, "vocab_size", layer_where)
-    dvocab = pos_int(top if top.get("draft_vocab_size") is not None else layer, "draft_vocab_size", where,
-                     default=vocab)
-    if dvocab > vocab:
-        raise DriftError(f"{where}: draft_vocab_size {dvocab} exceeds vocab_size {vocab} (the target vocabulary)")
-    ht = pos_int(top if top.get("target_hidden_size") is not None else layer, "target_hidden_size", where,
-                 default=None)
-    if ht is None:
-        # SafeAILab/vLLM size fc from hidden_size when target_hidden_size is absent; a target of another
-        # width is then reported by _check_target rather than as an fc.weight shape mismatch.
-        ht = h
-        assumptions["target_hidden_size"] = f"absent: drafter hidden_size {h}"
-    ht = int(ht)
+    dvocab = _draft_vocab(top, layer, where, vocab)
+    ht = _target_hidden(top, layer, where, h, assumptions)
     if nh % nkv:
         raise DriftError(f"{layer_where}: num_attention_heads {nh} is not a multiple of num_key_value_heads {nkv}")
-    aux = top.get("eagle_aux_hidden_state_layer_ids") or eagle.get("eagle_aux_hidden_state_layer_ids")
-    use_aux = _use_aux(raw, assumptions, where)
-    if not use_aux:
-        aux = []
-        if ht != h:
-            raise DriftError(f"{where}: use_aux_hidden_state false needs target_hidden_size == hidden_size "
-                             f"(got {ht} and {h}): the target's hidden state enters the layer without fc")
-    if aux is None:
-        if target is None:
-            raise DriftError(
-                f"{where}: no eagle_aux_hidden_state_layer_ids and no target given to derive the default [2, L//2, L-3]"
-            )
-        aux = default_aux_layer_ids(target.num_layers)
-        assumptions["aux_layer_ids"] = f"absent: vLLM default {aux} for a {target.num_layers}-layer target"
+    aux, use_aux = _aux_layers(raw, eagle, target, where, h, ht, assumptions)
     theta, scaling, rope_src = _rope(layer, layer_where)
     assumptions["rope"] = f"from {rope_src}"
     cfg = DrafterConfig(

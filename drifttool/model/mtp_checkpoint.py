@@ -6,7 +6,7 @@ anything else is one DriftError line naming the file and field (docs/mtp.md)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -60,11 +60,53 @@ def _moe(raw: dict[str, Any], where: str, family: str) -> dict[str, Any] | None:
 MAX_MTP_LAYERS = 64  # released checkpoints have 1 (DeepSeek-V3, GLM-4.5) or 1-3 (MiMo); a count past this is a typo
 
 
-def mtp_config(raw: dict[str, Any], path: Path) -> DrafterConfig:
-    """The target's config.json -> the DrafterConfig of its MTP head."""
-    from .ckpt_config import _rope
+class _Attention(NamedTuple):
+    """The family-specific shape of an MTP block's attention (and its MoE, where it has one)."""
 
-    where = str(path / "config.json")
+    num_key_value_heads: int
+    head_dim: int
+    rotary: int
+    mla: dict[str, Any] | None = None
+    moe: dict[str, Any] | None = None
+    qk_norm: bool = False
+    bias: bool = False
+
+
+def _deepseek_v3_attention(raw: dict[str, Any], where: str, nh: int, nkv: int, hd: int) -> _Attention:
+    """Latent attention: heads are decompressed per query head, so nkv = nh and head dim = nope + rope."""
+    mla = {k: pos_int(raw, k, where, default=None) for k in MLA_FIELDS}  # q_lora_rank may be null
+    missing = [k for k in MLA_FIELDS[1:] if mla[k] is None]
+    if missing:
+        raise DriftError(f"{where}: missing required field {missing[0]!r} (DeepSeek-V3 latent attention)")
+    return _Attention(nh, mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"], mla["qk_rope_head_dim"], mla=mla,
+                      moe=_moe(raw, where, "deepseek_v3"))
+
+
+def _glm4_moe_attention(raw: dict[str, Any], where: str, nh: int, nkv: int, hd: int) -> _Attention:
+    """GQA with partial rotary (rope_parameters' factor first, as v5 configs write it), optional bias / qk-norm."""
+    params = raw.get("rope_parameters") if isinstance(raw.get("rope_parameters"), dict) else {}
+    factor = params.get("partial_rotary_factor", raw.get("partial_rotary_factor", 1.0))
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
+        raise DriftError(f"{where}: field 'partial_rotary_factor' is {factor!r}; expected a number in (0, 1]")
+    rotary = int(hd * factor)
+    bias = strict_bool(raw.get("attention_bias", False), "attention_bias", where)
+    qk_norm = strict_bool(raw.get("use_qk_norm", False), "use_qk_norm", where)
+    return _Attention(nkv, hd, rotary, moe=_moe(raw, where, "glm4_moe"), qk_norm=qk_norm, bias=bias)
+
+
+def _mimo_attention(raw: dict[str, Any], where: str, nh: int, nkv: int, hd: int) -> _Attention:
+    """A Qwen2 decoder block: q/k/v biases, full rotary, dense (no MoE)."""
+    if raw.get("n_routed_experts") is not None:
+        raise DriftError(f"{where}: n_routed_experts in a MiMo config: MiMo MTP blocks are dense Qwen2 layers")
+    return _Attention(nkv, hd, hd, bias=True)
+
+
+# model_type -> how that family's MTP block attends (one row per key of FAMILIES)
+ATTENTION = {"deepseek_v3": _deepseek_v3_attention, "glm4_moe": _glm4_moe_attention, "mimo": _mimo_attention}
+
+
+def _mtp_family(raw: dict[str, Any], where: str) -> str:
+    """The model type, refused with what is missing, or named unknown, unless drifttool runs its MTP heads."""
     family = raw.get("model_type")
     if family in REFUSED:
         raise DriftError(f"{where}: model_type {family!r}: {REFUSED[family]}; supported MTP families: "
@@ -72,12 +114,45 @@ def mtp_config(raw: dict[str, Any], path: Path) -> DrafterConfig:
     if family not in FAMILIES:
         raise DriftError(f"{where}: model_type {family!r} with num_nextn_predict_layers: unknown MTP family "
                          f"(supported: {', '.join(FAMILIES)})")
+    return family
+
+
+def _mtp_layer_count(raw: dict[str, Any], where: str) -> int:
+    """num_nextn_predict_layers, bounded before anything is built per layer (10**12 built a list of that length)."""
     n = pos_int(raw, "num_nextn_predict_layers", where, minimum=0)
     if n == 0:
         raise DriftError(f"{where}: num_nextn_predict_layers is 0: this checkpoint has no MTP layers")
-    if n > MAX_MTP_LAYERS:  # checked before anything is built per layer (10**12 built a list of that length)
+    if n > MAX_MTP_LAYERS:
         raise DriftError(f"{where}: num_nextn_predict_layers is {n}; expected at most {MAX_MTP_LAYERS} (released MTP "
                          "checkpoints have 1-3)")
+    return n
+
+
+def _moe_layers(raw: dict[str, Any], where: str, moe: dict[str, Any] | None, layers: int, n: int) -> list[bool]:
+    """Which MTP blocks are MoE: vLLM builds block i as decoder layer N+i, MoE where that index is past the
+    dense layers (first_k_dense_replace) and on the MoE stride (moe_layer_freq)."""
+    first_dense = pos_int(raw, "first_k_dense_replace", where, default=0, minimum=0)
+    freq = pos_int(raw, "moe_layer_freq", where, default=1)
+    return [moe is not None and layers + i >= first_dense and (layers + i) % freq == 0 for i in range(n)]
+
+
+def _feedback_assumptions(assumptions: dict[str, str], n: int, norm_output: bool) -> None:
+    """What vLLM leaves implicit about the state fed back between draft steps, recorded."""
+    assumptions["mtp_feedback"] = ("post-norm (final_layernorm output, as MiMo's layer returns it)" if norm_output
+                                   else "pre-norm (the block output before shared_head.norm, as vLLM feeds it back)")
+    assumptions["mtp_first_hidden"] = "the target's last hidden state after its final norm (what vLLM's target returns)"
+    if n > 1:
+        assumptions["mtp_layers"] = (f"{n} MTP layers; every draft step runs the first (vLLM's proposer passes no "
+                                     "spec_step_idx, so spec_step_idx % num_mtp_layers is 0)")
+
+
+def mtp_config(raw: dict[str, Any], path: Path) -> DrafterConfig:
+    """The target's config.json -> the DrafterConfig of its MTP head."""
+    from .ckpt_config import _rope
+
+    where = str(path / "config.json")
+    family = _mtp_family(raw, where)
+    n = _mtp_layer_count(raw, where)
     assumptions: dict[str, str] = {}
     h = pos_int(raw, "hidden_size", where)
     nh = pos_int(raw, "num_attention_heads", where)
@@ -88,54 +163,24 @@ def mtp_config(raw: dict[str, Any], path: Path) -> DrafterConfig:
         raise DriftError(f"{where}: hidden_act {raw.get('hidden_act')!r} unsupported (expected silu)")
     theta, scaling, rope_src = _rope(raw, where)
     assumptions["rope"] = f"from {rope_src}"
-    mla = moe = None
-    qk_norm, bias, rotary = False, False, hd
-    if family == "deepseek_v3":
-        mla = {k: pos_int(raw, k, where, default=None) for k in MLA_FIELDS}  # q_lora_rank may be null
-        missing = [k for k in MLA_FIELDS[1:] if mla[k] is None]
-        if missing:
-            raise DriftError(f"{where}: missing required field {missing[0]!r} (DeepSeek-V3 latent attention)")
-        nkv, hd, rotary = nh, mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"], mla["qk_rope_head_dim"]
-        moe = _moe(raw, where, family)
-    elif family == "glm4_moe":
-        params = raw.get("rope_parameters") if isinstance(raw.get("rope_parameters"), dict) else {}
-        factor = params.get("partial_rotary_factor", raw.get("partial_rotary_factor", 1.0))
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
-            raise DriftError(f"{where}: field 'partial_rotary_factor' is {factor!r}; expected a number in (0, 1]")
-        rotary = int(hd * factor)
-        bias = strict_bool(raw.get("attention_bias", False), "attention_bias", where)
-        qk_norm = strict_bool(raw.get("use_qk_norm", False), "use_qk_norm", where)
-        moe = _moe(raw, where, family)
-    else:  # mimo: a Qwen2 decoder block (q/k/v biases, full rotary)
-        bias = True
-        if raw.get("n_routed_experts") is not None:
-            raise DriftError(f"{where}: n_routed_experts in a MiMo config: MiMo MTP blocks are dense Qwen2 layers")
-    if rotary % 2:
-        raise DriftError(f"{where}: rotary dimension {rotary} is odd; RoPE rotates pairs of dimensions")
-    first_dense = pos_int(raw, "first_k_dense_replace", where, default=0, minimum=0)
-    freq = pos_int(raw, "moe_layer_freq", where, default=1)
-    # vLLM builds the MTP block as decoder layer N+i: MoE where that index is past the dense layers
-    moe_layers = [moe is not None and layers + i >= first_dense and (layers + i) % freq == 0 for i in range(n)]
-    hidden_first = family == "mimo"
+    att = ATTENTION[family](raw, where, nh, nkv, hd)
+    if att.rotary % 2:
+        raise DriftError(f"{where}: rotary dimension {att.rotary} is odd; RoPE rotates pairs of dimensions")
+    moe_layers = _moe_layers(raw, where, att.moe, layers, n)
     norm_output = family == "mimo"  # MiMo's layer ends in final_layernorm: the normed state is fed back
-    assumptions["mtp_feedback"] = ("post-norm (final_layernorm output, as MiMo's layer returns it)" if norm_output
-                                   else "pre-norm (the block output before shared_head.norm, as vLLM feeds it back)")
-    assumptions["mtp_first_hidden"] = "the target's last hidden state after its final norm (what vLLM's target returns)"
-    if n > 1:
-        assumptions["mtp_layers"] = (f"{n} MTP layers; every draft step runs the first (vLLM's proposer passes no "
-                                     "spec_step_idx, so spec_step_idx % num_mtp_layers is 0)")
+    _feedback_assumptions(assumptions, n, norm_output)
     vocab = pos_int(raw, "vocab_size", where)
     mtp = {"family": family, "vllm_module": FAMILIES[family], "num_layers": n, "start": layers,
-           "order": "hidden_first" if hidden_first else "embed_first", "attention_bias": bias, "rotary_dim": rotary,
-           "moe": moe, "moe_layers": moe_layers,
+           "order": "hidden_first" if family == "mimo" else "embed_first", "attention_bias": att.bias,
+           "rotary_dim": att.rotary, "moe": att.moe, "moe_layers": moe_layers,
            "tie_word_embeddings": strict_bool(raw.get("tie_word_embeddings", False), "tie_word_embeddings", where)}
     return DrafterConfig(
-        hidden_size=h, num_attention_heads=nh, num_key_value_heads=nkv, head_dim=hd,
+        hidden_size=h, num_attention_heads=nh, num_key_value_heads=att.num_key_value_heads, head_dim=att.head_dim,
         intermediate_size=pos_int(raw, "intermediate_size", where), vocab_size=vocab, draft_vocab_size=vocab,
         target_hidden_size=h, aux_layer_ids=[], rms_norm_eps=pos_float(raw, "rms_norm_eps", where, 1e-6),
         rope_theta=theta, rope_scaling=scaling,
         max_position_embeddings=pos_int(raw, "max_position_embeddings", where, default=2048),
-        model_type=family, qk_norm=qk_norm, mla=mla, use_aux_hidden_state=False, norm_output=norm_output,
+        model_type=family, qk_norm=att.qk_norm, mla=att.mla, use_aux_hidden_state=False, norm_output=norm_output,
         layout=FAMILIES[family], assumptions=assumptions, source=str(path), mtp=mtp,
     )
 

@@ -40,6 +40,66 @@ def tree_layout(parents: dict[int, int]) -> dict[int, float]:
     return y
 
 
+def _edge(by: pd.DataFrame, y: dict[int, float], u: int, p: int, on: bool) -> go.Scatter:
+    """The line from parent `p` (0: the root, at depth 0) to node `u`; bold where both are on the accepted path."""
+    return go.Scatter(
+        x=[by.depth[p] if p else 0, by.depth[u]],
+        y=[y[p], y[u]],
+        mode="lines",
+        line={"width": 4 if on else 1, "color": "#222" if on else "#bbb"},
+        hoverinfo="skip",
+        showlegend=False,
+    )
+
+
+def _node_hover(by: pd.DataFrame, tok) -> list[str]:
+    """Per node: its place in the tree, its token and the target's, its numbers and whether it was accepted."""
+    return [
+        f"node {u} (depth {r.depth}, rank {r.rank})<br>token {tok(r.draft_id)}  target {tok(r.target_id)}<br>"
+        f"score {r.score:.3f}  self {r.self_mass:.3f}  sink {r.sink_mass:.3f}  entropy {r.entropy:.3f}"
+        f"<br>{'accepted' if r.accepted else 'rejected'}{' · main path' if r.main_path else ''}"
+        for u, r in by.iterrows()
+    ]
+
+
+def _root_marker(y: dict[int, float]) -> go.Scatter:
+    """The root: the last committed token, which every depth-1 node extends."""
+    return go.Scatter(
+        x=[0],
+        y=[y[0]],
+        mode="markers+text",
+        text=["root"],
+        textposition="middle left",
+        marker={"size": 14, "color": "#555", "symbol": "diamond"},
+        showlegend=False,
+        hoverinfo="text",
+        hovertext=["root: the last committed token"],
+    )
+
+
+def _node_markers(by: pd.DataFrame, y: dict[int, float], acc: set, color: str, tok) -> go.Scatter:
+    """The drafted nodes, labelled by token and coloured by `color`; accepted ones ringed."""
+    return go.Scatter(
+        x=by.depth,
+        y=[y[u] for u in by.index],
+        mode="markers+text",
+        text=[node_label(tok(r.draft_id)) for r in by.itertuples()],
+        textposition="top center",  # above the node: the edges to its children leave on the right
+        textfont={"size": 11},
+        hovertext=_node_hover(by, tok),
+        hoverinfo="text",
+        showlegend=False,
+        marker={
+            "size": 16,
+            "color": by[color],
+            "colorscale": "Viridis",
+            "showscale": True,
+            "colorbar": {"title": color.replace("_", " ")},
+            "line": {"width": [3 if u in acc else 0 for u in by.index], "color": "#d62728"},
+        },
+    )
+
+
 def tree_round_figure(nodes: pd.DataFrame, color: str = "self_mass", token_text=None) -> go.Figure:
     """One round's tree from its tree_nodes rows: x = depth, nodes coloured by `color`, accepted path in bold.
     token_text: optional id -> text function for the labels."""
@@ -49,59 +109,10 @@ def tree_round_figure(nodes: pd.DataFrame, color: str = "self_mass", token_text=
     acc = set(by.index[by.accepted])
     fig = go.Figure()
     for u, p in parents.items():
-        on = u in acc
-        fig.add_trace(
-            go.Scatter(
-                x=[by.depth[p] if p else 0, by.depth[u]],
-                y=[y[p], y[u]],
-                mode="lines",
-                line={"width": 4 if on else 1, "color": "#222" if on else "#bbb"},
-                hoverinfo="skip",
-                showlegend=False,
-            )
-        )
+        fig.add_trace(_edge(by, y, u, p, u in acc))
     tok = (lambda i: token_text(int(i))) if token_text else (lambda i: str(int(i)))
-    text = [node_label(tok(r.draft_id)) for r in by.itertuples()]
-    hover = [
-        f"node {u} (depth {r.depth}, rank {r.rank})<br>token {tok(r.draft_id)}  target {tok(r.target_id)}<br>"
-        f"score {r.score:.3f}  self {r.self_mass:.3f}  sink {r.sink_mass:.3f}  entropy {r.entropy:.3f}"
-        f"<br>{'accepted' if r.accepted else 'rejected'}{' · main path' if r.main_path else ''}"
-        for u, r in by.iterrows()
-    ]
-    fig.add_trace(
-        go.Scatter(
-            x=[0],
-            y=[y[0]],
-            mode="markers+text",
-            text=["root"],
-            textposition="middle left",
-            marker={"size": 14, "color": "#555", "symbol": "diamond"},
-            showlegend=False,
-            hoverinfo="text",
-            hovertext=["root: the last committed token"],
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=by.depth,
-            y=[y[u] for u in by.index],
-            mode="markers+text",
-            text=text,
-            textposition="top center",  # above the node: the edges to its children leave on the right
-            textfont={"size": 11},
-            hovertext=hover,
-            hoverinfo="text",
-            showlegend=False,
-            marker={
-                "size": 16,
-                "color": by[color],
-                "colorscale": "Viridis",
-                "showscale": True,
-                "colorbar": {"title": color.replace("_", " ")},
-                "line": {"width": [3 if u in acc else 0 for u in by.index], "color": "#d62728"},
-            },
-        )
-    )
+    fig.add_trace(_root_marker(y))
+    fig.add_trace(_node_markers(by, y, acc, color, tok))
     leaves = sum(1 for u in y if u not in set(parents.values()))
     fig.update_layout(  # room left of the root for its label and right of the deepest nodes for theirs
         xaxis={"title": "depth", "dtick": 1, "range": [-0.8, float(by.depth.max()) + 0.9]},

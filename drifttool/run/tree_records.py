@@ -71,6 +71,25 @@ def tree_prompt_tables(
     return tabs
 
 
+# tree_nodes' column types (pandas would keep object / platform-width integers)
+_NODE_TYPES = {
+    "node": np.int64,
+    "parent": np.int64,
+    "depth": np.int64,
+    "rank": np.int64,
+    "draft_id": np.int64,
+    "target_id": np.int64,
+    "context_len": np.int64,
+    "position": np.int64,
+    "match": bool,
+    "main_path": bool,
+    "accepted": bool,
+    "fed": bool,
+    "massive": bool,
+    "beyond_window": bool,
+}
+
+
 def _round_frames(
     drafter: str,
     prompt_id: str,
@@ -78,18 +97,10 @@ def _round_frames(
     cap: TreeRoundCapture | None,
     trained_window: int,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    if rec is None:  # typed zero-row frames
-        from .tree import DraftTree
-
-        tree = DraftTree([0, 0], [-1, 0], [0, 1], [0, 0], [0.0, 0.0], [0.0, 0.0])
-        rec = TreeRoundRecord(0, 1, tree, [], [-1, 0], 0)
-        cap = TreeRoundCapture(0, 1, [0], np.zeros((1, 1, len(HEAD_FIELDS)), np.float32),
-                               np.zeros((1, len(HIDDEN_FIELDS)), np.float32))
-        frames = _round_frames(drafter, prompt_id, rec, cap, trained_window)
-        return tuple(
-            f.iloc[:0].astype({c: "string" for c in f.columns if f[c].dtype == object}) for f in frames
-        )
-    tree, n = rec.tree, rec.context_len
+    """One round's tree_nodes and tree_heads rows; rec None: typed zero-row frames."""
+    if rec is None:
+        return _empty_frames(drafter, prompt_id, trained_window)
+    tree = rec.tree
     nodes = np.arange(1, tree.size + 1)
     row_of = {u: r for r, u in enumerate(cap.rows)}
     prod = np.array([row_of[tree.parents[u]] for u in nodes])  # each node's producer query row (its parent's)
@@ -98,12 +109,42 @@ def _round_frames(
     hf = head_fields(hd)
     masses = {k: hf[k] for k in HEAD_METRICS}
     depth = np.array(tree.depths)[nodes]
+    key = {"drafter": drafter, "prompt_id": prompt_id, "round": rec.round}
+    node_df = _node_frame(key, rec, nodes, depth, masses, hid, trained_window)
+    return node_df, _head_frame(key, nodes, depth, masses, hf, hd.shape[1])
+
+
+def _empty_frames(drafter: str, prompt_id: str, trained_window: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Zero-row frames with the columns and types a real round gets: one minimal round shaped, then emptied."""
+    from .tree import DraftTree
+
+    tree = DraftTree([0, 0], [-1, 0], [0, 1], [0, 0], [0.0, 0.0], [0.0, 0.0])
+    rec = TreeRoundRecord(0, 1, tree, [], [-1, 0], 0)
+    cap = TreeRoundCapture(0, 1, [0], np.zeros((1, 1, len(HEAD_FIELDS)), np.float32),
+                           np.zeros((1, len(HIDDEN_FIELDS)), np.float32))
+    frames = _round_frames(drafter, prompt_id, rec, cap, trained_window)
+    return tuple(
+        f.iloc[:0].astype({c: "string" for c in f.columns if f[c].dtype == object}) for f in frames
+    )
+
+
+def _node_frame(
+    key: dict,
+    rec: TreeRoundRecord,
+    nodes: np.ndarray,
+    depth: np.ndarray,
+    masses: dict[str, np.ndarray],
+    hid: np.ndarray,
+    trained_window: int,
+) -> pd.DataFrame:
+    """A row per drafted node: its place in the tree, tokens, acceptance, and the numbers of the query that
+    drafted it (heads' mean masses, hidden magnitudes)."""
+    tree, n = rec.tree, rec.context_len
     pos = query_position(n, depth)  # the query that drafted the node (its parent's row), as in a chain
     on_path = set(rec.path)
     main = tree.main_path()
     fed = set(tree.fed)
-    key = {"drafter": drafter, "prompt_id": prompt_id, "round": rec.round}
-    node_df = pd.DataFrame(
+    return pd.DataFrame(
         {
             **key,
             "node": nodes,
@@ -125,26 +166,19 @@ def _round_frames(
             "massive": hid[:, MASSIVE] > 0.5,
             "beyond_window": pos >= trained_window,
         }
-    ).astype(
-        {
-            "node": np.int64,
-            "parent": np.int64,
-            "depth": np.int64,
-            "rank": np.int64,
-            "draft_id": np.int64,
-            "target_id": np.int64,
-            "context_len": np.int64,
-            "position": np.int64,
-            "match": bool,
-            "main_path": bool,
-            "accepted": bool,
-            "fed": bool,
-            "massive": bool,
-            "beyond_window": bool,
-        }
-    )
-    nh = hd.shape[1]
-    head_df = pd.DataFrame(
+    ).astype(_NODE_TYPES)
+
+
+def _head_frame(
+    key: dict,
+    nodes: np.ndarray,
+    depth: np.ndarray,
+    masses: dict[str, np.ndarray],
+    hf: dict[str, np.ndarray],
+    nh: int,
+) -> pd.DataFrame:
+    """A row per drafted node x head of the query that drafted it."""
+    return pd.DataFrame(
         {
             **key,
             "node": np.repeat(nodes, nh),
@@ -155,4 +189,3 @@ def _round_frames(
             "top_pos": hf["top_pos"].ravel().astype(np.int32),
         }
     ).astype({"node": np.int64, "depth": np.int64, "head": np.int64})
-    return node_df, head_df

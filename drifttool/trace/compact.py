@@ -102,62 +102,87 @@ def _summary_unit(path: Path, m: dict, shard: int, depth) -> pa.Table | None:
     return to_stored("head_summary", pa.Table.from_pandas(head_summary(heads, rounds), preserve_index=False))
 
 
-def _merge_table(path: Path, m: dict, table: str, out: Path, ids: set[int]) -> bool:
-    """Write `table`'s rows, one row group per unit, to `out` (all units first cast to one unified schema)."""
-    only = [s["index"] for s in m["shards"] if s.get("rows")] if table == "rows_index" else None
-    depth = m["capture"].get("depth")
-    units = list(_units(path, m, table, only))
-    have = [f.is_file() for f, *_ in units]
-    if table == "head_summary" and not all(have):  # schema 1: computed from heads and rounds
-        units = (
-            [(None, None, [s["index"]], None) for s in m["shards"]]
-            if all(f.is_file() for f, *_ in _units(path, m, "heads", None))
-            else []
-        )
-    elif not any(have):  # a table no shard wrote (e.g. hand-made traces without prompts): none merged either
-        return False
-    if not units:
-        return False
+class _TableMerge:
+    """One table's units of rows on their way into one merged file: which units, each one's rows and schema
+    (a schema-1 head summary is computed once, in the schema pass, and kept for the write pass)."""
 
-    def load(u) -> pa.Table:
+    def __init__(self, path: Path, m: dict, table: str) -> None:
+        self.path, self.m, self.table = path, m, table
+        self.depth = m["capture"].get("depth")
+        self.computed: dict[int, pa.Table] = {}
+
+    def units(self, only: list[int] | None) -> list[tuple]:
+        """The units to merge; none when no shard wrote the table (e.g. hand-made traces without prompts).
+        A schema-1 head summary is one computed unit per shard (from heads and rounds)."""
+        path, m, table = self.path, self.m, self.table
+        units = list(_units(path, m, table, only))
+        have = [f.is_file() for f, *_ in units]
+        if table == "head_summary" and not all(have):
+            if not all(f.is_file() for f, *_ in _units(path, m, "heads", None)):
+                return []
+            return [(None, None, [s["index"]], None) for s in m["shards"]]
+        return units if any(have) else []
+
+    def load(self, u: tuple) -> pa.Table:
+        """A unit's rows in the stored form (rows_index part files gain their shard column)."""
         f, rg, shards, prompts = u
         if f is None:
-            return _summary_unit(path, m, shards[0], depth)
-        t = _read_unit(f, rg, table, prompts, depth)
-        if table == "rows_index" and rg is None:
+            return _summary_unit(self.path, self.m, shards[0], self.depth)
+        t = _read_unit(f, rg, self.table, prompts, self.depth)
+        if self.table == "rows_index" and rg is None:
             t = t.append_column("shard", pa.array(np.full(t.num_rows, shards[0], np.int64)))
         return t
 
-    computed: dict[int, pa.Table] = {}
-
-    def unit_schema(i: int, u) -> pa.Schema:
+    def schema(self, i: int, u: tuple) -> pa.Schema:
+        """A unit's stored schema, read from the Parquet footer without its rows where it can be."""
         f, rg, shards, _ = u
         if f is None:  # a computed head summary (small): kept for the write pass
-            computed[i] = load(u)
-            return computed[i].schema
+            self.computed[i] = self.load(u)
+            return self.computed[i].schema
         try:
-            s = pq.ParquetFile(f).schema_arrow if f.is_file() else load(u).schema  # missing: load raises
+            s = pq.ParquetFile(f).schema_arrow if f.is_file() else self.load(u).schema  # missing: load raises
         except (pa.ArrowException, OSError, ValueError) as e:
             raise DriftError(f"{f}: corrupt or truncated Parquet ({str(e).splitlines()[0]})") from None
-        t = to_stored(table, s.empty_table())
-        if table == "rows_index" and rg is None:
+        t = to_stored(self.table, s.empty_table())
+        if self.table == "rows_index" and rg is None:
             t = t.append_column("shard", pa.array([], pa.int64()))
         return t.schema
 
-    schema = pa.unify_schemas([unit_schema(i, u) for i, u in enumerate(units)], promote_options="permissive")
+    def rows(self, i: int, u: tuple) -> pa.Table:
+        """Unit i's rows (computed in the schema pass, or read now)."""
+        return self.computed.pop(i) if i in self.computed else self.load(u)
+
+
+def _to_schema(t: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`t` in the unified schema: columns it lacks as nulls, all in the schema's order and types."""
+    for fld in schema:
+        if fld.name not in t.column_names:
+            t = t.append_column(fld.name, pa.nulls(t.num_rows, fld.type))
+    return t.select(schema.names).cast(schema)
+
+
+def _note_token_ids(table: str, t: pa.Table, ids: set[int]) -> None:
+    """Add to `ids` every token id a dashboard page may show from `t` (the token table keeps their text)."""
+    for c in _TOKEN_COLUMNS.get(table, ()):
+        ids.update(v for v in np.unique(t.column(c).to_numpy()).tolist() if v >= 0)
+    if table == "rows_index":
+        for v in t.column("slot_tokens").to_pylist():
+            ids.update(v or [])
+
+
+def _merge_table(path: Path, m: dict, table: str, out: Path, ids: set[int]) -> bool:
+    """Write `table`'s rows, one row group per unit, to `out` (all units first cast to one unified schema)."""
+    only = [s["index"] for s in m["shards"] if s.get("rows")] if table == "rows_index" else None
+    merge = _TableMerge(path, m, table)
+    units = merge.units(only)
+    if not units:
+        return False
+    schema = pa.unify_schemas([merge.schema(i, u) for i, u in enumerate(units)], promote_options="permissive")
     w = pq.ParquetWriter(out, schema, compression_level=9, **parquet_options(schema))  # written once: smaller
     try:
         for i, u in enumerate(units):
-            t = computed.pop(i) if i in computed else load(u)
-            for fld in schema:
-                if fld.name not in t.column_names:
-                    t = t.append_column(fld.name, pa.nulls(t.num_rows, fld.type))
-            t = t.select(schema.names).cast(schema)
-            for c in _TOKEN_COLUMNS.get(table, ()):  # the token table's text for every id a page may show
-                ids.update(v for v in np.unique(t.column(c).to_numpy()).tolist() if v >= 0)
-            if table == "rows_index":
-                for v in t.column("slot_tokens").to_pylist():
-                    ids.update(v or [])
+            t = _to_schema(merge.rows(i, u), schema)
+            _note_token_ids(table, t, ids)
             w.write_table(t, row_group_size=max(1, t.num_rows))
     finally:
         w.close()

@@ -37,6 +37,43 @@ def lock_trace(path: Path, hint: str = "wait for it to finish"):
     return lock
 
 
+def _committed_tokens(m: dict[str, Any]) -> Any:
+    """The token table file manifest `m` lists (None until a merge commits one)."""
+    return (m.get("tokenizer") or {}).get("tokens")
+
+
+def _settle_top_file(path: Path, p: Path, m: dict[str, Any], tmp: bool, name: str) -> Path | None:
+    """A file at the trace's top level: a committed token table still under its hidden name is to be renamed
+    (its destination returned); other hidden files and a tokenizer.json copy the token table replaced are deleted."""
+    if name == "tokens.parquet" and tmp and _committed_tokens(m) == name and not (path / name).exists():
+        return path / name
+    if tmp:  # e.g. an interrupted manifest write, or a merge's uncommitted token table
+        p.unlink()
+    elif name == "tokenizer.json" and _committed_tokens(m):
+        p.unlink()  # a merge committed its token table; the copy was left by a crash
+    return None
+
+
+def _settle_table_file(p: Path, name: str, tmp: bool, listed: dict[int, dict[str, Any]], gen: int) -> Path | None:
+    """A file in a table folder: a shard part the manifest lists unmerged, or the merged file of its generation,
+    is kept (renamed into place when hidden: its destination returned); any other part or merged file is deleted.
+    Files not named as ours are left alone (hidden .tmp ones deleted)."""
+    kind, _, rest = name.partition("-")
+    idx = rest.split(".")[0]
+    if kind not in ("part", "merged") or not idx.isdigit():  # not ours (e.g. "part-00001 (copy).parquet")
+        if p.name.endswith(".tmp"):
+            p.unlink()
+        return None
+    if kind == "part":
+        keep = int(idx) in listed and not isinstance(listed[int(idx)].get("merged"), int)
+    else:
+        keep = int(idx) == gen
+    if not keep:
+        p.unlink()
+        return None
+    return p.with_name(name) if tmp else None
+
+
 def settle(path: Path, m: dict[str, Any]) -> None:
     """Make the folder match manifest `m`: everything of ours it does not list (uncommitted shards, shard files a
     merge replaced, older merged files) is deleted first, then the hidden files it lists are renamed into place
@@ -50,31 +87,10 @@ def settle(path: Path, m: dict[str, Any]) -> None:
         tmp = p.name.startswith(".") and p.name.endswith(".tmp")
         name = p.name[1:-4] if tmp else p.name
         if p.parent == path:
-            if (
-                name == "tokens.parquet"
-                and tmp
-                and (m.get("tokenizer") or {}).get("tokens") == name
-                and not (path / name).exists()
-            ):
-                renames.append((p, path / name))
-            elif tmp:  # e.g. an interrupted manifest write, or a merge's uncommitted token table
-                p.unlink()
-            elif name == "tokenizer.json" and (m.get("tokenizer") or {}).get("tokens"):
-                p.unlink()  # a merge committed its token table; the copy was left by a crash
-            continue
-        kind, _, rest = name.partition("-")
-        idx = rest.split(".")[0]
-        if kind not in ("part", "merged") or not idx.isdigit():  # not ours (e.g. "part-00001 (copy).parquet")
-            if p.name.endswith(".tmp"):
-                p.unlink()
-            continue
-        if kind == "part":
-            keep = int(idx) in listed and not isinstance(listed[int(idx)].get("merged"), int)
+            dst = _settle_top_file(path, p, m, tmp, name)
         else:
-            keep = int(idx) == gen
-        if not keep:
-            p.unlink()
-        elif tmp:
-            renames.append((p, p.with_name(name)))
+            dst = _settle_table_file(p, name, tmp, listed, gen)
+        if dst is not None:
+            renames.append((p, dst))
     for src, dst in renames:
         os.replace(src, dst)

@@ -94,47 +94,61 @@ _MIN = {"capture.full_every": 0, "capture.keep_rows": 0, "capture.max_new_tokens
         "max_position_embeddings": 1, "sliding_window": 1, "rope_scaling.original_max_position_embeddings": 1}
 
 
-def _check_fields(mf: Path, m: dict[str, Any]) -> None:
-    """Types of the optional fields, so no reader meets e.g. a string or null where it expects an object."""
-    def need(d: dict, key: str, typ: type, where: str, nullable: bool = False) -> None:
-        if key in d and not _is(d[key], typ) and not (nullable and d[key] is None):
-            raise DriftError(f"{mf}: field {where + key!r} is {type(d[key]).__name__}; expected {typ.__name__}")
+def _need(mf: Path, d: dict, key: str, typ: type, where: str, nullable: bool = False) -> None:
+    """`d[key]`, when present, is of JSON type `typ` (or null where `nullable`)."""
+    if key in d and not _is(d[key], typ) and not (nullable and d[key] is None):
+        raise DriftError(f"{mf}: field {where + key!r} is {type(d[key]).__name__}; expected {typ.__name__}")
 
-    if m["status"] not in ("partial", "complete"):
-        raise DriftError(f"{mf}: field 'status' is {m['status']!r}; expected 'partial' or 'complete'")
-    for key, typ in _OPTIONAL.items():
-        need(m, key, typ, "")
-    for f in m.get("flags", []):
+
+def _check_flags(mf: Path, flags: list) -> None:
+    """Each recorded flag names its key, check and message (the readers print all three)."""
+    for f in flags:
         if not isinstance(f, dict) or not all(isinstance(f.get(k), str) for k in ("key", "check", "message")):
             raise DriftError(f"{mf}: field 'flags' has an entry without string 'key', 'check' and 'message'")
-    cap = m["capture"]
+
+
+def _check_capture(mf: Path, cap: dict[str, Any]) -> None:
+    """The capture settings' types, the smallest meaningful counts and depth, and the sink's fields."""
     for key, typ in _CAPTURE.items():
-        need(cap, key, typ, "capture.", nullable=key == "max_new_tokens")
+        _need(mf, cap, key, typ, "capture.", nullable=key == "max_new_tokens")
     for key in ("full_every", "keep_rows", "max_new_tokens"):
         if _is(cap.get(key), int) and cap[key] < _MIN[f"capture.{key}"]:
             raise DriftError(f"{mf}: field 'capture.{key}' is {cap[key]}; expected an integer >= {_MIN['capture.' + key]}")
     if cap.get("depth") is not None and cap["depth"] < 1:
         raise DriftError(f"{mf}: field 'capture.depth' is {cap['depth']}; expected a speculation depth >= 1")
     sink = cap.get("sink", {})
-    need(sink, "first_n", int, "capture.sink.")
+    _need(mf, sink, "first_n", int, "capture.sink.")
     for key in ("positions", "token_ids"):
         if key in sink and not (_is(sink[key], list) and all(_is(i, int) for i in sink[key])):
             raise DriftError(f"{mf}: field 'capture.sink.{key}' must be a list of integers")
-    names = []
-    for i, d in enumerate(m["drafters"]):
-        if not isinstance(d, dict) or not isinstance(d.get("name"), str) or not d["name"]:
-            raise DriftError(f"{mf}: field 'drafters' entry {i} has no 'name' (expected an object with a string name)")
-        for key, typ in _DRAFTER.items():
-            need(d, key, typ, f"drafters[{i}].", nullable=True)
-        need(d.get("rope_scaling") or {}, "original_max_position_embeddings", int, f"drafters[{i}].rope_scaling.",
-             nullable=True)
-        for key in ("trained_window", "max_position_embeddings", "sliding_window",
-                    "rope_scaling.original_max_position_embeddings"):
-            holder, leaf = (d.get("rope_scaling") or {}, key.split(".")[1]) if "." in key else (d, key)
-            v = holder.get(leaf)
-            if _is(v, int) and v < _MIN[key]:
-                raise DriftError(f"{mf}: field 'drafters[{i}].{key}' is {v}; expected a length >= {_MIN[key]}")
-        names.append(d["name"])
+
+
+def _check_drafter(mf: Path, i: int, d: Any) -> str:
+    """Drafter entry i: a non-empty name (returned), typed optional fields, lengths no smaller than meaningful."""
+    if not isinstance(d, dict) or not isinstance(d.get("name"), str) or not d["name"]:
+        raise DriftError(f"{mf}: field 'drafters' entry {i} has no 'name' (expected an object with a string name)")
+    for key, typ in _DRAFTER.items():
+        _need(mf, d, key, typ, f"drafters[{i}].", nullable=True)
+    _need(mf, d.get("rope_scaling") or {}, "original_max_position_embeddings", int, f"drafters[{i}].rope_scaling.",
+          nullable=True)
+    for key in ("trained_window", "max_position_embeddings", "sliding_window",
+                "rope_scaling.original_max_position_embeddings"):
+        holder, leaf = (d.get("rope_scaling") or {}, key.split(".")[1]) if "." in key else (d, key)
+        v = holder.get(leaf)
+        if _is(v, int) and v < _MIN[key]:
+            raise DriftError(f"{mf}: field 'drafters[{i}].{key}' is {v}; expected a length >= {_MIN[key]}")
+    return d["name"]
+
+
+def _check_fields(mf: Path, m: dict[str, Any]) -> None:
+    """Types of the optional fields, so no reader meets e.g. a string or null where it expects an object."""
+    if m["status"] not in ("partial", "complete"):
+        raise DriftError(f"{mf}: field 'status' is {m['status']!r}; expected 'partial' or 'complete'")
+    for key, typ in _OPTIONAL.items():
+        _need(mf, m, key, typ, "")
+    _check_flags(mf, m.get("flags", []))
+    _check_capture(mf, m["capture"])
+    names = [_check_drafter(mf, i, d) for i, d in enumerate(m["drafters"])]
     if len(set(names)) != len(names):
         raise DriftError(f"{mf}: field 'drafters' has duplicate names {names}")
 
@@ -176,67 +190,104 @@ def _required(name: str, columns: list[str] | None) -> list[str]:
             if (c in STORED[name] or c not in TABLES[name]) and c not in added and c != "attn_window_start"]
 
 
-def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns: list[str] | None = None,
-               nonfinite: dict[str, int] | None = None, shards: list[int] | None = None) -> pd.DataFrame:
-    """Concatenate the files the manifest lists for one table (each validated); NaN/inf counts of the lenient
-    float columns go to `nonfinite`. Derived columns (schema.DERIVED) are computed when not stored;
-    `shards`: only these shard indexes' rows (a merged file is read whole)."""
-    import pyarrow as pa
+def _all_columns(name: str) -> list[str]:
+    """Every column a table (or summary) has, derived ones included."""
+    return {**TABLES, **TREE_TABLES}.get(name) or SUMMARIES[name]
 
-    p = Path(path)
-    m = manifest or read_manifest(p)
-    tables = {**TABLES, **TREE_TABLES}
-    if name not in tables and name not in SUMMARIES:
-        raise DriftError(f"table {name!r}: unknown; expected one of {', '.join(tables)}")
-    if name in SUMMARIES and not _has_summary(p, m, shards):
-        from .summary import head_summary  # schema-1 trace: migrated on read
 
-        return head_summary(read_table(p, "heads", m, nonfinite=nonfinite, shards=shards),
-                            read_table(p, "rounds", m, ["drafter", "prompt_id", "round", "context_len"],
-                                       shards=shards))
-    srcs = sources(p, m, name, only=shards)
+def _summary_from_heads(p: Path, m: dict[str, Any], nonfinite: dict[str, int] | None,
+                        shards: list[int] | None) -> pd.DataFrame:
+    """A schema-1 trace's head summary, computed on read from its heads and rounds tables."""
+    from .summary import head_summary
+
+    return head_summary(read_table(p, "heads", m, nonfinite=nonfinite, shards=shards),
+                        read_table(p, "rounds", m, ["drafter", "prompt_id", "round", "context_len"], shards=shards))
+
+
+def _check_present(srcs: list[Source], name: str) -> None:
+    """Every file the manifest lists for the table exists (a missing one is damage, not an empty table)."""
     for src in srcs:
         if not src.file.is_file():
             what = f"shard {src.shards[0]}" if src.merged is None else f"merged file of {len(src.shards)} shards"
             raise DriftError(f"{src.file}: missing (table {name!r} of {what}); the trace is damaged")
-    depth = m["capture"].get("depth")
-    required = _required(name, columns)
-    read = None if columns is None else stored_columns(name, list(columns))
-    # many small shards: per-file overhead dominates, and Arrow releases the GIL while decoding
+
+
+def _read_parts(srcs: list[Source], name: str, required: list[str], read: list[str] | None) -> list:
+    """Each file as an Arrow table, checked on its own; many small shards: per-file overhead dominates, and
+    Arrow releases the GIL while decoding, so they are read on a few threads."""
     with ThreadPoolExecutor(max_workers=4) as pool:
-        parts = list(pool.map(lambda src: read_part(src.file, name, required, read, src.prompts), srcs))
-    if not parts:
-        return pd.DataFrame({c: pd.Series(dtype="float64") for c in (columns or tables.get(name) or SUMMARIES[name])})
-    if len({tuple(x.column_names) for x in parts}) > 1:  # a resumed trace: shards before and after an added column
+        return list(pool.map(lambda src: read_part(src.file, name, required, read, src.prompts), srcs))
+
+
+def _concat_parts(p: Path, name: str, parts: list):
+    """The parts as one Arrow table; a resumed trace's shards before and after an added column are aligned."""
+    import pyarrow as pa
+
+    if len({tuple(x.column_names) for x in parts}) > 1:
         parts = [_with_added(name, x, parts) for x in parts]
     try:
-        tbl = pa.concat_tables(parts, promote_options="default")
+        return pa.concat_tables(parts, promote_options="default")
     except (pa.ArrowException, ValueError) as e:
         raise DriftError(f"{p / name}: shards are corrupt or have incompatible columns ({str(e).splitlines()[0]})") from None
-    tbl = add_derived(name, tbl, columns)
+
+
+def _checked_values(p: Path, name: str, tbl, srcs: list[Source], parts: list, columns: list[str] | None,
+                    depth: int | None) -> dict[str, int]:
+    """Value checks once over all files (NaN/inf counts returned); on failure, file by file to name the file."""
     counts: dict[str, int] = {}
     try:
-        check_values(p / name, name, tbl, depth, counts)  # once over all files; on failure, find the file
+        check_values(p / name, name, tbl, depth, counts)
     except DriftError:
         for src, part in zip(srcs, parts):
             check_values(src.file, name, add_derived(name, part, columns), depth, {})
         raise
-    # columns added after the trace was written: derived where it allows, else NaN (not checked: no measurement)
-    tbl = add_derived(name, fill_added(name, tbl, m, None if columns is None else stored_columns(name, columns)),
-                      columns)
-    if nonfinite is not None:
-        for k, v in counts.items():
-            nonfinite[k] = nonfinite.get(k, 0) + v
+    return counts
+
+
+def _to_frame(p: Path, name: str, tbl, columns: list[str] | None) -> pd.DataFrame:
+    """The requested (or all) columns as a DataFrame, each one present, key categories sorted."""
+    import pyarrow as pa
+
     if columns is not None:
         tbl = tbl.select([c for c in columns if c in tbl.column_names])
     try:
         df = tbl.to_pandas()
     except (pa.ArrowException, ValueError) as e:
         raise DriftError(f"{p / name}: shards are corrupt or have incompatible columns ({str(e).splitlines()[0]})") from None
-    need = [c for c in (columns or tables.get(name) or SUMMARIES[name]) if c not in df.columns]
+    need = [c for c in (columns or _all_columns(name)) if c not in df.columns]
     if need:
         raise DriftError(f"{p / name}: missing columns {need}")
     return sorted_categories(df)
+
+
+def read_table(path, name: str, manifest: dict[str, Any] | None = None, columns: list[str] | None = None,
+               nonfinite: dict[str, int] | None = None, shards: list[int] | None = None) -> pd.DataFrame:
+    """Concatenate the files the manifest lists for one table (each validated); NaN/inf counts of the lenient
+    float columns go to `nonfinite`. Derived columns (schema.DERIVED) are computed when not stored;
+    `shards`: only these shard indexes' rows (a merged file is read whole)."""
+    p = Path(path)
+    m = manifest or read_manifest(p)
+    tables = {**TABLES, **TREE_TABLES}
+    if name not in tables and name not in SUMMARIES:
+        raise DriftError(f"table {name!r}: unknown; expected one of {', '.join(tables)}")
+    if name in SUMMARIES and not _has_summary(p, m, shards):  # schema-1 trace: migrated on read
+        return _summary_from_heads(p, m, nonfinite, shards)
+    srcs = sources(p, m, name, only=shards)
+    _check_present(srcs, name)
+    depth = m["capture"].get("depth")
+    required = _required(name, columns)
+    parts = _read_parts(srcs, name, required, None if columns is None else stored_columns(name, list(columns)))
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in (columns or _all_columns(name))})
+    tbl = add_derived(name, _concat_parts(p, name, parts), columns)
+    counts = _checked_values(p, name, tbl, srcs, parts, columns, depth)
+    # columns added after the trace was written: derived where it allows, else NaN (not checked: no measurement)
+    tbl = add_derived(name, fill_added(name, tbl, m, None if columns is None else stored_columns(name, columns)),
+                      columns)
+    if nonfinite is not None:
+        for k, v in counts.items():
+            nonfinite[k] = nonfinite.get(k, 0) + v
+    return _to_frame(p, name, tbl, columns)
 
 
 def _with_added(name: str, part, parts):

@@ -29,7 +29,7 @@ from .key_counts import derived_counts, recent_counts
 from .metric_table import acceptance_length
 from .positions import query_position
 from .schema import DERIVED, DERIVED_MASSES, KEY, KEY_COUNTS, MAGNITUDES, OPTIONAL, ROWS_INDEX, STORED
-from .sinks import RECENT
+from .sinks import RECENT, SinkSpec
 from .writer import TraceWriter
 
 __all__ = ["Shard", "chain_tables", "join", "manifest", "write", "write_trace"]
@@ -88,6 +88,115 @@ def _columns(table: str, chosen: Mapping[str, Any] | None) -> tuple[list[str], d
     return stored + optional, {**_DEFAULTS[table], **chosen}
 
 
+class _Chain:
+    """The axes every table of `chain_tables` is laid out on: one drafter's R rounds at depth K with H heads."""
+
+    def __init__(self, drafter: str, prompt_id: str, accepted: Sequence[int], depth: int, heads: int,
+                 window: int | None, context: Sequence[int] | None) -> None:
+        self.drafter, self.prompt_id, self.window = drafter, prompt_id, window
+        self.acc = acc = np.asarray(accepted, np.int64)
+        self.n_r, self.k, self.n_h = len(acc), int(depth), int(heads)
+        self.ctx = np.asarray(100 + np.arange(self.n_r) if context is None else context, np.int64)
+        self.rnd, self.dep = np.arange(self.n_r), np.arange(1, self.k + 1)
+        self.pos = query_position(self.ctx[:, None], self.dep[None, :])  # [R, K]
+
+    def beyond(self, p: Any) -> np.ndarray:
+        """Positions at or beyond the trained window (none when no window was given)."""
+        return p >= self.window if self.window is not None else np.zeros(np.shape(p), bool)
+
+    def key(self, **cols: Any) -> dict[str, Any]:
+        """The drafter / prompt key columns, then `cols` (the table's other computed columns)."""
+        return {"drafter": self.drafter, "prompt_id": self.prompt_id, **cols}
+
+
+def _rounds_table(c: _Chain, round_values: Mapping[str, Any] | None) -> pd.DataFrame:
+    """One row per round: its context, depth, accepted drafts, window flag, and the chosen per-round numbers."""
+    cols, val = _columns("rounds", round_values)
+    shape = c.key(round=c.rnd, context_len=c.ctx, depth=c.k, accepted=c.acc,
+                  beyond_window=c.beyond(query_position(c.ctx, c.k)))
+    return pd.DataFrame({col: shape[col] if col in shape else _grid(col, val[col], (c.n_r,)) for col in cols})
+
+
+def _head_numbers(c: _Chain, head_values: Mapping[str, Any] | None
+                  ) -> tuple[list[str], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The heads table's columns, its numbers per round x depth x head, and HEAD_VALUES per round x depth (a
+    depth row holds the mean over its heads when they were chosen per head)."""
+    cols_h, val_h = _columns("heads", dict(head_values or {}))
+    per_head = {col: _grid(col, val_h[col], (c.n_r, c.k, c.n_h)) for col in cols_h if col not in _SHAPE["heads"]}
+    per_depth = {col: np.asarray(val_h[col]).mean(-1) if np.ndim(val_h[col]) == 3
+                 else _grid(col, val_h[col], (c.n_r, c.k)) for col in HEAD_VALUES}
+    return cols_h, per_head, per_depth
+
+
+def _window_starts(depth_values: Mapping[str, Any] | None, shape: tuple[int, ...]) -> np.ndarray:
+    """attn_window_start per depth row (default 0), flat, for the key counts. A 1-D array broadcasts numpy-style
+    (over depth), not over rounds as `_grid` reads it for the stored column."""
+    chosen = (depth_values or {}).get("attn_window_start", 0)
+    ws = np.broadcast_to(np.asarray(chosen), shape) if np.ndim(chosen) < 2 else np.asarray(chosen)
+    return np.broadcast_to(ws.reshape(ws.shape + (1,) * (2 - ws.ndim)), shape).ravel()
+
+
+def _depths_table(c: _Chain, depth_values: Mapping[str, Any] | None,
+                  per_depth: dict[str, np.ndarray]) -> pd.DataFrame:
+    """One row per round x depth: reached / accepted from the accepted counts, the key counts of the default
+    sinks, the heads' mean numbers and the chosen depth numbers (match defaults to the accepted drafts)."""
+    dep, acc, k = c.dep, c.acc, c.k
+    cols, val = _columns("depths", {"match": dep[None, :] <= acc[:, None], **(depth_values or {})})
+    shape = c.key(round=np.repeat(c.rnd, k), depth=np.tile(dep, c.n_r), context_len=np.repeat(c.ctx, k),
+                  position=c.pos.ravel(), reached=(dep[None, :] <= acc[:, None] + 1).ravel(),
+                  accepted=(dep[None, :] <= acc[:, None]).ravel(), beyond_window=c.beyond(c.pos).ravel())
+    ws = _window_starts(depth_values, c.pos.shape)
+    cnt = derived_counts(shape["context_len"], shape["position"], ws, SinkSpec())  # the default sinks
+    shape.update({col: cnt[col].astype(np.int32) for col in ("n_keys", "n_sink", "n_self")},
+                 n_recent=recent_counts(shape["context_len"], ws, SinkSpec(), RECENT).astype(np.int32),
+                 n_template=np.zeros(len(ws), np.int32))  # synthetic traces hold no chat template tokens
+    return pd.DataFrame({col: shape[col] if col in shape else per_depth[col].ravel() if col in per_depth
+                         else _grid(col, val[col], (c.n_r, k)).ravel() for col in cols})
+
+
+def _heads_table(c: _Chain, cols_h: list[str], per_head: dict[str, np.ndarray]) -> pd.DataFrame:
+    """One row per round x depth x head."""
+    n_h, k = c.n_h, c.k
+    shape = c.key(round=np.repeat(c.rnd, k * n_h), depth=np.tile(np.repeat(c.dep, n_h), c.n_r),
+                  head=np.tile(np.arange(n_h), c.n_r * k))
+    return pd.DataFrame({col: shape[col] if col in shape else per_head[col].ravel() for col in cols_h})
+
+
+def _aux_table(c: _Chain, aux: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per round x aux chunk (`layer_id` names the chunks' layers)."""
+    cols, val = _columns("aux", {col: v for col, v in aux.items() if col != "layer_id"})
+    layers = np.asarray(aux["layer_id"], np.int64)
+    n_a = len(layers)
+    shape = c.key(round=np.repeat(c.rnd, n_a), chunk=np.tile(np.arange(n_a), c.n_r), layer_id=np.tile(layers, c.n_r))
+    return pd.DataFrame({col: shape[col] if col in shape else _grid(col, val[col], (c.n_r, n_a)).ravel()
+                         for col in cols})
+
+
+def _prompts_table(c: _Chain, prompt: Mapping[str, Any]) -> pd.DataFrame:
+    """The prompt's one row: totals from the accepted counts, prompt_len / n_generated defaulted from them."""
+    acc, n_r = c.acc, c.n_r
+    base = {"prompt_len": int(c.ctx[0]) if n_r else 0, "n_generated": int((acc + 1).sum())}
+    cols, val = _columns("prompts", {**base, **prompt})
+    shape = c.key(n_rounds=n_r, accepted_total=int(acc.sum()), mean_acceptance_length=acceptance_length(acc.sum(), n_r))
+    return pd.DataFrame([{col: shape[col] if col in shape else val[col] for col in cols}])
+
+
+def _rows_index(c: _Chain, rows: Mapping[int, np.ndarray], slot_tokens: Mapping[int, Sequence[int]] | None,
+                arrays: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The sampled attention rows put in `arrays` under their tensor names, and their index (slot tokens default
+    to 0s; the default sinks' slots)."""
+    first = SinkSpec().first_n
+    index = []
+    for r, row in rows.items():
+        name = f"{c.drafter}|{c.prompt_id}|{int(r)}"
+        arrays[name] = np.asarray(row, np.float32)
+        toks = (slot_tokens or {}).get(r)
+        index.append({"drafter": c.drafter, "prompt_id": c.prompt_id, "round": int(r), "context_len": int(c.ctx[r]),
+                      "tensor": name, "slot_tokens": [0] * arrays[name].shape[-1] if toks is None else list(toks),
+                      "sink_slots": np.arange(min(first, int(c.ctx[r])), dtype=np.int64)})
+    return pd.DataFrame(index, columns=[*ROWS_INDEX, "sink_slots"])
+
+
 def chain_tables(
     drafter: str, prompt_id: str, accepted: Sequence[int], depth: int, *, context: Sequence[int] | None = None,
     heads: int = 1, window: int | None = None, head_values: Mapping[str, Any] | None = None,
@@ -110,72 +219,18 @@ def chain_tables(
       (default accepted + 1 per round), wall_s and the optional group / max_new_tokens.
     - `rows`: round -> sampled attention row [depth, slots] (float32), with `slot_tokens` (default 0s) and the
       default sinks' slots, indexed in `rows_index`."""
-    acc = np.asarray(accepted, np.int64)
-    n_r, k, n_h = len(acc), int(depth), int(heads)
-    ctx = np.asarray(100 + np.arange(n_r) if context is None else context, np.int64)
-    rnd, dep = np.arange(n_r), np.arange(1, k + 1)
-    pos = query_position(ctx[:, None], dep[None, :])  # [R, K]
-    beyond = (lambda p: p >= window) if window is not None else (lambda p: np.zeros(np.shape(p), bool))
-    tables: dict[str, pd.DataFrame] = {}
-
-    cols, val = _columns("rounds", round_values)
-    shape = {"drafter": drafter, "prompt_id": prompt_id, "round": rnd, "context_len": ctx, "depth": k,
-             "accepted": acc, "beyond_window": beyond(query_position(ctx, k))}
-    tables["rounds"] = pd.DataFrame({c: shape[c] if c in shape else _grid(c, val[c], (n_r,)) for c in cols})
-
-    head_chosen = dict(head_values or {})
-    cols_h, val_h = _columns("heads", head_chosen)
-    per_head = {c: _grid(c, val_h[c], (n_r, k, n_h)) for c in cols_h if c not in _SHAPE["heads"]}
-    per_depth = {c: np.asarray(val_h[c]).mean(-1) if np.ndim(val_h[c]) == 3 else _grid(c, val_h[c], (n_r, k))
-                 for c in HEAD_VALUES}
-    cols, val = _columns("depths", {"match": dep[None, :] <= acc[:, None], **(depth_values or {})})
-    shape = {"drafter": drafter, "prompt_id": prompt_id, "round": np.repeat(rnd, k), "depth": np.tile(dep, n_r),
-             "context_len": np.repeat(ctx, k), "position": pos.ravel(),
-             "reached": (dep[None, :] <= acc[:, None] + 1).ravel(), "accepted": (dep[None, :] <= acc[:, None]).ravel(),
-             "beyond_window": beyond(pos).ravel()}
-    from .sinks import SinkSpec
-
-    ws = np.broadcast_to(np.asarray((depth_values or {}).get("attn_window_start", 0)), pos.shape) if np.ndim(
-        (depth_values or {}).get("attn_window_start", 0)) < 2 else np.asarray(depth_values["attn_window_start"])
-    ws = np.broadcast_to(ws.reshape(ws.shape + (1,) * (2 - ws.ndim)), pos.shape).ravel()
-    cnt = derived_counts(shape["context_len"], shape["position"], ws, SinkSpec())  # the default sinks
-    shape.update({c: cnt[c].astype(np.int32) for c in ("n_keys", "n_sink", "n_self")},
-                 n_recent=recent_counts(shape["context_len"], ws, SinkSpec(), RECENT).astype(np.int32),
-                 n_template=np.zeros(len(ws), np.int32))  # synthetic traces hold no chat template tokens
-    tables["depths"] = pd.DataFrame({c: shape[c] if c in shape else per_depth[c].ravel() if c in per_depth
-                                     else _grid(c, val[c], (n_r, k)).ravel() for c in cols})
-    shape = {"drafter": drafter, "prompt_id": prompt_id, "round": np.repeat(rnd, k * n_h),
-             "depth": np.tile(np.repeat(dep, n_h), n_r), "head": np.tile(np.arange(n_h), n_r * k)}
-    tables["heads"] = pd.DataFrame({c: shape[c] if c in shape else per_head[c].ravel() for c in cols_h})
-
+    c = _Chain(drafter, prompt_id, accepted, depth, heads, window, context)
+    tables: dict[str, pd.DataFrame] = {"rounds": _rounds_table(c, round_values)}
+    cols_h, per_head, per_depth = _head_numbers(c, head_values)
+    tables["depths"] = _depths_table(c, depth_values, per_depth)
+    tables["heads"] = _heads_table(c, cols_h, per_head)
     if aux is not None:
-        cols, val = _columns("aux", {c: v for c, v in aux.items() if c != "layer_id"})
-        layers = np.asarray(aux["layer_id"], np.int64)
-        n_a = len(layers)
-        shape = {"drafter": drafter, "prompt_id": prompt_id, "round": np.repeat(rnd, n_a),
-                 "chunk": np.tile(np.arange(n_a), n_r), "layer_id": np.tile(layers, n_r)}
-        tables["aux"] = pd.DataFrame({c: shape[c] if c in shape else _grid(c, val[c], (n_r, n_a)).ravel()
-                                      for c in cols})
+        tables["aux"] = _aux_table(c, aux)
     if prompt is not None:
-        base = {"prompt_len": int(ctx[0]) if n_r else 0, "n_generated": int((acc + 1).sum())}
-        cols, val = _columns("prompts", {**base, **prompt})
-        shape = {"drafter": drafter, "prompt_id": prompt_id, "n_rounds": n_r, "accepted_total": int(acc.sum()),
-                 "mean_acceptance_length": acceptance_length(acc.sum(), n_r)}
-        tables["prompts"] = pd.DataFrame([{c: shape[c] if c in shape else val[c] for c in cols}])
+        tables["prompts"] = _prompts_table(c, prompt)
     arrays: dict[str, np.ndarray] = {}
     if rows:
-        from .sinks import SinkSpec
-
-        first = SinkSpec().first_n
-        index = []
-        for r, row in rows.items():
-            name = f"{drafter}|{prompt_id}|{int(r)}"
-            arrays[name] = np.asarray(row, np.float32)
-            toks = (slot_tokens or {}).get(r)
-            index.append({"drafter": drafter, "prompt_id": prompt_id, "round": int(r), "context_len": int(ctx[r]),
-                          "tensor": name, "slot_tokens": [0] * arrays[name].shape[-1] if toks is None else list(toks),
-                          "sink_slots": np.arange(min(first, int(ctx[r])), dtype=np.int64)})
-        tables["rows_index"] = pd.DataFrame(index, columns=[*ROWS_INDEX, "sink_slots"])
+        tables["rows_index"] = _rows_index(c, rows, slot_tokens, arrays)
     return Shard(tables, arrays)
 
 

@@ -162,6 +162,30 @@ def drafter_device(target: Target, device: str, device_map: str | None) -> str:
     return str(target.last_device) if device_map is not None else device
 
 
+def _tree_settings(tree: TreeSpec | str | None, st: RunSettings) -> tuple[TreeSpec | None, RunSettings]:
+    """`--tree` parsed, with the settings it implies: trees are verified by the target (generate mode only), and
+    the tree's depth bound is the run's depth."""
+    if tree is None:
+        return None, st
+    tree = parse_tree(tree) if isinstance(tree, str) else tree
+    if st.mode != "generate":
+        raise DriftError("--tree: trees are verified by the target (--mode generate only)")
+    return tree, dataclasses.replace(st, depth=tree.max_depth)
+
+
+def _capture_probe(
+    tgt: Target, models: dict[str, Eagle3Drafter], probe: Probe, ids: list[int], st: RunSettings,
+    max_new_tokens: int, tree: TreeSpec | None, template_ids: tuple[int, ...],
+) -> tuple[dict[str, pd.DataFrame], dict | None]:
+    """One probe through every drafter as draft trees or chains: the shard's tables and sampled rows (trees
+    write none)."""
+    if tree is not None:
+        return capture_tree_prompt(tgt, models, probe, ids, tree, max_new_tokens, st.sink, st.seed,
+                                   st.temperature, st.recent, template_ids), None
+    return capture_prompt(tgt, models, probe, ids, st.depth, st.mode, max_new_tokens, st.sink, st.seed,
+                          st.keep_rows, st.temperature, st.draft_sampling, st.full_every, st.recent, template_ids)
+
+
 def run_capture(
     target: str | Target,
     drafters: list[DrafterSpec],
@@ -187,11 +211,7 @@ def run_capture(
     total=..): draft trees instead of chains; the depth is then the tree's depth bound. `compact`: merge the
     shards into one file per table when the capture finishes (trace.compact)."""
     st, suite = begin(settings, settings_kw, drafters, probes, "run_capture")  # before anything is loaded
-    if tree is not None:
-        tree = parse_tree(tree) if isinstance(tree, str) else tree
-        if st.mode != "generate":
-            raise DriftError("--tree: trees are verified by the target (--mode generate only)")
-        st = dataclasses.replace(st, depth=tree.max_depth)
+    tree, st = _tree_settings(tree, st)
     from ...model.hub import resolve
 
     # hub ids become their cached snapshot folders here, so identity, tokenizer copy and manifest see files
@@ -214,13 +234,7 @@ def run_capture(
     def step(writer, bar, probe) -> None:
         mnt = st.new_tokens(probe)
         try:
-            if tree is not None:
-                tables, rows = capture_tree_prompt(tgt, models, probe, token_ids[probe.id], tree, mnt, st.sink, st.seed,
-                                                   st.temperature, st.recent, template_ids), None
-            else:
-                tables, rows = capture_prompt(tgt, models, probe, token_ids[probe.id], st.depth, st.mode, mnt, st.sink,
-                                              st.seed, st.keep_rows, st.temperature, st.draft_sampling, st.full_every,
-                                              st.recent, template_ids)
+            tables, rows = _capture_probe(tgt, models, probe, token_ids[probe.id], st, mnt, tree, template_ids)
         except DriftError as e:  # e.g. NaN/inf target features: name the target and the probe
             raise DriftError(f"{tgt_path or tgt.name}: probe {probe.id!r}: {e}") from None
         writer.add(probe.id, tables, rows)

@@ -289,6 +289,38 @@ def check_vllm_settings(st: RunSettings, target) -> None:
         raise DriftError("--engine vllm: give the target as an HF model folder (vLLM loads it itself)")
 
 
+def vllm_sink(st: RunSettings) -> tuple[RunSettings, str | None]:
+    """The sink settings this engine can honour, and the manifest's sink_rule where it changed them: it does not
+    read the target's attention, so `auto` is the first 4 positions (said), and `target` (the target's sink, read
+    from its attention in an HF forward) is the hf engine's, refused."""
+    sink_rule = None
+    if st.sink.auto:
+        st = dataclasses.replace(st, sink=SinkSpec())
+        sink_rule = ("auto: first:4 (the vllm engine does not read the target's attention; give --sink pos:i,j from "
+                     "an hf capture's capture.sink_target)")
+    if st.sink.target:
+        raise DriftError("--sink target: the vllm engine takes the positions found by an hf capture (its manifest's "
+                         "capture.sink_target.positions) as --sink pos:i,j")
+    return st, sink_rule
+
+
+def prepare_drafters(vllm, drafters: list[DrafterSpec], models: dict[str, DrafterBase], target: str,
+                     llm_kwargs: dict[str, Any]) -> None:
+    """Each drafter made ready for vLLM before any engine starts: an MTP head is the target's own MTP layers
+    (method mtp; the replay reads them as vLLM does); an MLA EAGLE-3 head, which vLLM cannot serve, is refused."""
+    specs = {d.name: d for d in drafters}
+    for name, m in models.items():
+        if m.config.mtp:
+            prepare_mtp_drafter(vllm, specs[name], target, name, m, int(llm_kwargs.get("pipeline_parallel_size") or 1))
+            continue
+        if m.config.mla:
+            raise DriftError(
+                f"--engine vllm: drafter {name!r} has an MLA (DeepSeek-style latent attention) draft layer; "
+                "vLLM 0.32 does not serve MLA EAGLE-3 heads (it reads a deepseek_v3 draft config as "
+                "DeepSeek MTP and has no Eagle3 model for it); use --engine hf"
+            )
+
+
 def run_capture_vllm(
     target: str,
     drafters: list[DrafterSpec],
@@ -312,32 +344,14 @@ def run_capture_vllm(
     drafter. `vllm_kwargs` (or `engine_args`, `--vllm-arg` strings KEY=VALUE) go to `vllm.LLM` (they may not
     contradict launch.REQUIRED_ARGS)."""
     st, suite = begin(settings, settings_kw, drafters, probes, "run_capture_vllm")
-    sink_rule = None
-    if st.sink.auto:  # the vllm engine does not read the target's attention: auto is the first 4 positions, said
-        st = dataclasses.replace(st, sink=SinkSpec())
-        sink_rule = ("auto: first:4 (the vllm engine does not read the target's attention; give --sink pos:i,j from "
-                     "an hf capture's capture.sink_target)")
-    if st.sink.target:  # the target's sink is read from its attention in an HF forward: the hf engine's
-        raise DriftError("--sink target: the vllm engine takes the positions found by an hf capture (its manifest's "
-                         "capture.sink_target.positions) as --sink pos:i,j")
+    st, sink_rule = vllm_sink(st)
     llm_kwargs = {**parse_vllm_args(engine_args or []), **(vllm_kwargs or {})}
     check_vllm_settings(st, target)
     vllm = import_vllm()
     info = TargetInfo(target, trust_remote_code=llm_kwargs.get("trust_remote_code") is True)
     models = load_drafters(drafters, info.shape(), st.device, st.torch_dtype)
     info.set_aux_layer_ids(next(iter(models.values())).config.input_aux_layer_ids)  # as the manifest records
-    specs = {d.name: d for d in drafters}
-    for name, m in models.items():
-        if m.config.mtp:  # vLLM runs the target's MTP layers (method mtp); the replay reads them as it does
-            prepare_mtp_drafter(vllm, specs[name], str(target), name, m,
-                                int(llm_kwargs.get("pipeline_parallel_size") or 1))
-            continue
-        if m.config.mla:
-            raise DriftError(
-                f"--engine vllm: drafter {name!r} has an MLA (DeepSeek-style latent attention) draft layer; "
-                "vLLM 0.32 does not serve MLA EAGLE-3 heads (it reads a deepseek_v3 draft config as "
-                "DeepSeek MTP and has no Eagle3 model for it); use --engine hf"
-            )
+    prepare_drafters(vllm, drafters, models, str(target), llm_kwargs)
     run = VllmRun(vllm, info, str(target), st, llm_kwargs)
     settings = capture_settings(run, probes, len(suite), drafters, {n for n, m in models.items() if m.config.mtp})
     if sink_rule:
