@@ -146,9 +146,13 @@ def _convert(gguf: Path, out: Path, provenance: dict[str, Any], log) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     t0 = time.perf_counter()
-    log(f"de-quantising {gguf.name} to fp32 (one time, ~1-2 min on 2 cores) ...")
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    log(f"de-quantising {gguf.name} to fp32 (one time) ...")
+    bars = _progress_bars(sys.stderr.isatty())  # piped (a log, CI): no carriage-return bars, the lines above say it
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    finally:
+        bars()
     sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     if model.config.tie_word_embeddings:
         sd.pop("lm_head.weight", None)
@@ -166,6 +170,16 @@ def _convert(gguf: Path, out: Path, provenance: dict[str, Any], log) -> None:
     (tmp / "provenance.json").write_text(json.dumps(provenance, indent=1) + "\n")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
+
+
+def _progress_bars(on: bool):
+    """Switch transformers' tqdm bars off unless `on`; returns the function that restores them."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    if not on:
+        hf_logging.disable_progress_bar()
+    return hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar
 
 
 def _has(module: str) -> bool:

@@ -62,3 +62,20 @@ def test_cache_root_that_is_a_file_is_one_error_line(tmp_path, monkeypatch):
     monkeypatch.setenv("DRIFTTOOL_CACHE", str(p))
     with pytest.raises(DriftError, match="is a file"):
         smollm2.fetch(install=False, log=lambda m: None)
+
+
+def test_conversion_shows_no_carriage_return_bars_when_piped():
+    """Piped into a log (CI, `| tee`), transformers' tqdm bars were one line of carriage-return updates: the
+    conversion switches them off there, and gives back the setting it found."""
+    from transformers.utils import logging as hf_logging
+
+    from drifttool.zoo.smollm2 import _progress_bars
+
+    hf_logging.enable_progress_bar()
+    restore = _progress_bars(False)
+    assert not hf_logging.is_progress_bar_enabled()
+    restore()
+    assert hf_logging.is_progress_bar_enabled()
+    restore = _progress_bars(True)
+    assert hf_logging.is_progress_bar_enabled()
+    restore()
