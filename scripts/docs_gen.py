@@ -1,17 +1,21 @@
 """Generate the documentation pages that come from the code: the CLI reference (docs/cli.md, every command's
---help) and the metric table (the block of docs/metrics.md between its markers, from trace/metric_table.py).
+--help), the metric table (the block of docs/metrics.md between its markers, from trace/metric_table.py) and the
+two commands' measured times (the blocks of README.md and docs/getting_started.md between their markers, from
+bench/results/first_hour.json, written by bench/bench_first_hour.py).
 
 `--check` writes nothing and exits 1 naming each page that differs from what the code generates (the test command
 runs it, so a page edited by hand or left behind by a code change fails there)."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- metric-table:begin (scripts/docs_gen.py) -->", "<!-- metric-table:end -->"
+TIMES = ("<!-- times:begin (scripts/docs_gen.py from bench/results/first_hour.json) -->", "<!-- times:end -->")
 
 
 def cli_page() -> str:
@@ -48,14 +52,48 @@ def metric_block() -> str:
     return "\n".join(out)
 
 
-def with_block(text: str, block: str) -> str:
-    a, b = text.index(BEGIN) + len(BEGIN), text.index(END)
+def with_block(text: str, block: str, marks: tuple[str, str] = (BEGIN, END)) -> str:
+    a, b = text.index(marks[0]) + len(marks[0]), text.index(marks[1])
     return text[:a] + "\n" + block + "\n" + text[b:]
+
+
+def _dur(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m} min {s:02d} s" if m else f"{s} s"
+
+
+def times_block(results: Path) -> str:
+    """The two commands' times in one paragraph, from the first-hour bench's results (what it ran, where, when)."""
+    if not results.is_file():
+        return "(not measured yet: run `bench/bench_first_hour.py`)"
+    data = json.loads(results.read_text())
+    runs = {(r["command"], r["load"]): r for r in data["runs"]}
+    cores = data["machine"]["cores"]
+    parts = []
+    setup = runs.get(("setup", 0))
+    if setup:
+        slow = max(setup["stages"].items(), key=lambda kv: kv[1], default=None)
+        parts.append(f"`scripts/setup.sh` {_dur(setup['seconds'])}" + (f" (longest stage: {slow[0]}, {_dur(slow[1])})"
+                                                                      if slow else ""))
+    idle, busy = runs.get(("demo", 0)), runs.get(("demo", cores))
+    if idle:
+        parts.append(f"`drifttool demo` {_dur(idle['seconds'])} idle"
+                     + (f", {_dur(busy['seconds'])} with every core busy" if busy else ""))
+    tests = runs.get(("tests", 0))
+    if tests:
+        parts.append(f"the test command {_dur(tests['seconds'])}")
+    dates = sorted({r["date"] for r in runs.values()})
+    return (f"Measured on a fresh clone with a fresh HOME and pip cache ({cores} CPU cores, packages from the "
+            f"machine's pip index; `bench/bench_first_hour.py`, {' and '.join(dates)}): " + "; ".join(parts) + ".")
 
 
 def pages() -> dict[Path, str]:
     metrics = ROOT / "docs" / "metrics.md"
-    return {ROOT / "docs" / "cli.md": cli_page(), metrics: with_block(metrics.read_text(), metric_block())}
+    out = {ROOT / "docs" / "cli.md": cli_page(), metrics: with_block(metrics.read_text(), metric_block())}
+    times = times_block(ROOT / "bench" / "results" / "first_hour.json")
+    for page in (ROOT / "README.md", ROOT / "docs" / "getting_started.md"):
+        out[page] = with_block(page.read_text(), times, TIMES)
+    return out
 
 
 def main(argv: list[str]) -> int:

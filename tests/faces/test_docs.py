@@ -20,6 +20,8 @@ def test_generated_pages_are_current_and_a_hand_edit_fails(tmp_path, monkeypatch
     gen = _docs_gen()
     assert gen.main(["--check"]) == 0
     shutil.copytree(REPO / "docs", tmp_path / "docs")
+    shutil.copy(REPO / "README.md", tmp_path / "README.md")
+    shutil.copytree(REPO / "bench" / "results", tmp_path / "bench" / "results")
     page = tmp_path / "docs" / "metrics.md"
     text = page.read_text()
     assert "| [0.0, 1.0] |" in text
@@ -33,3 +35,27 @@ def test_readme_is_a_landing_page():
     assert len(readme.splitlines()) <= 200
     assert "bash scripts/setup.sh && .venv/bin/drifttool demo" in readme and "bash ./scripts/test.sh" in readme
     assert (REPO / ".ci" / "run").read_text().count("bash ./scripts/test.sh") == 1
+
+
+def test_the_two_commands_times_come_from_the_bench_and_a_hand_edit_fails(tmp_path, monkeypatch):
+    """The README's and getting started's times are bench/bench_first_hour.py's results, never typed."""
+    import json
+    import re
+
+    gen = _docs_gen()
+    shutil.copytree(REPO / "docs", tmp_path / "docs")
+    shutil.copy(REPO / "README.md", tmp_path / "README.md")
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    runs = [{"command": "setup", "load": 0, "seconds": 401, "stages": {"torch installed": 95, "venv ready": 3}},
+            {"command": "demo", "load": 0, "seconds": 47}, {"command": "demo", "load": 2, "seconds": 188},
+            {"command": "tests", "load": 0, "seconds": 1642}]
+    (tmp_path / "bench" / "results" / "first_hour.json").write_text(json.dumps(
+        {"machine": {"cores": 2}, "runs": [dict(r, date="2026-12-04", commit="abc") for r in runs]}))
+    monkeypatch.setattr(gen, "ROOT", tmp_path)
+    assert gen.main([]) == 0 and gen.main(["--check"]) == 0
+    readme = (tmp_path / "README.md").read_text()
+    want = ("`scripts/setup.sh` 6 min 41 s (longest stage: torch installed, 1 min 35 s); `drifttool demo` 47 s idle, "
+            "3 min 08 s with every core busy; the test command 27 min 22 s.")
+    assert want in readme and want in (tmp_path / "docs" / "getting_started.md").read_text()
+    (tmp_path / "README.md").write_text(re.sub(r"47 s idle", "40 s idle", readme))  # a time typed by hand
+    assert gen.main(["--check"]) == 1
