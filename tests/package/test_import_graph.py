@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "drifttool"
-LEVEL = {"base": 0, "model": 1, "zoo": 2, "trace": 2, "run": 3, "analysis": 3, "plots": 4, "dashboard": 5,
+LEVEL = {"base": 0, "model": 1, "zoo": 2, "trace": 2, "run": 3, "analysis": 3, "plots": 4, "monitor": 4,
+         "dashboard": 5,
          "faces": 6}
 TOP = {"errors": "base", "jsonfile": "base", "dtypes": "base", "version": "base", "styles": "base",
        "api": "faces", "cli": "faces", "demo": "faces", "": "faces"}

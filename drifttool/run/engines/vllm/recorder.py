@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -92,6 +93,9 @@ class VllmRecorder:
             )
         self.store = torch.device(store_device)
         self.events: dict[str, list[Proposal | Verify]] = {}
+        # which requests to record (the live monitor samples a fraction); None: every request. A batch with no
+        # wanted request passes through untouched: no copies, no host sync.
+        self.want: Callable[[str], bool] | None = None
         self._handles: list = []
         self._steps: list[Step] | None = None
         self._pending: tuple | None = None
@@ -105,8 +109,12 @@ class VllmRecorder:
             raise DriftError(f"--engine vllm: {n} requests in a step but the runner's batch lists {len(ids)}")
         return ids
 
+    def _wanted(self, reqs: list[str]) -> bool:
+        return self.want is None or any(self.want(r) for r in reqs)
+
     def _add(self, req: str, ev: Proposal | Verify) -> None:
-        self.events.setdefault(req, []).append(ev)
+        if self.want is None or self.want(req):
+            self.events.setdefault(req, []).append(ev)
 
     def _propose_wrapper(self, orig):
         sig = inspect.signature(orig)
@@ -118,6 +126,8 @@ class VllmRecorder:
             tis = a.get("token_indices_to_sample")
             last = [int(x) for x in tis.reshape(-1).tolist()[:b]] if tis is not None else [q - 1 for q in qsl[1:]]
             reqs = self._req_ids(b)
+            if not self._wanted(reqs):
+                return orig(*args, **kwargs)
             feats = self._keep(a["target_hidden_states"][: qsl[-1]])
             self._steps = []
             t0 = time.perf_counter()
@@ -156,6 +166,9 @@ class VllmRecorder:
     def _sampler_pre(self, _m, args, kwargs) -> None:
         md = args[0] if args else kwargs["metadata"]
         logits = args[2] if len(args) > 2 else kwargs["logits"]
+        if not self._wanted(self._req_ids(len(md.num_draft_tokens))):
+            self._pending = "skip"
+            return
         self._pending = (
             [int(n) for n in md.num_draft_tokens],
             md.draft_token_ids.reshape(-1).tolist(),
@@ -163,6 +176,9 @@ class VllmRecorder:
         )
 
     def _sampler_post(self, _m, _args, _kwargs, out) -> None:
+        if self._pending == "skip":
+            self._pending = None
+            return
         rows = out.sampled_token_ids.reshape(out.sampled_token_ids.shape[0], -1).tolist()
         counts, drafts, tgt = self._pending or ([0] * len(rows), [], [])
         if len(counts) != len(rows):

