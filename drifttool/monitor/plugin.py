@@ -26,7 +26,33 @@ def register() -> None:
         return
     os.environ.setdefault(RUN_ENV, f"{int(time.time())}-{os.getpid()}")  # children inherit it: one run per start
     register_collector(settings)
+    check_config_when_built()
     patch_worker(settings)
+
+
+def check_config_when_built() -> None:
+    """Refuse, in the API server and before any engine process starts, a server the monitor cannot record (no
+    EAGLE-3 drafter, a graph-captured drafter, prefix caching, the V2 runner): one line, exit 2."""
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    except ImportError:
+        return
+    if getattr(EngineArgs.create_engine_config, "_drifttool", False):
+        return
+    orig = EngineArgs.create_engine_config
+
+    def create_engine_config(self, *args, **kwargs):
+        from .attach import preflight
+
+        cfg = orig(self, *args, **kwargs)
+        why = preflight(cfg)
+        if why:
+            print(f"drifttool monitor: {ENV} is set but {why}", file=sys.stderr, flush=True)
+            raise SystemExit(2)
+        return cfg
+
+    create_engine_config._drifttool = True
+    EngineArgs.create_engine_config = create_engine_config
 
 
 def register_collector(settings: MonitorSettings) -> None:

@@ -180,3 +180,25 @@ def _offline_capture(target: Path, tmp_path: Path):
     from drifttool.trace.reader import read_trace
 
     return read_trace(out)
+
+
+SPEC = json.dumps({"method": "eagle3", "model": str(DRAFTER), "num_speculative_tokens": DEPTH, "enforce_eager": True})
+BAD = [("sample=2,dir={d}", [], "sample=2 is outside (0, 1]"),
+       ("sample=0.1,dir=/proc/no/such", [], "is not a writable folder"),
+       ("sample=0.1,dir={d},bogus=1", [], "unknown setting 'bogus'"),
+       ("sample=0.1,dir={d}", ["--speculative-config", SPEC], "prefix caching is on"),
+       ("sample=0.1,dir={d}", ["--no-enable-prefix-caching"], "runs no EAGLE-3 drafter")]
+
+
+@pytest.mark.parametrize("setting,extra,why", BAD)
+def test_a_wrong_monitor_setting_stops_the_server_with_one_line(setting, extra, why, tmp_path):
+    """Unknown setting, sample outside (0, 1], unwritable folder, a server the monitor cannot record: one line
+    naming it, exit 2, before any engine process starts (the server never runs half-configured)."""
+    target = _target()
+    env = {**os.environ, "DRIFTTOOL_MONITOR": setting.format(d=tmp_path / "mon"), "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    r = subprocess.run([sys.executable, "-W", "ignore", "-m", "vllm.entrypoints.openai.api_server", "--model",
+                        str(target), "--dtype", "float32", "--port", str(_port()), *extra], env=env,
+                       capture_output=True, text=True, timeout=300)
+    ours = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.startswith("drifttool monitor:")]
+    assert r.returncode == 2 and len(ours) == 1 and why in ours[0], (r.stdout + r.stderr)[-3000:]
+    assert "Traceback" not in r.stdout + r.stderr
