@@ -38,6 +38,19 @@ def request_key(request_id: str) -> str:
     return "r" + hashlib.sha1(request_id.encode()).hexdigest()[:12]
 
 
+DROP_REASONS = ("queue_full", "spool_full", "spool_error", "record_error")
+
+
+def worker_counters(labels: dict[str, str]) -> Aggregates:
+    """The worker's counters, every series present from the start at 0 (an alert on a rate needs the series)."""
+    agg = Aggregates()
+    agg.inc("samples", labels, 0)
+    for reason in DROP_REASONS:
+        agg.inc("samples_dropped", {**labels, "reason": reason}, 0)
+    agg.inc("requests_skipped", {**labels, "reason": "no_prompt_ids"}, 0)
+    return agg
+
+
 @dataclass
 class Finished:
     key: str
@@ -76,7 +89,7 @@ class WorkerMonitor:
         spec = vllm_config.speculative_config
         self.labels = {"model": str(vllm_config.model_config.served_model_name or vllm_config.model_config.model),
                        "drafter": settings.name or Path(str(spec.model)).name}
-        self.agg, self.snapshot = Aggregates(), settings.dir / "metrics" / f"{self.run}-worker.json"
+        self.agg, self.snapshot = worker_counters(self.labels), settings.dir / "metrics" / f"{self.run}-worker.json"
         self.q: queue.Queue[Finished] = queue.Queue(maxsize=settings.queue)
         self.rec = VllmRecorder(runner)
         self.rec.want = lambda rid: sampled(rid, settings.sample)

@@ -129,9 +129,11 @@ def serve(args: argparse.Namespace, stop: threading.Event) -> None:
 
     s = MonitorSettings.parse(args.settings)
     spool, snap = s.dir / "spool" / args.run, s.dir / "metrics" / f"{args.run}-replay.json"
-    agg = Aggregates()
-    agg.write(snap)
     rep = Replayer(args, s.dir)
+    agg = Aggregates()
+    for name in ("replayed", "replay_errors", "replay_disagreements", "rounds"):  # present from the start, at 0
+        agg.inc(name, rep.labels, 0)
+    agg.write(snap)
     segs = SegmentWriter(s.dir / "segments", rep.manifest(s.sample), s.segment_requests, s.keep_segments, s.max_bytes)
     try:
         while True:

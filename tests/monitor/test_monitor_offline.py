@@ -142,7 +142,8 @@ def test_a_failing_replay_is_counted_and_the_spool_drained(served, tmp_path, mon
     assert replay_worker.main(args(root, mon)) == 0
     fams = {f.name: f for f in text_string_to_metric_families(exposition(mon / "metrics", RUN))}
     assert [s.value for s in fams["drifttool:replay_errors"].samples] == [4.0]
-    assert "drifttool:replayed" not in fams and not list((mon / "spool" / RUN).glob("job-*"))
+    assert [s.value for s in fams["drifttool:replayed"].samples] == [0.0]  # present from the start, at 0
+    assert not list((mon / "spool" / RUN).glob("job-*"))
 
 
 def test_sigkill_leaves_only_readable_segments_with_whole_shards(served, tmp_path):
@@ -167,3 +168,26 @@ def test_sigkill_leaves_only_readable_segments_with_whole_shards(served, tmp_pat
         shards += len(pr)
         assert t.manifest["status"] in ("partial", "complete")
     assert 4 <= shards < 60
+
+
+def test_ops_files_query_only_series_the_monitor_exports(served, tmp_path):
+    """The Grafana dashboard and the alert rules parse, every alert has its parts, and every drifttool series
+    they query is one the replay exports (vLLM's are checked against a real server in tests/run/test_vllm_monitor.py)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from drifttool.monitor import opsfiles
+
+    root, reqs = served
+    mon = tmp_path / "mon"
+    spool(mon, reqs)
+    assert replay_worker.main(args(root, mon)) == 0
+    from drifttool.monitor.attach import worker_counters
+
+    worker_counters({"model": "tiny", "drafter": "eagle3"}).write(mon / "metrics" / f"{RUN}-worker.json")
+    exported = {s.name for f in text_string_to_metric_families(exposition(mon / "metrics", RUN)) for s in f.samples}
+    queried = opsfiles.queried_series()
+    assert {q for q in queried if q.startswith("drifttool:")} <= exported, sorted(
+        q for q in queried if q.startswith("drifttool:") and q not in exported)
+    assert any(q.startswith("vllm:") for q in queried) and len(opsfiles.grafana_exprs()) >= 8
+    for rule in opsfiles.alert_rules():
+        assert {"alert", "expr", "for", "labels", "annotations"} <= set(rule) and rule["annotations"]["summary"]

@@ -143,6 +143,10 @@ def test_monitor_in_vllm_serve(tmp_path):
         for d in range(1, DEPTH + 1):  # the sampled requests' acceptance is vLLM's own count for them
             vllm_count = _value(fams, "vllm:spec_decode_num_accepted_tokens_per_pos", position=str(d - 1))
             assert _value(fams, "drifttool:draft_accepted", depth=str(d)) == vllm_count - before[d - 1], d
+        from drifttool.monitor.opsfiles import queried_series
+
+        served = {s.name for f in fams.values() for s in f.samples}
+        assert queried_series() <= served, sorted(queried_series() - served)  # Grafana / alert files' series exist
         for f in fams.values():  # labels: model, drafter, depth, reason (and histogram buckets) only
             if f.name.startswith("drifttool:"):
                 assert all(set(s.labels) <= {"model", "drafter", "depth", "reason", "le"} for s in f.samples)
