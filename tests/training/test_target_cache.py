@@ -64,18 +64,25 @@ def test_cache_root_that_is_a_file_is_one_error_line(tmp_path, monkeypatch):
         smollm2.fetch(install=False, log=lambda m: None)
 
 
-def test_conversion_shows_no_carriage_return_bars_when_piped():
+def test_conversion_shows_no_carriage_return_bars_when_piped(monkeypatch):
     """Piped into a log (CI, `| tee`), transformers' tqdm bars were one line of carriage-return updates: the
     conversion switches them off there, and gives back the setting it found."""
     from transformers.utils import logging as hf_logging
 
     from drifttool.zoo.smollm2 import _progress_bars
 
-    hf_logging.enable_progress_bar()
+    state = {"on": True}  # transformers' switch (its enable also poked huggingface_hub, which warns under CI's env)
+    monkeypatch.setattr(hf_logging, "is_progress_bar_enabled", lambda: state["on"])
+    monkeypatch.setattr(hf_logging, "enable_progress_bar", lambda: state.update(on=True))
+    monkeypatch.setattr(hf_logging, "disable_progress_bar", lambda: state.update(on=False))
     restore = _progress_bars(False)
-    assert not hf_logging.is_progress_bar_enabled()
+    assert not state["on"]
     restore()
-    assert hf_logging.is_progress_bar_enabled()
+    assert state["on"]
     restore = _progress_bars(True)
-    assert hf_logging.is_progress_bar_enabled()
+    assert state["on"]
     restore()
+    assert state["on"]
+    state["on"] = False  # found off: stays off either way
+    _progress_bars(True)()
+    assert not state["on"]
