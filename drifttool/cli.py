@@ -421,10 +421,14 @@ def dashboard(
         traces = [] if found and found[0].parent == REPO / "sample_traces" else [str(p) for p in found]
     dashboard_command(traces, port, host, allow_host)  # port / host / app checked first
     if traces:  # say in the terminal what the page would say: on a remote box nobody watches the page
+        from .dashboard.live import is_live
         from .trace.reader import read_manifest
 
         good = []
         for t in traces:
+            if is_live(t):  # a live monitor folder: its segments, read afresh by the app
+                good.append(t)
+                continue
             try:
                 read_manifest(t)
                 good.append(t)

@@ -11,6 +11,7 @@ loading, no filters)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import streamlit as st
@@ -18,6 +19,7 @@ import streamlit as st
 from drifttool.dashboard import lib
 
 PAGES_DIR = Path(__file__).resolve().parent / "app_pages"
+LIVE_REFRESH_S = 30
 CHAIN = ("probes", "tags", "depth")  # per-head filters only where a page reads heads (lib.FILTERS)
 PAGES = [  # (file, title, url path, the sidebar filters the page applies: the others are hidden there)
     ("overview.py", "Overview", "overview", CHAIN),
@@ -42,10 +44,23 @@ def main() -> None:
     if keys:
         lib.sidebar_filters(keys, used)
         lib.sync_url(lib.chain_keys(lib.checked_traces()[0]))  # the view in the URL (url_state): a link opens the same view
+    if any(lib.is_live(Path(a)) for a in sys.argv[1:]):
+        _watch_live()
     try:
         nav.run()
     finally:
         lib.fill_notes()
+
+
+@st.fragment(run_every=LIVE_REFRESH_S)
+def _watch_live() -> None:
+    """A live monitor folder: rerun the page when a segment or a shard was added (checked every 30 s)."""
+    sig = lib.live_signature()
+    seen = st.session_state.setdefault("_live_sig", sig)
+    st.sidebar.caption(f"Live: {len(sig)} segment(s); refreshed when the monitor writes (every {LIVE_REFRESH_S} s).")
+    if sig != seen:
+        st.session_state["_live_sig"] = sig
+        st.rerun(scope="app")
 
 
 if __name__ == "__main__":  # Streamlit runs this file as __main__

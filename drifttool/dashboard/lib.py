@@ -13,6 +13,7 @@ import streamlit as st
 
 from drifttool.analysis.views import Filters, LoadedTrace, View, build_view, load_trace
 from drifttool.dashboard import url_state
+from drifttool.dashboard.live import expand, is_live  # noqa: F401 - is_live: the app asks lib
 from drifttool.errors import DriftError
 
 REPO = Path(__file__).resolve().parents[2]  # a checkout's root (drifttool/dashboard/lib.py)
@@ -29,8 +30,14 @@ def trace_paths(argv: list[str] | None = None) -> list[Path]:
     sample_traces/trees/ (for the Draft trees page) and checkpoint series in sample_traces/training/ (for the
     Across-training page). Nothing else is read."""
     args = [a for a in (sys.argv[1:] if argv is None else argv) if a.strip()]
-    return [Path(a) for a in args] if args else (sorted(SAMPLES.glob("*.drift")) + sorted(TREES.glob("*.drift"))
-                                                 + sorted(TRAINING.glob("*.drift")))
+    if not args:
+        return sorted(SAMPLES.glob("*.drift")) + sorted(TREES.glob("*.drift")) + sorted(TRAINING.glob("*.drift"))
+    return expand(args)
+
+
+def live_signature() -> tuple:
+    """What changes when a live folder gains a segment or a shard: the segments and their manifests' times."""
+    return tuple(_key(p) for p in trace_paths())
 
 
 def _key(p: Path) -> tuple[str, float]:

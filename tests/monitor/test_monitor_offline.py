@@ -191,3 +191,26 @@ def test_ops_files_query_only_series_the_monitor_exports(served, tmp_path):
     assert any(q.startswith("vllm:") for q in queried) and len(opsfiles.grafana_exprs()) >= 8
     for rule in opsfiles.alert_rules():
         assert {"alert", "expr", "for", "labels", "annotations"} <= set(rule) and rule["annotations"]["summary"]
+
+
+def test_the_dashboard_reads_a_live_folder_and_its_new_segments(served, tmp_path, monkeypatch):
+    """`drifttool dashboard DIR` on the monitor's folder: the segments there now, and on the next run the ones the
+    monitor wrote since."""
+    pytest.importorskip("streamlit")
+    from streamlit.testing.v1 import AppTest
+
+    from tests.dashboard.test_dashboard_apptest import APP
+
+    root, reqs = served
+    mon = tmp_path / "mon"
+    spool(mon, reqs)
+    assert replay_worker.main(args(root, mon)) == 0  # 4 requests: 2 segments
+    monkeypatch.setattr(sys, "argv", [str(APP), str(mon)])
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any("Live: 2 segment(s)" in c.value for c in at.sidebar.caption)
+    spool(mon, reqs[:2])
+    assert replay_worker.main(args(root, mon)) == 0
+    at.run()
+    assert not at.exception and any("Live: 3 segment(s)" in c.value for c in at.sidebar.caption)
