@@ -1,7 +1,8 @@
 """Generate the documentation pages that come from the code: the CLI reference (docs/cli.md, every command's
---help), the metric table (the block of docs/metrics.md between its markers, from trace/metric_table.py) and the
+--help), the metric table (the block of docs/metrics.md between its markers, from trace/metric_table.py), the
 two commands' measured times (the blocks of README.md and docs/getting_started.md between their markers, from
-bench/results/first_hour.json, written by bench/bench_first_hour.py).
+bench/results/first_hour.json, written by bench/bench_first_hour.py), and the live monitor's settings, series and
+measured overhead (docs/monitor.md and README.md, from drifttool/monitor and bench/results/monitor_overhead.json).
 
 `--check` writes nothing and exits 1 naming each page that differs from what the code generates (the test command
 runs it, so a page edited by hand or left behind by a code change fails there)."""
@@ -16,6 +17,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- metric-table:begin (scripts/docs_gen.py) -->", "<!-- metric-table:end -->"
 TIMES = ("<!-- times:begin (scripts/docs_gen.py from bench/results/first_hour.json) -->", "<!-- times:end -->")
+OVERHEAD = ("<!-- overhead:begin (scripts/docs_gen.py from bench/results/monitor_overhead.json) -->",
+            "<!-- overhead:end -->")
+SETTINGS = ("<!-- monitor-settings:begin (scripts/docs_gen.py) -->", "<!-- monitor-settings:end -->")
+SERIES = ("<!-- monitor-metrics:begin (scripts/docs_gen.py) -->", "<!-- monitor-metrics:end -->")
+GOALS = {"sample=0.01": 0.98, "sample=0.1": 0.90}  # the monitor's throughput goals against an unmonitored server
 
 
 def cli_page() -> str:
@@ -45,7 +51,10 @@ def _plain(text: str) -> str:
 def metric_block() -> str:
     from drifttool.trace.metric_table import describe
 
-    rows = describe()
+    return md_table(describe())
+
+
+def md_table(rows: list[dict]) -> str:
     cols = list(rows[0])
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     out += ["| " + " | ".join(str(r[c]).replace("|", "\\|") for c in cols) + " |" for r in rows]
@@ -87,12 +96,39 @@ def times_block(results: Path) -> str:
             f"machine's pip index; `bench/bench_first_hour.py`, {' and '.join(dates)}): " + "; ".join(parts) + ".")
 
 
+def overhead_block(results: Path) -> str:
+    """The live monitor's throughput ratios, from bench/bench_monitor_overhead.py's results."""
+    if not results.is_file():
+        return "(not measured yet: run `bench/bench_monitor_overhead.py` in the vLLM environment)"
+    data = json.loads(results.read_text())
+    w, runs = data["workload"], {r["monitor"]: r for r in data["runs"]}
+    parts = [f"at {k} **{runs[k]['ratio']:.3f}x** (goal >= {g:.2f}x: {'met' if runs[k]['ratio'] >= g else 'missed'})"
+             for k, g in GOALS.items() if k in runs]
+    return (f"Throughput with the monitor on, against the same server without it (`bench/bench_monitor_overhead.py`, "
+            f"{w['engine']} on {data['machine']['cores']} CPU cores, {data['date']}; {w['requests']} chat requests x "
+            f"{w['tokens']} tokens, {w['concurrency']} at a time, {w['dtype']}; one server start each): "
+            + "; ".join(parts) + ".")
+
+
+def monitor_blocks(text: str) -> str:
+    from drifttool.monitor.metrics import describe as series
+    from drifttool.monitor.settings import describe as settings
+
+    text = with_block(text, md_table(settings()), SETTINGS)
+    text = with_block(text, md_table(series()), SERIES)
+    return with_block(text, overhead_block(ROOT / "bench" / "results" / "monitor_overhead.json"), OVERHEAD)
+
+
 def pages() -> dict[Path, str]:
     metrics = ROOT / "docs" / "metrics.md"
     out = {ROOT / "docs" / "cli.md": cli_page(), metrics: with_block(metrics.read_text(), metric_block())}
     times = times_block(ROOT / "bench" / "results" / "first_hour.json")
     for page in (ROOT / "README.md", ROOT / "docs" / "getting_started.md"):
         out[page] = with_block(page.read_text(), times, TIMES)
+    out[ROOT / "README.md"] = with_block(out[ROOT / "README.md"], overhead_block(
+        ROOT / "bench" / "results" / "monitor_overhead.json"), OVERHEAD)
+    monitor = ROOT / "docs" / "monitor.md"
+    out[monitor] = monitor_blocks(monitor.read_text())
     return out
 
 

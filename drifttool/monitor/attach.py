@@ -93,6 +93,7 @@ class WorkerMonitor:
         self.q: queue.Queue[Finished] = queue.Queue(maxsize=settings.queue)
         self.rec = VllmRecorder(runner)
         self.rec.want = lambda rid: sampled(rid, settings.sample)
+        self.rec.on_error = self._record_error  # a recording error never reaches vLLM's step
         self.seq = 0
         self.child: subprocess.Popen | None = None
 
@@ -104,6 +105,13 @@ class WorkerMonitor:
         self.child = subprocess.Popen(self._child_args(), stdin=subprocess.PIPE, start_new_session=True)
         self.agg.write(self.snapshot)
         return self
+
+    def _record_error(self, e: Exception) -> None:
+        self.agg.inc("samples_dropped", {**self.labels, "reason": "record_error"})
+        if not getattr(self, "_told", False):
+            self._told = True
+            print(f"drifttool monitor: recording failed ({type(e).__name__}: {e}); the request is served, its sample "
+                  "dropped (counted in drifttool:samples_dropped_total)", file=sys.stderr, flush=True)
 
     def _child_args(self) -> list[str]:
         spec, mc = self.cfg.speculative_config, self.cfg.model_config

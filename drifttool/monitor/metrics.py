@@ -193,3 +193,16 @@ def exposition(folder: Path, run: str = "") -> str:
     reg = CollectorRegistry()
     reg.register(Collector(folder, run))
     return generate_latest(reg).decode()
+
+
+def describe() -> list[dict[str, str]]:
+    """Every exported series: its name as /metrics shows it, its type, labels and meaning (docs/monitor.md)."""
+    out = [{"series": f"{PREFIX}{name}", "type": "histogram", "labels": "model, drafter, depth", "what": h}
+           for name, _, h in PER_DEPTH.values()]
+    per_depth, reasons = {"drafts", "draft_accepted"}, {"samples_dropped", "requests_skipped"}
+    out += [{"series": f"{PREFIX}{name}_total", "type": "counter",
+             "labels": "model, drafter" + (", depth" if name in per_depth else ", reason" if name in reasons else ""),
+             "what": h} for name, h in COUNTERS.items()]
+    out += [{"series": f"{PREFIX}{name}", "type": "histogram", "labels": "model, drafter", "what": h}
+            for name, (_, h) in OTHER_HISTOGRAMS.items()]
+    return out

@@ -4,7 +4,7 @@ starts, so a wrong setting is one line and the server does not start half-config
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
 from ..errors import DriftError
@@ -54,6 +54,24 @@ class MonitorSettings:
 
     def to_env(self) -> str:
         return ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self) if getattr(self, f.name) != "")
+
+
+HELP = {  # each setting in words (docs/monitor.md's table is generated from this and the defaults)
+    "sample": "fraction of requests recorded, in (0, 1] (required)",
+    "dir": "folder for spool/, segments/ and metrics/ (required; created private to the server's user)",
+    "name": "the drafter label on every series (default: the drafter folder's name)",
+    "queue": "finished sampled requests waiting to be spooled; more are dropped and counted",
+    "spool": "spooled requests waiting for the replay; more are dropped and counted",
+    "segment_requests": "requests per trace segment before the next one starts",
+    "keep_segments": "segments kept (oldest removed first)",
+    "max_bytes": "all segments together at most this many bytes (oldest removed first)",
+    "threads": "torch threads of the replay process",
+}
+
+
+def describe() -> list[dict[str, str]]:
+    return [{"setting": f.name, "default": "-" if f.default is MISSING else str(f.default) or '""',
+             "what": HELP[f.name]} for f in fields(MonitorSettings)]
 
 
 def _value(key: str, value: str, kind) -> object:

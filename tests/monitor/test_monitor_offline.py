@@ -214,3 +214,55 @@ def test_the_dashboard_reads_a_live_folder_and_its_new_segments(served, tmp_path
     assert replay_worker.main(args(root, mon)) == 0
     at.run()
     assert not at.exception and any("Live: 3 segment(s)" in c.value for c in at.sidebar.caption)
+
+
+def test_a_recording_error_never_reaches_vllms_step():
+    """The recorder in monitor mode (on_error set): an error in drifttool's bookkeeping is reported and vLLM's
+    proposer and sampler return their own results; in capture mode the same error stops the run."""
+    from types import SimpleNamespace
+
+    from drifttool.run.engines.vllm.recorder import VllmRecorder
+
+    class Model(torch.nn.Module):
+        def combine_hidden_states(self, h):
+            return h
+
+        def forward(self, input_ids, positions, hidden_states):
+            return hidden_states
+
+    class Proposer:
+        method = "eagle3"
+
+        def __init__(self):
+            self.model = Model()
+
+        def propose(self, target_hidden_states, common_attn_metadata, token_indices_to_sample=None):
+            self.model(torch.tensor([1]), torch.tensor([0]), target_hidden_states[:1])
+            return torch.tensor([[5, 6]])
+
+    class Sampler(torch.nn.Module):
+        def forward(self, metadata, draft_probs, logits):
+            return SimpleNamespace(sampled_token_ids=torch.tensor([[5, -1]]))
+
+    def runner(batch=None):  # by default a batch without its request list: the recorder's own lookup fails
+        return SimpleNamespace(drafter=Proposer(), rejection_sampler=Sampler(), input_batch=batch or SimpleNamespace())
+
+    call = dict(target_hidden_states=torch.zeros(3, 4),
+                common_attn_metadata=SimpleNamespace(query_start_loc_cpu=torch.tensor([0, 3])))
+    md = SimpleNamespace(num_draft_tokens=[2], draft_token_ids=torch.tensor([5, 6]), target_logits_indices=[0, 1])
+    r, errors = runner(), []
+    rec = VllmRecorder(r)
+    rec.on_error = errors.append
+    rec.attach()
+    assert r.drafter.propose(**call).tolist() == [[5, 6]]
+    assert r.rejection_sampler(md, None, torch.zeros(2, 8)).sampled_token_ids.tolist() == [[5, -1]]
+    assert len(errors) == 3 and all(isinstance(e, AttributeError) for e in errors) and rec.events == {}  # 3 hooks
+    warm = runner(SimpleNamespace(req_ids=[]))  # vLLM's warm-up / profile runs: steps without a real request
+    rec = VllmRecorder(warm)
+    rec.want, rec.on_error = (lambda rid: True), errors.append
+    rec.attach()
+    assert warm.drafter.propose(**call).tolist() == [[5, 6]] and len(errors) == 3 and rec.events == {}
+    r2 = runner(SimpleNamespace(req_ids=[]))  # a capture: the same step is an error that stops the run
+    VllmRecorder(r2).attach()
+    with pytest.raises(DriftError, match="requests in a step"):
+        r2.drafter.propose(**call)

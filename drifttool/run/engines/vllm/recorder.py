@@ -96,6 +96,7 @@ class VllmRecorder:
         # which requests to record (the live monitor samples a fraction); None: every request. A batch with no
         # wanted request passes through untouched: no copies, no host sync.
         self.want: Callable[[str], bool] | None = None
+        self.on_error: Callable[[Exception], None] | None = None  # the monitor: report, never raise into vLLM
         self._handles: list = []
         self._steps: list[Step] | None = None
         self._pending: tuple | None = None
@@ -105,12 +106,14 @@ class VllmRecorder:
 
     def _req_ids(self, n: int) -> list[str]:
         ids = [external_id(r) for r in list(self.runner.input_batch.req_ids)[:n]]
+        if self.want is not None and len(ids) < n:  # the monitor: a warm-up / profile run holds no real request
+            return []
         if len(ids) != n or None in ids:
             raise DriftError(f"--engine vllm: {n} requests in a step but the runner's batch lists {len(ids)}")
         return ids
 
     def _wanted(self, reqs: list[str]) -> bool:
-        return self.want is None or any(self.want(r) for r in reqs)
+        return self.want is None or any(self.want(r) for r in reqs)  # [] (a warm-up run): nothing wanted
 
     def _add(self, req: str, ev: Proposal | Verify) -> None:
         if self.want is None or self.want(req):
@@ -120,34 +123,53 @@ class VllmRecorder:
         sig = inspect.signature(orig)
 
         def propose(*args, **kwargs):
-            a = sig.bind(*args, **kwargs).arguments
-            qsl = [int(x) for x in a["common_attn_metadata"].query_start_loc_cpu.tolist()]
-            b = len(qsl) - 1
-            tis = a.get("token_indices_to_sample")
-            last = [int(x) for x in tis.reshape(-1).tolist()[:b]] if tis is not None else [q - 1 for q in qsl[1:]]
-            reqs = self._req_ids(b)
-            if not self._wanted(reqs):
+            pre = self._soft(self._propose_pre, sig, args, kwargs)
+            if pre is None:  # no wanted request in the batch (or the monitor's bookkeeping failed): as vLLM runs
                 return orig(*args, **kwargs)
-            feats = self._keep(a["target_hidden_states"][: qsl[-1]])
             self._steps = []
             t0 = time.perf_counter()
             try:
                 out = orig(*args, **kwargs)
             finally:
                 steps, self._steps = self._steps, None
-            wall = (time.perf_counter() - t0) / max(1, b)
-            if out is None or out.numel() == 0 or not steps:
-                return out
-            drafts = out.reshape(b, -1).tolist()
-            first = steps[0]
-            for i, req in enumerate(reqs):
-                lo, hi = qsl[i], qsl[i + 1]
-                mine = [Step(first.ids[lo:hi], first.pos[lo:hi], first.hidden[lo:hi])]
-                mine += [Step(st.ids[i : i + 1], st.pos[i : i + 1], st.hidden[i : i + 1]) for st in steps[1:]]
-                self._add(req, Proposal(feats[lo:hi], last[i] - lo, [int(t) for t in drafts[i]], mine, wall, b))
+            self._soft(self._propose_post, pre, out, steps, (time.perf_counter() - t0) / max(1, pre[1]))
             return out
 
         return propose
+
+    def _soft(self, fn, *args):
+        """`fn(*args)`; with `on_error` set (the live monitor), an error in drifttool's bookkeeping is reported
+        there and vLLM's step goes on as if unrecorded; without it (a capture) the error stops the run."""
+        if self.on_error is None:
+            return fn(*args)
+        try:
+            return fn(*args)
+        except Exception as e:  # noqa: BLE001 - a served request never fails for the monitor
+            self.on_error(e)
+            return None
+
+    def _propose_pre(self, sig, args, kwargs) -> tuple | None:
+        a = sig.bind(*args, **kwargs).arguments
+        qsl = [int(x) for x in a["common_attn_metadata"].query_start_loc_cpu.tolist()]
+        b = len(qsl) - 1
+        tis = a.get("token_indices_to_sample")
+        last = [int(x) for x in tis.reshape(-1).tolist()[:b]] if tis is not None else [q - 1 for q in qsl[1:]]
+        reqs = self._req_ids(b)
+        if not self._wanted(reqs):
+            return None
+        return qsl, b, last, reqs, self._keep(a["target_hidden_states"][: qsl[-1]])
+
+    def _propose_post(self, pre: tuple, out, steps: list[Step], wall: float) -> None:
+        qsl, b, last, reqs, feats = pre
+        if out is None or out.numel() == 0 or not steps:
+            return
+        drafts = out.reshape(b, -1).tolist()
+        first = steps[0]
+        for i, req in enumerate(reqs):
+            lo, hi = qsl[i], qsl[i + 1]
+            mine = [Step(first.ids[lo:hi], first.pos[lo:hi], first.hidden[lo:hi])]
+            mine += [Step(st.ids[i : i + 1], st.pos[i : i + 1], st.hidden[i : i + 1]) for st in steps[1:]]
+            self._add(req, Proposal(feats[lo:hi], last[i] - lo, [int(t) for t in drafts[i]], mine, wall, b))
 
     def _model_pre(self, _m, args, kwargs) -> None:
         if self._steps is None:
@@ -213,7 +235,7 @@ class VllmRecorder:
         sig = inspect.signature(orig)
 
         def forward(*args, **kwargs):
-            self._model_pre(self.model, (), dict(sig.bind(*args, **kwargs).arguments))
+            self._soft(self._model_pre, self.model, (), dict(sig.bind(*args, **kwargs).arguments))
             return orig(*args, **kwargs)
 
         return forward
@@ -222,12 +244,13 @@ class VllmRecorder:
         self.proposer.propose = self._propose_wrapper(
             self.proposer.propose
         )  # shadows the method; detach() drops it
+        soft = lambda fn: lambda *a: self._soft(fn, *a)  # noqa: E731
         self._handles = [
-            self.sampler.register_forward_pre_hook(self._sampler_pre, with_kwargs=True),
-            self.sampler.register_forward_hook(self._sampler_post, with_kwargs=True),
+            self.sampler.register_forward_pre_hook(soft(self._sampler_pre), with_kwargs=True),
+            self.sampler.register_forward_hook(soft(self._sampler_post), with_kwargs=True),
         ]
         if type(self.model).__call__ is torch.nn.Module.__call__:
-            self._handles.append(self.model.register_forward_pre_hook(self._model_pre, with_kwargs=True))
+            self._handles.append(self.model.register_forward_pre_hook(soft(self._model_pre), with_kwargs=True))
         else:  # vLLM's @support_torch_compile replaces __call__ and calls self.forward: hooks never fire
             self.model.forward = self._forward_wrapper(self.model.forward)  # detach() drops it
         return self
