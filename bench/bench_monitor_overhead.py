@@ -96,6 +96,25 @@ def workload(url: str, n: int, tokens: int, concurrency: int) -> tuple[float, in
     return time.perf_counter() - t0, done
 
 
+def _counter(text: str, name: str) -> float:
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith(f"drifttool:{name}_total"))
+
+
+def drain(url: str, timeout: float = 300) -> dict:
+    """After the timed workload: how many requests were sampled, and how long the replay took to catch up with
+    them (untimed for throughput: the replay runs off the serving path, at a lower priority)."""
+    t0 = time.perf_counter()
+    while True:
+        text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+        s, done = _counter(text, "samples"), _counter(text, "replayed") + _counter(text, "replay_errors")
+        if done >= s or time.perf_counter() - t0 > timeout:
+            return {"sampled": int(s), "replayed": int(_counter(text, "replayed")),
+                    "replay_errors": int(_counter(text, "replay_errors")),
+                    "dropped": int(_counter(text, "samples_dropped")),
+                    "caught_up_after_s": round(time.perf_counter() - t0, 1)}
+        time.sleep(1)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=48)
@@ -117,8 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         with server(target, mon, args.dtype, work / f"{label}.log") as url:
             workload(url, 4, 8, 4)  # warm-up
             secs, toks = workload(url, args.requests, args.tokens, args.concurrency)
-        rows.append({"monitor": label, "seconds": round(secs, 2), "tokens": toks, "tokens_per_s": toks / secs})
-        print(f"{label:12s} {toks} tokens in {secs:6.1f} s: {toks / secs:7.1f} tokens/s", flush=True)
+            drained = drain(url) if sample else {}
+        rows.append({"monitor": label, "seconds": round(secs, 2), "tokens": toks, "tokens_per_s": toks / secs,
+                     **drained})
+        print(f"{label:12s} {toks} tokens in {secs:6.1f} s: {toks / secs:7.1f} tokens/s {drained}", flush=True)
     base = rows[0]["tokens_per_s"]
     for r in rows:
         r["ratio"] = round(r["tokens_per_s"] / base, 3)

@@ -102,12 +102,16 @@ def overhead_block(results: Path) -> str:
         return "(not measured yet: run `bench/bench_monitor_overhead.py` in the vLLM environment)"
     data = json.loads(results.read_text())
     w, runs = data["workload"], {r["monitor"]: r for r in data["runs"]}
-    parts = [f"at {k} **{runs[k]['ratio']:.3f}x** (goal >= {g:.2f}x: {'met' if runs[k]['ratio'] >= g else 'missed'})"
-             for k, g in GOALS.items() if k in runs]
+    parts = [f"at {k} **{runs[k]['ratio']:.3f}x** (goal >= {g:.2f}x: {'met' if runs[k]['ratio'] >= g else 'missed'}"
+             + (f"; {runs[k]['sampled']} requests sampled, {runs[k]['replayed']} replayed, {runs[k]['dropped']} "
+                f"dropped, the replay caught up {runs[k]['caught_up_after_s']:g} s after the workload"
+                if "sampled" in runs[k] else "") + ")" for k, g in GOALS.items() if k in runs]
     return (f"Throughput with the monitor on, against the same server without it (`bench/bench_monitor_overhead.py`, "
             f"{w['engine']} on {data['machine']['cores']} CPU cores, {data['date']}; {w['requests']} chat requests x "
             f"{w['tokens']} tokens, {w['concurrency']} at a time, {w['dtype']}; one server start each): "
-            + "; ".join(parts) + ".")
+            + "; ".join(parts) + "."
+            + (" A ratio above 1.0 is run-to-run noise: one server start per setting." if any(
+                r["ratio"] > 1 for r in runs.values() if r["monitor"] != "off") else ""))
 
 
 def monitor_blocks(text: str) -> str:

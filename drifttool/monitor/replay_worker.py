@@ -190,7 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-stdin", action="store_true", help="run until the spool is empty (tests, one-off replay)")
+    ap.add_argument("--nice", type=int, default=10, help="scheduling niceness: serving comes first (0: as the server)")
     args = ap.parse_args(argv)
+    if args.nice and hasattr(os, "nice"):
+        os.nice(args.nice)
     stop = threading.Event()
     if args.no_stdin:
         stop.set()
