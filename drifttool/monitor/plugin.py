@@ -67,6 +67,11 @@ def register_collector(settings: MonitorSettings) -> None:
 
     REGISTRY.register(Collector(settings.dir / "metrics", os.environ[RUN_ENV]))
     _DONE["collector"] = True
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR") and not _DONE.get("warned"):
+        _DONE["warned"] = True  # measured: with it set by the user, /metrics serves a registry without drifttool's
+        print("drifttool monitor: PROMETHEUS_MULTIPROC_DIR is set: drifttool's series do not reach /metrics in "
+              "Prometheus multiprocess mode yet; the trace segments are written (DIR/segments)",
+              file=sys.stderr, flush=True)
 
 
 def patch_worker(settings: MonitorSettings) -> None:
