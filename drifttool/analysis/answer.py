@@ -109,15 +109,11 @@ def answer(cmp, s: pd.DataFrame | None = None, tr: pd.DataFrame | None = None,
            ad: pd.DataFrame | None = None, seeds: int = 1) -> list[str]:
     """Per trace, one answer per drafter against its EAGLE-3 one ("does it drift? does the other change it?"), or
     one description when a trace holds a single drafter."""
-    s = cmp.summary() if s is None else s
-    if s.empty:
+    got = _inputs(cmp, s, tr, ad)
+    if got is None:
         return []
-    tr = cmp.trends() if tr is None else tr
-    ad = cmp.acceptance_differences() if ad is None else ad
+    tr, ad, rows, pooled = got
     k = cmp.depth
-    rows = {r.series: r for r in s.itertuples()}
-    g = cmp.rounds.groupby("series", observed=True)["accepted"]
-    pooled = acceptance_length(g.sum(), g.count())
     groups: dict[str | None, list[str]] = {}
     for ser in cmp.series:
         groups.setdefault(split_label(ser.label)[0], []).append(ser.label)
@@ -189,21 +185,29 @@ def _short_labels(labels: list[str], room: int) -> tuple[list[str], str]:
     return ([x[cut:] for x in labels], labels[0][:cut]) if cut else (labels, "")
 
 
-def short(cmp, s: pd.DataFrame | None = None, tr: pd.DataFrame | None = None, ad: pd.DataFrame | None = None,
-          seeds: int = 1) -> list[str]:
+def _inputs(cmp, s, tr, ad) -> tuple[pd.DataFrame, pd.DataFrame, dict, pd.Series] | None:
+    """What the answer and In short both read: trends, acceptance differences, summary rows by series and the
+    pooled acceptance length per series (computed when not given); None without a summary row."""
+    s = cmp.summary() if s is None else s
+    if s.empty:
+        return None
+    tr = cmp.trends() if tr is None else tr
+    ad = cmp.acceptance_differences() if ad is None else ad
+    g = cmp.rounds.groupby("series", observed=True)["accepted"]
+    return tr, ad, {r.series: r for r in s.itertuples()}, acceptance_length(g.sum(), g.count())
+
+
+def short(cmp, s: pd.DataFrame | None = None, tr: pd.DataFrame | None = None,
+          ad: pd.DataFrame | None = None) -> list[str]:
     """The terminal's "In short": one counted sentence, then one row per series (fed-back RMS depth 1 -> K, self
     lift depth 2 -> K, depth-1 sink lift, acceptance length against the trace's EAGLE-3) — a table that stays a
     dozen lines for a handful of drafters. The sentences with every CI and p follow under "The answer"."""
-    s = cmp.summary() if s is None else s
-    if s.empty:
+    got = _inputs(cmp, s, tr, ad)
+    if got is None:
         return []
-    tr = cmp.trends() if tr is None else tr
-    ad = cmp.acceptance_differences() if ad is None else ad
+    tr, ad, rows, pooled = got
     k = cmp.depth
-    rows = {r.series: r for r in s.itertuples()}
     labels = [x.label for x in cmp.series if x.label in rows]
-    g = cmp.rounds.groupby("series", observed=True)["accepted"]
-    pooled = acceptance_length(g.sum(), g.count())
     cells = {lab: _short_cells(rows[lab], tr, k, _acc_cell(pooled, ad, lab)) for lab in labels}
     return textwrap.wrap(_counted(labels, rows, cells, k), SHORT_WIDTH) + _short_table(labels, cells, k)
 

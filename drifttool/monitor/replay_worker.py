@@ -71,16 +71,12 @@ class Replayer:
     def manifest(self, sample: float) -> dict[str, Any]:
         from ..run.engines.vllm.crosscheck import tolerance
         from ..run.manifest import build_manifest
-        from ..run.runner import FULL_NOTE, WINDOW_NOTE
 
         st = self.settings
-        cap = {"depth": st.depth, "mode": "generate", "max_new_tokens": None, "max_new_tokens_rule": "the request's",
-               "sink": st.sink.to_dict(), "recent": st.recent, "seed": st.seed, "temperature": 0.0,
-               "keep_rows": st.keep_rows, "dtype": st.dtype, "device": st.device, "full_every": st.full_every,
-               "full_every_note": FULL_NOTE, "attention_window": WINDOW_NOTE,
-               "probes": {"path": "live requests (vllm serve, sampled)", "n_prompts": 0, "limit": None},
-               "template_ids": list(self.info.template_ids), "engine": "vllm-serve-monitor",
-               "shard_key": "DRAFTER:PROMPT", "sink_rule": "first:4 (the monitor does not read the target's attention)",
+        cap = {**st.recorded({"path": "live requests (vllm serve, sampled)", "n_prompts": 0, "limit": None}),
+               "max_new_tokens_rule": "the request's", "template_ids": list(self.info.template_ids),
+               "engine": "vllm-serve-monitor", "shard_key": "DRAFTER:PROMPT",
+               "sink_rule": "first:4 (the monitor does not read the target's attention)",
                "monitor": {"sample": sample, "prompt_ids": "a hash of vLLM's request id, never its text"},
                "vllm": {"replay_tolerance": tolerance(st.dtype)},
                "draft_sampling": "greedy (vLLM's draft_sample_method)"}

@@ -108,14 +108,18 @@ class RunSettings:
 
     def record(self, probes: str, n_prompts: int) -> dict[str, Any]:
         """The capture settings every engine records in the manifest (and --resume compares)."""
+        return self.recorded({"path": str(probes), "sha256": hashlib.sha256(Path(probes).read_bytes()).hexdigest()[:16],
+                              "n_prompts": n_prompts, "limit": self.limit})
+
+    def recorded(self, probes: dict[str, Any]) -> dict[str, Any]:
+        """`record` with the prompts' source given as is (the live monitor's are requests, not a suite file)."""
         return {
             "depth": self.depth, "mode": self.mode, "max_new_tokens": self.max_new_tokens,
             "max_new_tokens_rule": self.budget_rule,
             "sink": self.sink.to_dict(), "recent": self.recent, "seed": self.seed, "temperature": self.temperature,
             "keep_rows": self.keep_rows, "dtype": self.dtype, "device": self.device,
             "full_every": self.full_every, "full_every_note": FULL_NOTE,
-            "probes": {"path": str(probes), "sha256": hashlib.sha256(Path(probes).read_bytes()).hexdigest()[:16],
-                       "n_prompts": n_prompts, "limit": self.limit},
+            "probes": probes,
             "attention_window": WINDOW_NOTE,
             # recorded only when used, so traces written before the option keep their settings hash
             **({"device_map": self.device_map} if self.device_map is not None else {}),
