@@ -16,6 +16,7 @@ import argparse
 import json
 import random
 import shutil
+import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -33,6 +34,7 @@ from drifttool.model.drafter import Eagle3Drafter
 from .ckpt import load_ckpt, save_ckpt
 from .drafters import VARIANTS, DrafterShape, variant_drafters
 from .schedule import Budget, adamw, set_lr, warmup_cosine
+from .sink_init import SinkInitError, check_sink_layer, init_from_sink_layer
 
 
 @dataclass
@@ -42,6 +44,7 @@ class RealArgs:
     out: str = "runs/real/drafters"
     target_dir: str = ""
     init: str = ""  # warm start: a folder of exported drafters (<variant>/model.safetensors) and their draft vocab
+    sink_layer: int = -1  # >= 0: start both drafters from that target layer (training/sink_init.py)
     minutes: float = 60.0
     max_steps: int = 0  # > 0: a step budget instead (the schedule over steps): a replicate of a run on any machine
     lr: float = 1e-3
@@ -313,7 +316,13 @@ def train(a: RealArgs, log=print) -> None:
     draft_ids = torch.arange(a.draft_vocab_size) + d2t
     e_draft = embed[draft_ids]
     models = build_pair(a, tcfg, embed, d2t)
-    if a.init and not (work / "ckpt" / "state.json").exists():
+    fresh = not (work / "ckpt" / "state.json").exists()
+    sink = {}
+    if a.sink_layer >= 0:  # also on resume: the report says the recipe; the checkpoint then overwrites the weights
+        sink = init_from_sink_layer(models, Path(a.target_dir), a.sink_layer)
+        if fresh:
+            log(f"sink init: both drafters start as target layer {a.sink_layer} (aux slot {sink['aux_slot']})")
+    if a.init and fresh:
         warm_start(models, Path(a.init))
         log(f"warm start from {a.init}")
     opts = {v: adamw([p for p in m.parameters() if p.requires_grad], a.lr, a.betas, 0.0) for v, m in models.items()}
@@ -332,7 +341,7 @@ def train(a: RealArgs, log=print) -> None:
         common = {"target": "SmolLM2-135M-Instruct (Q4_1 de-quantised)", "steps": state["step"],
                   "train_tokens_seen": state["tokens"], "cache_tokens": shards.tokens(),
                   "cache_conversations": len(shards.rows), "train_seconds": round(state["elapsed"]),
-                  "draft_vocab_coverage": round(coverage, 4), "final": final,
+                  "draft_vocab_coverage": round(coverage, 4), "final": final, **({"sink_init": sink} if sink else {}),
                   "train_args": {k: v for k, v in asdict(a).items()}}
         export(models, out, {"common": common, "eval": ev})
         if a.series_every and (state.get("checkpoints", 0) % a.series_every == 0 or final):
@@ -344,8 +353,11 @@ def train(a: RealArgs, log=print) -> None:
         log(json.dumps({"checkpoint": state["step"], "eval": {v: e["heldout_top1_per_step"] for v, e in ev.items()}}))
 
     budget = Budget(state, "elapsed", a.ckpt_minutes, checkpoint)
+    if sink and state["step"] == 0 and not (out / "steps" / "step-000000").exists():
+        checkpoint()  # the drafters at initialisation, kept under out/steps/step-000000 (measured like the rest)
     while running(a, state):
         step = state["step"]
+        t_step = time.monotonic()
         if step % 20 == 0:
             shards.refresh()
         rng = random.Random(f"{a.seed}-{step}")
@@ -377,10 +389,11 @@ def train(a: RealArgs, log=print) -> None:
         state["tokens"] += ntok
         budget.tick()
         rec["elapsed"] = round(state["elapsed"])
+        rec["tokens_per_s"] = round(ntok / max(time.monotonic() - t_step, 1e-9), 1)  # per variant: a stall shows
         curves.write(json.dumps(rec) + "\n")
         curves.flush()
-        if step % 10 == 0:
-            log(json.dumps({k: rec[k] for k in ("step", "lr", "elapsed")} | {v: rec[v]["top1"] for v in models}))
+        log(json.dumps({k: rec[k] for k in ("step", "lr", "elapsed", "tokens", "tokens_per_s")}
+                       | {v: rec[v]["top1"] for v in models}))
         budget.checkpoint_if_due()
     checkpoint(final=True)
 
@@ -403,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ckpt-minutes", type=float, default=RealArgs.ckpt_minutes)
     p.add_argument("--init", default="", help="warm start from a folder of exported drafters (e.g. the shipped ones)")
     p.add_argument("--variants", default=",".join(RealArgs.variants), help="comma list (one process per variant)")
+    p.add_argument("--sink-layer", type=int, default=-1,
+                   help="start both drafters from this target layer (its input must be one of the aux layers)")
     p.add_argument("--seed", type=int, default=RealArgs.seed,
                    help="initial weights, batch order and scored slots (another seed: a replicate run)")
     x = p.parse_args(argv)
@@ -410,8 +425,15 @@ def main(argv: list[str] | None = None) -> int:
                  threads=x.threads, draft_vocab_size=x.draft_vocab, batch_tokens=x.batch_tokens, lr=x.lr,
                  trained_window=x.trained_window, bf16=not x.fp32, ckpt_minutes=x.ckpt_minutes,
                  variants=tuple(x.variants.split(",")), init=x.init, seed=x.seed,
-                 max_steps=x.steps)
-    train(a, log=lambda m: print(time.strftime("%H:%M:%S"), m, flush=True))
+                 max_steps=x.steps, sink_layer=x.sink_layer)
+    try:
+        if x.sink_layer >= 0:  # bad input is refused before any feature is read
+            tcfg = json.loads((Path(a.target_dir) / "config.json").read_text())
+            check_sink_layer(x.sink_layer, tcfg["num_hidden_layers"], list(a.aux_layer_ids))
+        train(a, log=lambda m: print(time.strftime("%H:%M:%S"), m, flush=True))
+    except SinkInitError as e:
+        print(f"training.train_real: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The sink-initialised seed panel: EAGLE-3 and EAGLE-3.1 drafters for the real target (SmolLM2-135M-Instruct)
+# whose decoder layer starts as target layer SINK_LAYER (training/sink_init.py: that layer's attention and MLP on the
+# hidden half, fc a pass-through of its input, the embedding half at zero), trained under SEEDS independent seeds
+# (a seed changes the batch order and the scored slots; within a seed both variants take every step on the same
+# batches). Seed 0 is also the sink-inheritance experiment: its drafters at initialisation are kept under
+# runs/sink/s0/drafters/steps/step-000000. Every stage resumes: rerun the same command after an interruption.
+#   1. held-out + training features, shared with scripts/train_seed_panel.sh (runs/seeds/features)
+#   2. per seed: training.train_real --sink-layer SINK_LAYER --steps STEPS --lr LR --seed S -> runs/sink/s<S>/drafters
+# Then scripts/capture_sink_panel.sh captures them.
+# Env: SEEDS (default "0 1 2 3 4 5 6 7"), STEPS (120), LR (3e-4: a fine-tune of a pretrained layer),
+#      SINK_LAYER (15: the sink layer whose input is the middle aux feature), FEATURE_MINUTES (18), WINDOW (4096).
+# One thread per process (OMP_NUM_THREADS=1): the other core stays free. A log line per step with its tokens/s.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+SEEDS=${SEEDS:-0 1 2 3 4 5 6 7}; STEPS=${STEPS:-120}; LR=${LR:-3e-4}; SINK_LAYER=${SINK_LAYER:-15}
+FMIN=${FEATURE_MINUTES:-18}; WINDOW=${WINDOW:-4096}
+export OMP_NUM_THREADS=1
+F=runs/seeds/features
+mkdir -p "$F" runs/sink
+$PY -m drifttool.cli zoo fetch smollm2 >/dev/null
+if [ ! -e "$F/heldout.done" ]; then
+  echo "$(date +%T) held-out features" >&2
+  $PY -m training.tf_features --out "$F" --split heldout --n 32 --long --sample-every 2 \
+    --max-len "$WINDOW" --shard-tokens 20000 >> runs/seeds/feat_heldout.log 2>&1
+  touch "$F/heldout.done"
+fi
+if [ ! -e "$F/train.done" ]; then
+  echo "$(date +%T) training features ($FMIN min)" >&2
+  $PY -m training.tf_features --out "$F" --split train --n 12000 --long --max-len "$WINDOW" \
+    --minutes "$FMIN" >> runs/seeds/feat_train.log 2>&1
+  touch "$F/train.done"
+fi
+for s in $SEEDS; do
+  [ -e "runs/sink/s$s/done" ] && continue
+  echo "$(date +%T) seed $s: training (log runs/sink/s$s.log)" >&2
+  $PY -m training.train_real --features "$F" --work "runs/sink/s$s/train" --out "runs/sink/s$s/drafters" \
+    --variants eagle3,eagle3.1 --seed "$s" --steps "$STEPS" --lr "$LR" --sink-layer "$SINK_LAYER" \
+    --trained-window "$WINDOW" --ckpt-minutes 10 >> "runs/sink/s$s.log" 2>&1
+  touch "runs/sink/s$s/done"
+done
+echo "sink panel: runs/sink/s*/drafters" >&2
