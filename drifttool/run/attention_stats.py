@@ -37,6 +37,11 @@ MASS_IDX = tuple(HEAD_FIELDS.index(m) for m in MASS_FIELDS)
 COUNT_FIELDS = metric_table.key_counts()
 _CONTEXT = metric_table.context_masses()
 _TAIL = ("draft_mass", "own_mass")  # computed here from the chain's (or tree's) draft-slot masks
+_MATCHED = tuple(m.name for m in metric_table.of_kind("matched"))  # from the depth-1 row, stored at depth k
+# the fields that must be finite (the capture's overflow check): every field on full rounds, the masses on lse
+# rounds; the matched masses are NaN by design at depth 1 (and on trees)
+CHECKED_FULL = tuple(i for i, f in enumerate(HEAD_FIELDS) if f not in _MATCHED)
+CHECKED_LSE = tuple(i for i in MASS_IDX if HEAD_FIELDS[i] not in _MATCHED)
 
 
 def head_fields(heads) -> dict:
@@ -57,8 +62,10 @@ def key_counts(n: int, k_: int, sets, window: int | None = None, n_self=None):
     import numpy as np
 
     lo = np.array([window_start(n, j, window) for j in range(k_)])
-    out = {"n_keys": n + np.arange(k_) - lo,  # depth j sees slots lo..n-1+j
-           "n_self": np.arange(k_) if n_self is None else np.asarray(n_self)}
+    j = np.arange(k_)
+    # depth j sees slots lo..n-1+j; its self slots n..n-1+j, those a sliding window still shows
+    out = {"n_keys": n + j - lo,
+           "n_self": j - np.clip(lo - n, 0, None) if n_self is None else np.asarray(n_self)}
     for m, s in zip(metric_table.of_kind("context"), sets):
         idx = np.asarray(s.cpu() if hasattr(s, "cpu") else s).reshape(-1)
         out[m.count] = (idx[None, :] >= lo[:, None]).sum(1)
@@ -156,6 +163,11 @@ def head_stats(d: torch.Tensor, n: int, sets: list[torch.Tensor], window: int | 
     e = d.exp()
     z = e.sum(-1)
     f = {name: e.index_select(-1, s.to(e.device)).sum(-1) / z for name, s in zip(_CONTEXT, sets)}
+    if tail is None:  # a chain: depth k's control is the depth-1 row's mass on its k-1 most recent keys
+        m = min(k_ - 1, n)
+        f.update(matched(e[:, 0, :, n - m:n] / z[:, 0, :, None], k_, 1))
+    else:  # a tree's rows are nodes, not depths: no matched control (docs/metrics.md)
+        f.update({m: torch.full_like(z, float("nan")) for m in _MATCHED})
     t = tail or chain_tail(k_, str(d.device))
     w = e[..., n:] / z[..., None]  # draft slots (a chain's n .. n+K-2: the inputs of depths 2..K)
     draft, own = (w * t.draft.to(w)).sum(-1), (w * t.own.to(w)).sum(-1)
@@ -171,6 +183,18 @@ def head_stats(d: torch.Tensor, n: int, sets: list[torch.Tensor], window: int | 
     return heads, row
 
 
+def matched(tail_p: torch.Tensor, k_: int, axis: int) -> dict[str, torch.Tensor]:
+    """The matched mass of every depth from the depth-1 row's probabilities on the last m = min(K-1, n) context
+    slots tail_p [..., m] (ascending positions): depth j (0-based) gets the mass on the last j slots (j = 1..m; NaN
+    at depth 1 and where j > n), stacked on `axis` of the result (head_stats' [nkv, K, rep] layout: 1; lse_masses'
+    [K, nh]: 0)."""
+    m = tail_p.shape[-1]
+    last = tail_p.flip(-1).cumsum(-1)  # [..., m]: mass on the last 1, 2, .. m slots
+    nan = torch.full((*tail_p.shape[:-1], 1 + k_ - 1 - m), float("nan"), dtype=last.dtype, device=last.device)
+    cols = torch.cat([nan[..., :1], last, nan[..., 1:]], -1)  # [..., K]: row 0 and rows beyond the context NaN
+    return {_MATCHED[0]: cols.movedim(-1, axis)} if _MATCHED else {}
+
+
 def lse_masses(q: torch.Tensor, keys: torch.Tensor, n: int, lse: torch.Tensor, sets: list[torch.Tensor],
                scale: float | None = None, window: int | None = None) -> torch.Tensor:
     """HEAD_FIELDS [K, nh, F] from the K draft-step queries q [K, nh, hd], the round's keys [nkv, L, hd] and each
@@ -184,16 +208,21 @@ def lse_masses(q: torch.Tensor, keys: torch.Tensor, n: int, lse: torch.Tensor, s
     nkv = keys.shape[0]
     dev = q.device
     sets = [s.to(dev) for s in sets]
-    # every context set's slots, then the K-1 draft slots
-    idx = torch.cat([*sets, torch.arange(n, n + k_ - 1, device=dev)])
+    # every context set's slots, then the K-1 draft slots, then the last m context slots (the matched control)
+    m = min(k_ - 1, n)
+    idx = torch.cat([*sets, torch.arange(n, n + k_ - 1, device=dev), torch.arange(n - m, n, device=dev)])
     kg = keys[:, idx].float().repeat_interleave(nh // nkv, 0)  # [nh, S+K-1, hd]: head h reads kv head h // rep
     s = torch.bmm(q.float().transpose(0, 1), kg.transpose(1, 2)).transpose(0, 1)  # [K, nh, S+K-1]
     p = (s * (scale or 1.0 / math.sqrt(hd)) - lse.float()[..., None]).exp_()
     if window is not None and window_start(n, k_ - 1, window) > 0:  # some key left some depth's window
         lo = torch.tensor([window_start(n, j, window) for j in range(k_)], device=dev)
         p.mul_((idx[None, :] >= lo[:, None]).float()[:, None, :])  # [K, 1, S+K-1]: inside the window
-    masses = torch.bmm(p, _region_weights(k_, tuple(s.shape[0] for s in sets), str(dev)))  # [K, nh, F]
-    return masses.add_(_not_computed(k_, nh, str(dev)))
+    ctl = p[0, :, p.shape[-1] - m:]  # [nh, m]: the depth-1 row on the last m context slots (window applied above)
+    masses = torch.bmm(p[..., :p.shape[-1] - m], _region_weights(k_, tuple(s.shape[0] for s in sets), str(dev)))
+    masses = masses.add_(_not_computed(k_, nh, str(dev)))  # [K, nh, F]
+    for name, col in matched(ctl, k_, 0).items():
+        masses[..., HEAD_FIELDS.index(name)] = col
+    return masses
 
 
 @lru_cache(maxsize=64)
@@ -218,7 +247,7 @@ def _not_computed(k_: int, nh: int, device: str) -> torch.Tensor:
     """[K, nh, F]: NaN for entropy and max_prob, -1 for top_pos, 0 elsewhere (the fields only a full row gives)."""
     base = torch.zeros(len(HEAD_FIELDS), device=device)
     for name in HEAD_FIELDS:
-        if name in _CONTEXT or name in _TAIL:
+        if name in _CONTEXT or name in _TAIL or name in _MATCHED:
             continue
         base[HEAD_FIELDS.index(name)] = -1.0 if name == "top_pos" else float("nan")
     return base.expand(k_, nh, len(HEAD_FIELDS))

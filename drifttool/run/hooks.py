@@ -298,7 +298,9 @@ class Capture(Observer):
         host = packed.cpu().numpy()  # the one host transfer of the round
         o1 = heads.numel()
         # checked on the host copy (no extra device sync); entropy / max_prob are NaN by design on lse rounds
-        checked = host if full else np.concatenate([host[:o1].reshape(-1, len(HEAD_FIELDS))[:, list(MASS_IDX)].ravel(), host[o1:]])
+        # (the matched masses are NaN by design at depth 1)
+        cols = list(stats.CHECKED_FULL if full else stats.CHECKED_LSE)
+        checked = np.concatenate([host[:o1].reshape(-1, len(HEAD_FIELDS))[:, cols].ravel(), host[o1:]])
         if not np.isfinite(checked).all():
             raise DriftError(
                 f"drafter activations: NaN or inf in round {record.round} (attention or hidden states "

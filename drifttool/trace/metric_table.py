@@ -6,8 +6,10 @@ one `Metric` with a `keys` rule (tests/package/test_one_declaration.py adds one 
 
 Kinds: `context` = attention mass on a set of context slots (`keys` names them; computed every round from the
 kernel's log-sum-exp, and from the full row on full rounds); `tail` = mass on this chain's own draft slots (draft:
-the earlier steps, own: the query's own input slot); `row` = needs the full attention row (full rounds only, NaN
-elsewhere: --full-every); `derived` = a sum of other masses, computed on read."""
+the earlier steps, own: the query's own input slot); `matched` = the depth-1 query's mass on its k-1 most recent keys,
+stored at depth k (the recency-matched control of the k-1 own slots at depth k: the same distances, prompt tokens
+instead of drafts; NaN at depth 1, beyond the context, and on draft trees); `row` = needs the full attention row (full
+rounds only, NaN elsewhere: --full-every); `derived` = a sum of other masses, computed on read."""
 
 from __future__ import annotations
 
@@ -61,6 +63,7 @@ class Metric:
     @property
     def computed(self) -> str:
         return {"context": "every round (kernel log-sum-exp)", "tail": "every round (kernel log-sum-exp)",
+                "matched": "every round, chains (kernel log-sum-exp)",
                 "row": "full rounds only (--full-every)", "derived": "on read"}[self.kind]
 
     @property
@@ -81,6 +84,10 @@ METRICS: tuple[Metric, ...] = (
     Metric("template_mass", "template mass (chat delimiters)", MASS, "attention on the chat template's special "
            "tokens in the context (sinks excluded)", "context",
            keys=lambda c: template_index(c.ids(), c.template_ids, c.sink), count="n_template", added=True),
+    Metric("matched_mass", "recency-matched control mass", MASS, "at depth k: the depth-1 query's attention on its "
+           "k-1 most recent keys, prompt tokens at the distances the k-1 own slots have at depth k (the null of the "
+           "self mass: a drafter whose attention depends on distance alone puts as much on its own slots)",
+           "matched", added=True, base_depth=2),
     Metric("entropy", "entropy (nats)", "nats", "entropy of the head's attention row", "row", hi=None),
     Metric("self_mass", "self mass (draft + own)", MASS, "attention on the chain's own slots (draft + own)",
            "derived", parts=("draft_mass", "own_mass"), count="n_self", better=-1, base_depth=2),
@@ -104,16 +111,17 @@ def context_masses() -> tuple[str, ...]:
 
 
 def measured_masses() -> tuple[str, ...]:
-    """The masses the capture stores (context and tail), in table order."""
-    return tuple(m.name for m in of_kind("context", "tail"))
+    """The masses the capture stores every round (context, tail, matched), in table order."""
+    return tuple(m.name for m in of_kind("context", "tail", "matched"))
 
 
 def head_fields() -> tuple[str, ...]:
     """The capture's per-head field order: the first context mass (sink), the tail masses, the row metrics,
-    max_prob, top_pos, then the other context masses (appended in table order, so positions 0..5 stay what they
-    were before the recent and template masses)."""
+    max_prob, top_pos, then the other context masses and the matched masses (appended in table order, so positions
+    0..5 stay what they were before the recent and template masses)."""
     ctx = context_masses()
-    return (*ctx[:1], *(m.name for m in of_kind("tail")), *(m.name for m in of_kind("row")), *ROW_EXTRAS, *ctx[1:])
+    return (*ctx[:1], *(m.name for m in of_kind("tail")), *(m.name for m in of_kind("row")), *ROW_EXTRAS, *ctx[1:],
+            *(m.name for m in of_kind("matched")))
 
 
 def key_counts() -> tuple[str, ...]:

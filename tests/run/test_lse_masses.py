@@ -179,7 +179,7 @@ def test_bf16_lse_path_matches_reference_without_upcasting_the_cache(target):
         np.testing.assert_allclose(a.heads[..., :3], b.heads[..., :3], atol=2e-3, rtol=0)
     # one round's maths on a long bf16 cache: no fp32 tensor anywhere near the cache's size
     g = torch.Generator().manual_seed(1)
-    n, nkv, hd = 4000, 2, 8
+    n, nkv, hd = 16000, 2, 8  # (the round's fixed-size tensors: K x (sets + 2K) keys, well under 1% of this)
     cache = torch.randn(1, nkv, n + 64, hd, generator=g).bfloat16()
     keys = cache[:, :, : n + K - 1][0]  # as Capture gets it: a strided view of the cache
     q = torch.randn(K, 4, hd, generator=g).bfloat16()

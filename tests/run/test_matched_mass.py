@@ -1,0 +1,72 @@
+"""The recency-matched control mass (metric_table kind `matched`): at depth k, the depth-1 query's attention on its
+k-1 most recent keys, per head, equal to the eager attention rows of the same chain (1e-5, fp32) on both capture
+paths (full rows and the kernel's log-sum-exp), with a sliding window too; NaN at depth 1; and the self-slot count
+under a window smaller than the depth counts only the self slots the window shows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from drifttool.model.tiny import tiny_target
+from drifttool.run import attention_stats as stats
+from drifttool.run.hooks import Capture
+from drifttool.run.loop import speculate
+from drifttool.trace.sinks import SinkSpec
+from tests.run.test_capture_attention import EagerRows
+from tests.support.capture import TINY, make_drafter, prompt
+
+K = 6
+MATCHED = stats.HEAD_FIELDS.index("matched_mass")
+SELF = (stats.HEAD_FIELDS.index("draft_mass"), stats.HEAD_FIELDS.index("own_mass"))
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_target(**TINY)
+
+
+def _run(t, d, full_every: int):
+    d.set_attn_impl("eager")
+    eager = EagerRows(d)
+    cap = Capture(d, sink=SinkSpec.parse("1"), full_every=full_every)
+    try:
+        with cap:
+            res = speculate(t, d, prompt(21, 12), depth=K, max_new_tokens=14, observers=[cap, eager])
+    finally:
+        eager.h.remove()
+        d.set_attn_impl("sdpa")
+    return res, cap, eager
+
+
+@pytest.mark.parametrize("window", [None, 4])
+@pytest.mark.parametrize("full_every", [1, 0])
+def test_matched_mass_is_the_depth1_rows_mass_on_its_last_keys(target, full_every, window):
+    cfg = {"sliding_window": window} if window else None
+    d = make_drafter(target, 4, 2, seed=5, config=cfg)
+    res, cap, eager = _run(target, d, full_every)
+    assert len(res.rounds) >= 3
+    if full_every == 0:
+        assert not any(rc.full for rc in cap.rounds)  # the lse path was the one checked
+    for rc, rows, rec in zip(cap.rounds, eager.rounds, res.rounds):
+        n = rec.context_len
+        d1 = rows[0].double()  # [nh, n]: the depth-1 query's eager row
+        assert np.isnan(rc.heads[0, :, MATCHED]).all()
+        for j in range(1, K):
+            want = d1[:, n - j:n].sum(-1).numpy() if j <= n else np.full(d1.shape[0], np.nan)
+            np.testing.assert_allclose(rc.heads[j, :, MATCHED], want, atol=1e-5, rtol=0)
+            # the same distances at depth j: the self slots' mass, what the matched mass is the null of
+            row = rows[j].double()
+            own_slots = row[:, n:n + j].sum(-1).numpy()
+            np.testing.assert_allclose(rc.heads[j, :, SELF[0]] + rc.heads[j, :, SELF[1]], own_slots, atol=1e-5)
+
+
+def test_self_count_under_a_window_smaller_than_the_depth():
+    """Depth 8 under a 6-key window sees 6 keys, all of them its own slots at most: n_self <= n_keys, and the uniform
+    share n_self / n_keys is what uniform attention puts on the self slots it can see."""
+    counts = stats.key_counts(100, 8, [torch.tensor([0])] + [torch.zeros(0, dtype=torch.long)] * 2, window=6)
+    n_keys, n_self = counts[:, 0], counts[:, 2]
+    assert n_keys.tolist() == [6] * 8
+    assert n_self.tolist() == [0, 1, 2, 3, 4, 5, 6, 6]
+    assert (n_self <= n_keys).all()
