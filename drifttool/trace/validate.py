@@ -134,6 +134,37 @@ def check_values(f: Path, table: str, tbl: pa.Table, depth: int | None, nonfinit
             want = f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
             raise DriftError(f"{f}: column {c!r} has values in [{mm['min']}, {mm['max']}]; expected {want} "
                              f"(table {table!r})")
+    check_counts(f, table, tbl)
+
+
+def check_counts(f: Path, table: str, tbl: pa.Table) -> None:
+    """Key counts that must agree on each row: every key set's count at most n_keys (the keys the query saw), and
+    n_keys > 0 on a row that holds a mass (no keys seen, yet attention measured). A lift divides by these: a sink
+    count 10x n_keys would read as a lift of 0.02, an n_keys of 0 as 0.0."""
+    if "n_keys" not in tbl.column_names or not tbl.num_rows:
+        return
+    keys = pc.cast(tbl.column("n_keys"), pa.float64())
+    masses = [c for c in _MASSES if c in tbl.column_names]
+    if masses:
+        has_mass = pc.fill_null(pc.is_finite(pc.cast(tbl.column(masses[0]), pa.float64())), False)
+        for c in masses[1:]:
+            has_mass = pc.or_(has_mass, pc.fill_null(pc.is_finite(pc.cast(tbl.column(c), pa.float64())), False))
+        empty = pc.fill_null(pc.and_(pc.equal(keys, 0.0), has_mass), False)
+        n = pc.sum(empty).as_py() or 0
+        if n:
+            raise DriftError(f"{f}: column 'n_keys' is 0 on {n} rows that hold attention masses; expected >= 1 "
+                             f"key seen where a mass was measured (table {table!r}); the trace is damaged")
+    for c in KEY_COUNTS:
+        if c == "n_keys" or c not in tbl.column_names:
+            continue
+        cnt = pc.cast(tbl.column(c), pa.float64())
+        over = pc.fill_null(pc.greater(cnt, keys), False)
+        n = pc.sum(over).as_py() or 0
+        if n:
+            i = pc.index(over, True).as_py()
+            raise DriftError(f"{f}: column {c!r} exceeds column 'n_keys' on {n} rows (e.g. {cnt[i].as_py():g} > "
+                             f"{keys[i].as_py():g}); expected a key set no larger than the keys seen "
+                             f"(table {table!r}); the trace is damaged")
 
 
 def nonfinite_note(path: Path, counts: dict[str, Any]) -> str | None:

@@ -42,6 +42,11 @@ def fuzz(n: int) -> settings:
 K, HEADS, AUX = 2, 2, [1, 2, 3]
 
 
+def _counts(ctx: int) -> np.ndarray:
+    """Key counts that agree (each set no larger than the keys seen): n_keys, n_sink, n_self, n_recent, n_template."""
+    return np.array([[ctx + j, min(4, ctx), j, max(ctx - 4, 0), 0] for j in range(K)], np.int64)
+
+
 def _prompt(name: str, rounds: int, rng: np.random.Generator) -> tuple[dict[str, pd.DataFrame], dict]:
     recs, caps = [], []
     for r in range(rounds):
@@ -51,7 +56,8 @@ def _prompt(name: str, rounds: int, rng: np.random.Generator) -> tuple[dict[str,
                                 match=[True, False], bonus=6, input_ids=[2, 3], draft_s=0.01, verify_s=0.02))
         caps.append(RoundCapture(round=r, context_len=ctx, heads=rng.random((K, HEADS, len(HEAD_FIELDS))).astype(np.float32) / 4,
                                  hidden=rng.random((K, 7)).astype(np.float32), aux=rng.random((3, 3)).astype(np.float32),
-                                 row=rng.random((K, ctx + K)).astype(np.float16), slot_tokens=list(range(ctx + K - 1))))
+                                 row=rng.random((K, ctx + K)).astype(np.float16), slot_tokens=list(range(ctx + K - 1)),
+                                 counts=_counts(ctx)))
     tabs = prompt_tables("e3", name, recs, caps, AUX, 2048)
     tabs["prompts"] = pd.DataFrame([{"drafter": "e3", "prompt_id": name, "tags": "t", "prompt_len": 5,
                                      "n_generated": rounds * 2, "n_rounds": rounds, "accepted_total": 1,
