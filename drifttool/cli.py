@@ -68,7 +68,8 @@ def capture(
     out: str = typer.Option(..., "--out", help="trace folder NAME.drift"),
     depth: int = typer.Option(8, "--depth", help="speculation depth K"),
     mode: str = typer.Option("generate", "--mode", help="generate | teacher-forced"),
-    override: list[str] = typer.Option([], "--override", help="flag=value applied to every drafter"),
+    override: list[str] = typer.Option([], "--override", help="flag=value applied to every drafter (each flag once; a "
+                                                                  "drafter's own ?flag=value wins)"),
     max_new_tokens: int | None = typer.Option(
         None, "--max-new-tokens", help="new tokens per prompt; when given it wins over every probe's max_new_tokens "
                                        "(default: the probe's, else 64)"),
@@ -79,7 +80,8 @@ def capture(
     dtype: str = typer.Option("float32", "--dtype", help="float32 | bfloat16 | float16 (target and drafters)"),
     sink: str = typer.Option("auto", "--sink", help="auto (the target's own sink where the hf engine finds one, "
                                                      "else the first 4 positions) | target | first:N | pos:i,j | "
-                                                     "tok:id,... (';' to combine)"),
+                                                     "tok:id,... (';' to combine; a repeated pos: or tok: merges, a "
+                                                     "repeated first: or an empty list is refused)"),
     recent: int = typer.Option(32, "--recent", help="the recent mass's key set: the last R context slots (sinks "
                                                      "excluded)"),
     seed: int = typer.Option(0, "--seed"),

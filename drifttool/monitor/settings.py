@@ -32,6 +32,8 @@ class MonitorSettings:
             key, eq, value = part.partition("=")
             if not eq or not value.strip():
                 raise DriftError(f"{ENV}: {part!r} is not key=value (e.g. sample=0.01,dir=/var/lib/drifttool)")
+            if key.strip() in kv:
+                raise DriftError(f"{ENV}: gives {key.strip()!r} twice; give each setting once")
             kv[key.strip()] = value.strip()
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(kv) - set(known))

@@ -26,12 +26,15 @@ class DrafterSpec:
     def parse(cls, text: str, common: dict[str, str] | None = None) -> DrafterSpec:
         name, path = (text.split("=", 1) if "=" in text.split("?", 1)[0] else (None, text))
         path, _, query = path.partition("?")
-        ov = dict(common or {})
+        ov, own = dict(common or {}), set()
         for kv in filter(None, query.split("&")):
             k, eq, v = kv.partition("=")
             if not eq:
                 raise DriftError(f"--drafter {text}: override {kv!r} must look like flag=value")
-            ov[k] = v
+            if k in own:
+                raise DriftError(f"--drafter {text}: gives override {k!r} twice; give each flag once")
+            own.add(k)
+            ov[k] = v  # the drafter's own override wins over a common --override of the same flag
         p = Path(path)
         return cls(name or (p.name + ("+" + "+".join(f"{k}={v}" for k, v in ov.items()) if ov else "")), path, ov)
 
@@ -42,6 +45,9 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
         k, eq, v = kv.partition("=")
         if not eq or not k:
             raise DriftError(f"--override {kv!r}: expected flag=value, e.g. norm_output=true")
+        if k.strip() in out:
+            raise DriftError(f"--override {kv!r}: gives {k.strip()!r} twice ({k.strip()}={out[k.strip()]} before); "
+                             "give each flag once")
         out[k.strip()] = v.strip()
     return out
 

@@ -39,32 +39,27 @@ class SinkSpec:
     @classmethod
     def parse(cls, text: str | None) -> SinkSpec:
         """'4' | 'first:4' | 'pos:0,1,7' | 'tok:0,2' (combinable with ';') | 'target' (the positions the target itself
-        attends as sinks, found when it is loaded: model/target_sinks.py)."""
+        attends as sinks, found when it is loaded: model/target_sinks.py). A repeated pos: or tok: part merges with
+        the earlier ones (`pos:1;pos:7` is positions [1, 7]); a repeated first:N, an empty list (`pos:`) or an
+        empty part is refused (never kept as the last value, never read as "no sink")."""
         if text is None or str(text).strip() == "":
             return cls()
         if str(text).strip().lower() == "target":
             return cls(first_n=0, target=True)
         if str(text).strip().lower() == "auto":
             return cls(first_n=4, auto=True)
-        spec = cls(first_n=0)
+        spec, seen = cls(first_n=0), set()
         for part in str(text).split(";"):
-            part = part.strip()
-            kind, _, val = part.partition(":") if ":" in part else ("first", "", part)
-            try:
-                nums = [int(x) for x in val.split(",") if x.strip()]
-            except ValueError:
-                raise DriftError(f"--sink {text!r}: expected integers, e.g. 4, first:4, pos:0,1 or tok:0 (auto and "
-                                 "target stand alone)") from None
-            if any(n < 0 for n in nums):
-                raise DriftError(f"--sink {text!r}: values must be >= 0")
-            if kind == "first" and len(nums) == 1:
+            kind, nums = _sink_part(text, part.strip())
+            if kind == "first":
+                if "first" in seen:
+                    raise DriftError(f"--sink {text!r}: gives 'first' twice; give the first-N sink count once")
                 spec.first_n = nums[0]
             elif kind == "pos":
-                spec.positions = nums
-            elif kind == "tok":
-                spec.token_ids = nums
+                spec.positions = _merged(spec.positions, nums)
             else:
-                raise DriftError(f"--sink {text!r}: expected first:N, pos:i,j,..., tok:id,... or target")
+                spec.token_ids = _merged(spec.token_ids, nums)
+            seen.add(kind)
         return spec
 
     def mask(self, token_ids: torch.Tensor) -> torch.Tensor:
@@ -91,6 +86,38 @@ class SinkSpec:
         """Sink positions as a list, for token ids given as a sequence (an unknown token: any negative id).
         (`positions` is the field of explicit positions, hence the name.)"""
         return self.index(torch.as_tensor(list(token_ids), dtype=torch.long)).tolist()
+
+
+def _merged(have: list[int], new: list[int]) -> list[int]:
+    """`have` then the values of `new` not in it yet (the order given: a trace's recorded rule stays as typed)."""
+    out = list(have)
+    for n in new:
+        if n not in out:
+            out.append(n)
+    return out
+
+
+def _sink_part(text: str, part: str) -> tuple[str, list[int]]:
+    """One ';'-separated part of a --sink rule: its kind (first / pos / tok) and its non-empty list of integers."""
+    if not part:
+        raise DriftError(f"--sink {text!r}: has an empty part (a stray ';'); expected first:N, pos:i,j or tok:id")
+    kind, _, val = part.partition(":") if ":" in part else ("first", "", part)
+    kind = kind.strip()
+    try:
+        nums = [int(x) for x in val.split(",") if x.strip()]
+    except ValueError:
+        raise DriftError(f"--sink {text!r}: expected integers, e.g. 4, first:4, pos:0,1 or tok:0 (auto and "
+                         "target stand alone)") from None
+    if any(n < 0 for n in nums):
+        raise DriftError(f"--sink {text!r}: values must be >= 0")
+    if kind == "first" and len(nums) != 1:
+        raise DriftError(f"--sink {text!r}: expected first:N with one count N, e.g. first:4")
+    if kind in ("pos", "tok") and not nums:
+        raise DriftError(f"--sink {text!r}: '{kind}:' lists no {'positions' if kind == 'pos' else 'token ids'}; "
+                         f"expected e.g. {kind}:0,1 (for no sink at all: first:0)")
+    if kind not in ("first", "pos", "tok"):
+        raise DriftError(f"--sink {text!r}: expected first:N, pos:i,j,..., tok:id,... or target")
+    return kind, nums
 
 
 def template_index(context_ids: torch.Tensor, template_ids, sink_idx: torch.Tensor) -> torch.Tensor:
