@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import threading
@@ -45,6 +46,34 @@ def pending(spool: Path, limit: int) -> list[Job]:
         except (OSError, ValueError):
             continue
     return out
+
+
+def _ids(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in v)
+
+
+def meta_problem(meta: Any) -> str | None:
+    """What is wrong with a spooled request's meta file (None: nothing), checked before anything is counted: the
+    key, the token ids and the end time the replay and its lag read."""
+    if not isinstance(meta, dict):
+        return f"meta is a JSON {type(meta).__name__}; expected an object"
+    if not isinstance(meta.get("key"), str) or not meta["key"]:
+        return "field 'key' missing or not a non-empty string"
+    for k in ("prompt_ids", "output_ids"):
+        if not _ids(meta.get(k)):
+            return f"field {k!r} missing or not a list of token ids (integers >= 0)"
+    if not meta["prompt_ids"]:
+        return "field 'prompt_ids' is empty"
+    t = meta.get("t_end")
+    if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t):
+        return f"field 't_end' is {t!r}; expected the request's end time as a number (seconds since the epoch)"
+    return None
+
+
+def lag(t_end: float, now: float) -> tuple[float, bool]:
+    """Seconds from a request's end to now, and whether it was clamped to 0 (the worker's clock ahead of ours)."""
+    d = now - float(t_end)
+    return (0.0, True) if d < 0 else (d, False)
 
 
 class Replayer:
@@ -127,7 +156,7 @@ def serve(args: argparse.Namespace, stop: threading.Event) -> None:
     spool, snap = s.dir / "spool" / args.run, s.dir / "metrics" / f"{args.run}-replay.json"
     rep = Replayer(args, s.dir)
     agg = Aggregates()
-    for name in ("replayed", "replay_errors", "replay_disagreements", "rounds"):  # present from the start, at 0
+    for name in ("replayed", "replay_errors", "replay_disagreements", "rounds", "replay_lag_clamped"):  # from the start, at 0
         agg.inc(name, rep.labels, 0)
     agg.write(snap)
     segs = SegmentWriter(s.dir / "segments", rep.manifest(s.sample), s.segment_requests, s.keep_segments, s.max_bytes)
@@ -150,19 +179,29 @@ def one_batch(rep: Replayer, segs, agg, jobs: list[Job]) -> None:
     """Replay, write and count one batch; any failure counts each job as a replay error (never raises)."""
     from .metrics import OTHER_HISTOGRAMS
 
+    good = []
+    for j in jobs:  # a bad meta is one counted error before anything else is counted for it
+        why = meta_problem(j.meta)
+        if why is None:
+            good.append(j)
+            continue
+        agg.inc("replay_errors", rep.labels)
+        print(f"drifttool monitor: {j.base.name}.meta.json: {why}; request not replayed", file=sys.stderr, flush=True)
     try:
-        done = rep.replay(jobs)
+        done = rep.replay(good) if good else []
         for j, tabs, rows, problem in done:
             segs.add(f"{rep.name}:{j.meta['key']}", tabs, rows, problem)
             agg.add_request(tabs["depths"], rep.labels)
             agg.inc("replayed", rep.labels)
             if problem is not None:
                 agg.inc("replay_disagreements", rep.labels)
-            agg.observe("replay_lag_seconds", rep.labels, time.time() - float(j.meta.get("t_end", time.time())),
-                        OTHER_HISTOGRAMS["replay_lag_seconds"][0])
+            seconds, clamped = lag(j.meta["t_end"], time.time())
+            if clamped:
+                agg.inc("replay_lag_clamped", rep.labels)
+            agg.observe("replay_lag_seconds", rep.labels, seconds, OTHER_HISTOGRAMS["replay_lag_seconds"][0])
     except Exception as e:  # noqa: BLE001 - the monitor must never stop on one request
-        agg.inc("replay_errors", rep.labels, float(len(jobs)))
-        print(f"drifttool monitor: replay failed for {len(jobs)} sampled request(s): {type(e).__name__}: "
+        agg.inc("replay_errors", rep.labels, float(len(good)))
+        print(f"drifttool monitor: replay failed for {len(good)} sampled request(s): {type(e).__name__}: "
               f"{str(e).splitlines()[0] if str(e) else ''}", file=sys.stderr, flush=True)
     finally:
         for j in jobs:
