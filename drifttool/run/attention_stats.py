@@ -24,6 +24,7 @@ import torch
 from einops import rearrange
 
 from ..trace import metric_table
+from ..trace.sinks import matched_index
 
 # The per-head fields in the capture's packed order (trace/metric_table.head_fields): the context masses (sink,
 # recent, template, ...: each a key set of the metric table), the draft / own masses over this chain's draft slots,
@@ -163,9 +164,9 @@ def head_stats(d: torch.Tensor, n: int, sets: list[torch.Tensor], window: int | 
     e = d.exp()
     z = e.sum(-1)
     f = {name: e.index_select(-1, s.to(e.device)).sum(-1) / z for name, s in zip(_CONTEXT, sets)}
-    if tail is None:  # a chain: depth k's control is the depth-1 row's mass on its k-1 most recent keys
-        m = min(k_ - 1, n)
-        f.update(matched(e[:, 0, :, n - m:n] / z[:, 0, :, None], k_, 1))
+    if tail is None:  # a chain: depth k's control is the depth-1 row's mass on its k-1 most recent non-sink keys
+        mi = matched_index(n, k_ - 1, sets[0]).to(e.device)
+        f.update(matched(e[:, 0, :, :].index_select(-1, mi) / z[:, 0, :, None], k_, 1))
     else:  # a tree's rows are nodes, not depths: no matched control (docs/metrics.md)
         f.update({m: torch.full_like(z, float("nan")) for m in _MATCHED})
     t = tail or chain_tail(k_, str(d.device))
@@ -184,9 +185,9 @@ def head_stats(d: torch.Tensor, n: int, sets: list[torch.Tensor], window: int | 
 
 
 def matched(tail_p: torch.Tensor, k_: int, axis: int) -> dict[str, torch.Tensor]:
-    """The matched mass of every depth from the depth-1 row's probabilities on the last m = min(K-1, n) context
-    slots tail_p [..., m] (ascending positions): depth j (0-based) gets the mass on the last j slots (j = 1..m; NaN
-    at depth 1 and where j > n), stacked on `axis` of the result (head_stats' [nkv, K, rep] layout: 1; lse_masses'
+    """The matched mass of every depth from the depth-1 row's probabilities on the matched control's m <= K-1 slots
+    tail_p [..., m] (sinks.matched_index: the last non-sink context slots, ascending): depth j (0-based) gets the
+    mass on the last j of them (j = 1..m; NaN at depth 1 and where j > m), stacked on `axis` of the result (head_stats' [nkv, K, rep] layout: 1; lse_masses'
     [K, nh]: 0)."""
     m = tail_p.shape[-1]
     last = tail_p.flip(-1).cumsum(-1)  # [..., m]: mass on the last 1, 2, .. m slots
@@ -208,9 +209,10 @@ def lse_masses(q: torch.Tensor, keys: torch.Tensor, n: int, lse: torch.Tensor, s
     nkv = keys.shape[0]
     dev = q.device
     sets = [s.to(dev) for s in sets]
-    # every context set's slots, then the K-1 draft slots, then the last m context slots (the matched control)
-    m = min(k_ - 1, n)
-    idx = torch.cat([*sets, torch.arange(n, n + k_ - 1, device=dev), torch.arange(n - m, n, device=dev)])
+    # every context set's slots, then the K-1 draft slots, then the matched control's last m non-sink context slots
+    mi = matched_index(n, k_ - 1, sets[0]).to(dev)
+    m = mi.numel()
+    idx = torch.cat([*sets, torch.arange(n, n + k_ - 1, device=dev), mi])
     kg = keys[:, idx].float().repeat_interleave(nh // nkv, 0)  # [nh, S+K-1, hd]: head h reads kv head h // rep
     s = torch.bmm(q.float().transpose(0, 1), kg.transpose(1, 2)).transpose(0, 1)  # [K, nh, S+K-1]
     p = (s * (scale or 1.0 / math.sqrt(hd)) - lse.float()[..., None]).exp_()

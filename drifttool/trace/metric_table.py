@@ -6,7 +6,7 @@ one `Metric` with a `keys` rule (tests/package/test_one_declaration.py adds one 
 
 Kinds: `context` = attention mass on a set of context slots (`keys` names them; computed every round from the
 kernel's log-sum-exp, and from the full row on full rounds); `tail` = mass on this chain's own draft slots (draft:
-the earlier steps, own: the query's own input slot); `matched` = the depth-1 query's mass on its k-1 most recent keys,
+the earlier steps, own: the query's own input slot); `matched` = the depth-1 query's mass on its k-1 most recent keys (sinks skipped),
 stored at depth k (the recency-matched control of the k-1 own slots at depth k: the same distances, prompt tokens
 instead of drafts; NaN at depth 1, beyond the context, and on draft trees); `row` = needs the full attention row (full
 rounds only, NaN elsewhere: --full-every); `derived` = a sum of other masses, computed on read."""
@@ -85,8 +85,9 @@ METRICS: tuple[Metric, ...] = (
            "tokens in the context (sinks excluded)", "context",
            keys=lambda c: template_index(c.ids(), c.template_ids, c.sink), count="n_template", added=True),
     Metric("matched_mass", "recency-matched control mass", MASS, "at depth k: the depth-1 query's attention on its "
-           "k-1 most recent keys, prompt tokens at the distances the k-1 own slots have at depth k (the null of the "
-           "self mass: a drafter whose attention depends on distance alone puts as much on its own slots)",
+           "k-1 most recent keys (sinks skipped), prompt tokens at the distances the k-1 own slots have at depth k "
+           "(the null of the self mass: a drafter whose attention depends on distance alone puts as much on its own "
+           "slots)",
            "matched", added=True, base_depth=2),
     Metric("entropy", "entropy (nats)", "nats", "entropy of the head's attention row", "row", hi=None),
     Metric("self_mass", "self mass (draft + own)", MASS, "attention on the chain's own slots (draft + own)",

@@ -141,3 +141,15 @@ def recent_index(n: int, r: int, sink_idx: torch.Tensor) -> torch.Tensor:
     if sink_idx.numel():
         idx = idx[~torch.isin(idx, sink_idx.to(idx.device))]
     return idx
+
+
+def matched_index(n: int, m: int, sink_idx: torch.Tensor) -> torch.Tensor:
+    """The recency-matched control's key set of a round: the last m context slots that are not sinks (ascending;
+    fewer when the context has fewer). The own slots it stands in for are never sinks of the prompt, so a sink that
+    happens to be recent (a token rule, a short prompt) is skipped, not counted as recency."""
+    s = sink_idx.to(torch.long)
+    idx = torch.arange(max(0, n - m - s.numel()), n, dtype=torch.long)
+    if s.numel():
+        idx = idx[~torch.isin(idx, s.to(idx.device))]
+    return idx[max(0, idx.numel() - m):]
+

@@ -1,5 +1,5 @@
 """The recency-matched control mass (metric_table kind `matched`): at depth k, the depth-1 query's attention on its
-k-1 most recent keys, per head, equal to the eager attention rows of the same chain (1e-5, fp32) on both capture
+k-1 most recent keys that are not sinks, per head, equal to the eager attention rows of the same chain (1e-5, fp32) on both capture
 paths (full rows and the kernel's log-sum-exp), with a sliding window too; NaN at depth 1; and the self-slot count
 under a window smaller than the depth counts only the self slots the window shows."""
 
@@ -18,6 +18,7 @@ from tests.run.test_capture_attention import EagerRows
 from tests.support.capture import TINY, make_drafter, prompt
 
 K = 6
+SINK = "first:1;tok:9"
 MATCHED = stats.HEAD_FIELDS.index("matched_mass")
 SELF = (stats.HEAD_FIELDS.index("draft_mass"), stats.HEAD_FIELDS.index("own_mass"))
 
@@ -30,10 +31,12 @@ def target():
 def _run(t, d, full_every: int):
     d.set_attn_impl("eager")
     eager = EagerRows(d)
-    cap = Capture(d, sink=SinkSpec.parse("1"), full_every=full_every)
+    cap = Capture(d, sink=SinkSpec.parse(SINK), full_every=full_every)
+    ids = prompt(21, 12)
+    ids[-2] = 9  # a token sink among the most recent keys: the control skips it
     try:
         with cap:
-            res = speculate(t, d, prompt(21, 12), depth=K, max_new_tokens=14, observers=[cap, eager])
+            res = speculate(t, d, ids, depth=K, max_new_tokens=14, observers=[cap, eager])
     finally:
         eager.h.remove()
         d.set_attn_impl("sdpa")
@@ -49,17 +52,23 @@ def test_matched_mass_is_the_depth1_rows_mass_on_its_last_keys(target, full_ever
     assert len(res.rounds) >= 3
     if full_every == 0:
         assert not any(rc.full for rc in cap.rounds)  # the lse path was the one checked
+    seq = res.prompt_ids + res.output_ids
+    skipped = 0
     for rc, rows, rec in zip(cap.rounds, eager.rounds, res.rounds):
         n = rec.context_len
         d1 = rows[0].double()  # [nh, n]: the depth-1 query's eager row
         assert np.isnan(rc.heads[0, :, MATCHED]).all()
+        sink = SinkSpec.parse(SINK).mask(torch.tensor(seq[:n])).bool()
+        recent = [i for i in range(n - 1, -1, -1) if not sink[i]]  # non-sink slots, newest first
+        skipped += int(sink[n - K:].any())
         for j in range(1, K):
-            want = d1[:, n - j:n].sum(-1).numpy() if j <= n else np.full(d1.shape[0], np.nan)
+            want = d1[:, recent[:j]].sum(-1).numpy() if j <= len(recent) else np.full(d1.shape[0], np.nan)
             np.testing.assert_allclose(rc.heads[j, :, MATCHED], want, atol=1e-5, rtol=0)
             # the same distances at depth j: the self slots' mass, what the matched mass is the null of
             row = rows[j].double()
             own_slots = row[:, n:n + j].sum(-1).numpy()
             np.testing.assert_allclose(rc.heads[j, :, SELF[0]] + rc.heads[j, :, SELF[1]], own_slots, atol=1e-5)
+    assert skipped  # some round had a sink among its last K keys (the skip was exercised)
 
 
 def test_self_count_under_a_window_smaller_than_the_depth():
