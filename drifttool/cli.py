@@ -306,10 +306,13 @@ def report(
 
 
 def output_file(out: str, overwrite: bool, flag: str) -> Path:
-    """The one guard for a file a verb writes: never inside a trace folder (NAME.drift/...: `-o T.drift/manifest.json`
-    made the trace unreadable), never a folder, and an existing file only with --overwrite."""
+    """The one guard for a file a verb writes: never inside a trace folder (`-o T.drift/manifest.json` made the
+    trace unreadable), never a folder, and an existing file only with --overwrite. Guarded by what the target is,
+    not by its name: links resolved, and a folder is a trace's when it is named NAME.drift or holds a trace's
+    manifest.json (a renamed trace, a link into one)."""
     p = Path(out)
-    inside = next((q for q in (p, *p.parents) if q.suffix == ".drift"), None)
+    real = p.resolve()  # where the write lands: every link on the way followed
+    inside = next((q for q in (p, *p.parents, real, *real.parents) if _is_trace_folder(q)), None)
     if inside is not None:
         raise DriftError(f"{flag} {out}: inside the trace folder {inside}; write the file elsewhere")
     if p.is_dir():
@@ -317,6 +320,21 @@ def output_file(out: str, overwrite: bool, flag: str) -> Path:
     if p.exists() and not overwrite:
         raise DriftError(f"{flag} {out}: exists; add --overwrite to replace it")
     return p
+
+
+def _is_trace_folder(q: Path) -> bool:
+    """Named NAME.drift, or holding a trace's manifest.json (one with a schema_version, or one unreadable as JSON:
+    a damaged trace is still a trace)."""
+    if q.suffix == ".drift":
+        return True
+    mf = q / "manifest.json"
+    try:
+        if not mf.is_file():
+            return False
+        m = json.loads(mf.read_bytes())
+    except (OSError, ValueError):
+        return mf.exists()
+    return isinstance(m, dict) and "schema_version" in m
 
 
 @app.command()

@@ -81,6 +81,30 @@ def test_report_never_replaces_a_trace_file_or_an_existing_file(tmp_path, capsys
     assert str(keep.resolve()) in capsys.readouterr().out  # where it went, in full
 
 
+def test_report_guards_by_what_the_target_is_not_its_name(tmp_path, capsys):
+    """`-o link --overwrite` through a symlink into a trace, or into a trace folder not named `.drift`, replaced
+    the manifest or a Parquet file with HTML (issue #51): the target is resolved and any file inside a folder that
+    holds a trace's manifest.json is refused."""
+    import shutil
+
+    plain = tmp_path / "kept"  # a trace folder without the .drift suffix (reads as any trace)
+    shutil.copytree(SAMPLE.parent / "smollm2-short_chat.drift", plain)
+    shard = next((plain / "depths").glob("*.parquet"))
+    files = {f: f.read_bytes() for f in (plain / "manifest.json", shard)}
+    link = tmp_path / "report.html"
+    link.symlink_to(plain / "manifest.json")
+    dir_link = tmp_path / "out"
+    dir_link.symlink_to(plain / "depths")
+    for target in (link, plain / "manifest.json", shard, dir_link / shard.name, plain / "new.html"):
+        assert main(["report", str(SAMPLE), "-o", str(target), "--overwrite"]) == 2, target
+        err = capsys.readouterr().err
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert len(lines) == 1 and "Traceback" not in err and "inside the trace folder" in lines[0], err
+        assert str(plain) in lines[0], lines[0]
+    assert all(f.read_bytes() == b for f, b in files.items())
+    assert link.is_symlink() and not (plain / "new.html").exists()
+
+
 def test_report_images_writes_every_chart_as_png_and_svg(tmp_path, capsys):
     """`report --images DIR`: the report's charts as files through kaleido (the export extra), one per chart."""
     import pytest
