@@ -43,6 +43,8 @@ COUNTERS = {
     "requests_skipped": "requests not sampled although chosen (prefix-cache hit, no prompt ids)",
     "replayed": "sampled requests replayed",
     "replay_errors": "sampled requests whose replay failed (the request itself was served)",
+    "replay_quarantined": "sampled requests that could not be replayed (meta, events, replay or shard), moved to "
+                          "DIR/spool/RUN/quarantine/ (kept, not deleted)",
     "replay_lag_clamped": "replays whose request ended after the replay by the monitor's clock (the worker's clock "
                           "ahead): lag observed as 0",
     "replay_disagreements": "replays that did not reproduce vLLM's drafter within tolerance (segment flagged)",

@@ -2,8 +2,9 @@
 drifttool.monitor.replay_worker ...`) that takes spooled requests (DIR/spool/RUN/, oldest first, up to
 REPLAY_BATCH at a time), replays each through drifttool's drafter exactly as `capture --engine vllm` does
 (`replay_prompts`, the shard tables of `prompt_shard`), adds it to the rolling segments and the metrics, and
-writes the metrics snapshot. A failing replay is counted (`drifttool:replay_errors_total`) and skipped; the served
-request never waits for any of this. It exits when its parent closes its stdin (the worker ended)."""
+writes the metrics snapshot. A request that cannot be replayed is counted (`drifttool:replay_errors_total`) and
+quarantined (DIR/spool/RUN/quarantine/, kept), never taking the batch's other requests with it; the served request
+never waits for any of this. It exits when its parent closes its stdin (the worker ended)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -22,30 +24,76 @@ from typing import Any
 from ..errors import DriftError
 
 POLL_S = 0.2
+REPLAY_BATCH = 16  # spooled requests replayed side by side (each alone when the batch fails)
 SNAPSHOT_S = 2.0
 FAULT_ENV = "DRIFTTOOL_MONITOR_FAULT"  # tests: "replay" makes every replay raise (the error path, end to end)
 FAULT_FILE = ".drifttool-test-fault"  # tests of a running server: DIR/.drifttool-test-fault holding "replay" does too
 
 
+QUARANTINE = "quarantine"  # DIR/spool/RUN/quarantine/: requests that could not be replayed, kept (counted) not deleted
+_UNREADABLE = object()  # the meta of a job whose meta file is not JSON
+_JOB = re.compile(r"^job-(\d+)$")
+
+
 @dataclass
 class Job:
-    base: Path  # DIR/spool/RUN/job-NNNNNNNNN (.safetensors / .json: the events; .meta.json: written last)
-    meta: dict[str, Any]
+    base: Path  # DIR/spool/RUN/job-N (.safetensors / .json: the events; .meta.json: written last); N any width
+    meta: Any  # the meta file's JSON (checked by meta_problem before use), or _UNREADABLE
+    events: list | None = None  # the request's recorded events, read by `load_events`
 
     def remove(self) -> None:
+        """The job's files, once its request is in a segment."""
         for suffix in (".meta.json", ".json", ".safetensors"):
             self.base.with_suffix(suffix).unlink(missing_ok=True)
 
+    def quarantine(self) -> None:
+        """The job's files moved (never deleted) to the spool's quarantine folder, out of the replay's way."""
+        q = self.base.parent / QUARANTINE
+        for suffix in (".json", ".safetensors", ".meta.json"):  # the meta last: a half-moved job is not pending
+            f = self.base.with_suffix(suffix)
+            try:
+                q.mkdir(mode=0o700, exist_ok=True)
+                os.replace(f, q / f.name)
+            except FileNotFoundError:
+                continue
+            except OSError:  # cannot be moved: out of the way all the same, else it would block the spool
+                f.unlink(missing_ok=True)
+
+
+def _order(meta: Path) -> tuple[int, str]:
+    m = _JOB.match(meta.name.removesuffix(".meta.json"))
+    return (int(m.group(1)) if m else sys.maxsize, meta.name)
+
 
 def pending(spool: Path, limit: int) -> list[Job]:
-    """Spooled requests whose meta file (written last) exists, oldest first."""
+    """Spooled requests whose meta file (written last) exists, oldest first by number (no fixed width); an
+    unreadable meta is a job too (quarantined by the batch, so it cannot starve the good ones behind it)."""
     out = []
-    for meta in sorted(spool.glob("job-*.meta.json"))[:limit]:
+    for meta in sorted(spool.glob("job-*.meta.json"), key=_order):
+        if len(out) >= limit:
+            break
         try:
-            out.append(Job(meta.with_name(meta.name.removesuffix(".meta.json")), json.loads(meta.read_text())))
-        except (OSError, ValueError):
+            data: Any = json.loads(meta.read_text())
+        except ValueError:
+            data = _UNREADABLE
+        except OSError:  # gone between listing and reading
             continue
+        out.append(Job(meta.with_name(meta.name.removesuffix(".meta.json")), data))
     return out
+
+
+def load_events(job: Job) -> str | None:
+    """Read the job's recorded events for its key into `job.events`; what is wrong with them, or None."""
+    from ..run.engines.vllm.events import read_events
+
+    try:
+        evs = read_events(job.base)
+    except Exception as e:  # noqa: BLE001 - a truncated or missing events file is this request's problem only
+        return f"events unreadable ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+    if job.meta["key"] not in evs:
+        return f"events hold no request {job.meta['key']!r} (they hold {len(evs)} other(s))"
+    job.events = evs[job.meta["key"]]
+    return None
 
 
 def _ids(v: Any) -> bool:
@@ -55,6 +103,8 @@ def _ids(v: Any) -> bool:
 def meta_problem(meta: Any) -> str | None:
     """What is wrong with a spooled request's meta file (None: nothing), checked before anything is counted: the
     key, the token ids and the end time the replay and its lag read."""
+    if meta is _UNREADABLE:
+        return "meta file is not valid JSON"
     if not isinstance(meta, dict):
         return f"meta is a JSON {type(meta).__name__}; expected an object"
     if not isinstance(meta.get("key"), str) or not meta["key"]:
@@ -112,9 +162,9 @@ class Replayer:
         return build_manifest(self.info, str(self.info.path), self.models, cap)
 
     def replay(self, jobs: list[Job]) -> list[tuple[Job, dict, dict, str | None]]:
-        """(job, shard tables, sampled rows, replay problem or None) per job, all replayed side by side."""
+        """(job, shard tables, sampled rows, replay problem or None) per job (checked, events loaded), all replayed
+        side by side."""
         from ..run.engines.vllm.engine import VllmRun, prompt_shard
-        from ..run.engines.vllm.events import read_events
         from ..run.engines.vllm.replay import replay_prompts
         from ..run.hooks import Capture
         from ..run.probes import Probe
@@ -124,7 +174,7 @@ class Replayer:
             raise DriftError("replay failure injected for a test")
         st = self.settings
         run = VllmRun(None, self.info, str(self.info.path), st, {})
-        evs = [next(iter(read_events(j.base).values()), []) for j in jobs]
+        evs = [j.events or [] for j in jobs]
         caps = [Capture(self.drafter, sink=st.sink, keep_rows=st.keep_rows, seed=prompt_seed(st.seed, j.meta["key"]),
                         full_every=st.full_every, recent=st.recent, template_ids=tuple(self.info.template_ids))
                 for j in jobs]
@@ -156,13 +206,14 @@ def serve(args: argparse.Namespace, stop: threading.Event) -> None:
     spool, snap = s.dir / "spool" / args.run, s.dir / "metrics" / f"{args.run}-replay.json"
     rep = Replayer(args, s.dir)
     agg = Aggregates()
-    for name in ("replayed", "replay_errors", "replay_disagreements", "rounds", "replay_lag_clamped"):  # from the start, at 0
+    for name in ("replayed", "replay_errors", "replay_quarantined", "replay_disagreements", "rounds",
+                 "replay_lag_clamped"):  # present from the start, at 0
         agg.inc(name, rep.labels, 0)
     agg.write(snap)
     segs = SegmentWriter(s.dir / "segments", rep.manifest(s.sample), s.segment_requests, s.keep_segments, s.max_bytes)
     try:
         while True:
-            jobs = pending(spool, 16)
+            jobs = pending(spool, REPLAY_BATCH)
             if not jobs:
                 if stop.is_set():
                     return
@@ -176,36 +227,67 @@ def serve(args: argparse.Namespace, stop: threading.Event) -> None:
 
 
 def one_batch(rep: Replayer, segs, agg, jobs: list[Job]) -> None:
-    """Replay, write and count one batch; any failure counts each job as a replay error (never raises)."""
+    """Replay, write and count one batch, request by request: a request that cannot be replayed (its meta, its
+    events, its replay, its shard) is counted as a replay error and quarantined; the others are replayed, written
+    and only then removed. Never raises."""
+    ready = []
+    for j in jobs:
+        why = meta_problem(j.meta) or load_events(j)
+        if why is None:
+            ready.append(j)
+        else:
+            _fail(rep, agg, j, why)
+    for j, done in _replayed(rep, ready):
+        if isinstance(done, str):
+            _fail(rep, agg, j, done)
+            continue
+        try:
+            _write(rep, segs, agg, j, *done)
+        except Exception as e:  # noqa: BLE001 - the monitor must never stop on one request
+            _fail(rep, agg, j, f"shard not written ({_why(e)})")
+            continue
+        j.remove()
+
+
+def _why(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
+def _replayed(rep: Replayer, jobs: list[Job]) -> list[tuple[Job, tuple | str]]:
+    """Each job with (tables, rows, problem) or why its replay failed: side by side, and when that fails, each
+    request alone (one failing request never fails the others)."""
+    if not jobs:
+        return []
+    try:
+        return [(j, (tabs, rows, problem)) for j, tabs, rows, problem in rep.replay(jobs)]
+    except Exception as e:  # noqa: BLE001
+        if len(jobs) == 1:
+            return [(jobs[0], f"replay failed ({_why(e)})")]
+    return [pair for j in jobs for pair in _replayed(rep, [j])]
+
+
+def _write(rep: Replayer, segs, agg, j: Job, tabs: dict, rows: dict, problem: str | None) -> None:
+    """One replayed request into its segment, then into the counts (the shard first: nothing is counted twice)."""
     from .metrics import OTHER_HISTOGRAMS
 
-    good = []
-    for j in jobs:  # a bad meta is one counted error before anything else is counted for it
-        why = meta_problem(j.meta)
-        if why is None:
-            good.append(j)
-            continue
-        agg.inc("replay_errors", rep.labels)
-        print(f"drifttool monitor: {j.base.name}.meta.json: {why}; request not replayed", file=sys.stderr, flush=True)
-    try:
-        done = rep.replay(good) if good else []
-        for j, tabs, rows, problem in done:
-            segs.add(f"{rep.name}:{j.meta['key']}", tabs, rows, problem)
-            agg.add_request(tabs["depths"], rep.labels)
-            agg.inc("replayed", rep.labels)
-            if problem is not None:
-                agg.inc("replay_disagreements", rep.labels)
-            seconds, clamped = lag(j.meta["t_end"], time.time())
-            if clamped:
-                agg.inc("replay_lag_clamped", rep.labels)
-            agg.observe("replay_lag_seconds", rep.labels, seconds, OTHER_HISTOGRAMS["replay_lag_seconds"][0])
-    except Exception as e:  # noqa: BLE001 - the monitor must never stop on one request
-        agg.inc("replay_errors", rep.labels, float(len(good)))
-        print(f"drifttool monitor: replay failed for {len(good)} sampled request(s): {type(e).__name__}: "
-              f"{str(e).splitlines()[0] if str(e) else ''}", file=sys.stderr, flush=True)
-    finally:
-        for j in jobs:
-            j.remove()
+    segs.add(f"{rep.name}:{j.meta['key']}", tabs, rows, problem)
+    agg.add_request(tabs["depths"], rep.labels)
+    agg.inc("replayed", rep.labels)
+    if problem is not None:
+        agg.inc("replay_disagreements", rep.labels)
+    seconds, clamped = lag(j.meta["t_end"], time.time())
+    if clamped:
+        agg.inc("replay_lag_clamped", rep.labels)
+    agg.observe("replay_lag_seconds", rep.labels, seconds, OTHER_HISTOGRAMS["replay_lag_seconds"][0])
+
+
+def _fail(rep: Replayer, agg, j: Job, why: str) -> None:
+    """A request that cannot be replayed: counted, one line, its files quarantined (kept for a look, out of the way)."""
+    agg.inc("replay_errors", rep.labels)
+    agg.inc("replay_quarantined", rep.labels)
+    print(f"drifttool monitor: {j.base.name}: {why}; not replayed, moved to {j.base.parent / QUARANTINE}",
+          file=sys.stderr, flush=True)
+    j.quarantine()
 
 
 def _watch_stdin(stop: threading.Event) -> None:

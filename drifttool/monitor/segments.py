@@ -13,14 +13,21 @@ from typing import Any
 
 from ..trace.writer import TraceWriter
 
-NAME = re.compile(r"^seg-(\d{6})\.drift$")
+NAME = re.compile(r"^seg-(\d{6,})\.drift$")  # six digits at least, more past seg-999999 (no fixed width)
+
+
+def _named(folder: Path) -> list[Path]:
+    """Every folder named as a segment, oldest first by number (manifest or not)."""
+    if not folder.is_dir():
+        return []
+    return sorted((p for p in folder.iterdir() if p.is_dir() and NAME.match(p.name)),
+                  key=lambda p: int(NAME.match(p.name).group(1)))
 
 
 def segments(folder: Path) -> list[Path]:
-    """The segments in `folder`, oldest first."""
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.iterdir() if p.is_dir() and NAME.match(p.name))
+    """The segments in `folder`, oldest first: a folder created but without its manifest yet (or ever: a crash
+    in between) is no segment, so no reader meets a folder that is not a trace."""
+    return [p for p in _named(folder) if (p / "manifest.json").is_file()]
 
 
 def _size(path: Path) -> int:
@@ -37,7 +44,7 @@ class SegmentWriter:
         self.n = 0
 
     def _next_path(self) -> Path:
-        last = segments(self.folder)
+        last = _named(self.folder)  # a name taken by a folder without its manifest is not reused either
         i = int(NAME.match(last[-1].name).group(1)) + 1 if last else 1
         return self.folder / f"seg-{i:06d}.drift"
 

@@ -39,3 +39,102 @@ def test_a_bad_t_end_is_one_error_and_a_clock_ahead_is_clamped(served, tmp_path)
     assert value(fams, "replay_lag_seconds", "_count") == 3
     assert 0 <= value(fams, "replay_lag_seconds", "_sum") < 600
     assert value(fams, "replay_lag_clamped") == 1
+
+
+# --- per-request isolation in the spool (issue #51, item 5) -----------------------------------------------------
+
+def spool_at(mon, reqs, first: int, width: int = 9) -> list:
+    """The requests spooled as the worker spools them, numbered from `first`; their job bases."""
+    from drifttool.monitor.attach import request_key
+    from drifttool.run.engines.vllm.events import write_events
+
+    sp = mon / "spool" / RUN
+    sp.mkdir(parents=True, exist_ok=True)
+    out = []
+    for n, (rid, prompt, events, outp) in enumerate(reqs, start=first):
+        base = sp / f"job-{n:0{width}d}"
+        key = request_key(f"{rid}-{n}")
+        write_events({key: events}, base)
+        base.with_suffix(".meta.json").write_text(json.dumps(
+            {"key": key, "prompt_ids": prompt, "output_ids": outp, "t_end": time.time()}))
+        out.append(base)
+    return out
+
+
+def replayed_prompts(mon) -> int:
+    from drifttool.monitor.segments import segments
+    from drifttool.trace.reader import read_trace
+
+    return sum(len(read_trace(p).table("prompts")) for p in segments(mon / "segments"))
+
+
+def test_one_bad_request_never_takes_the_good_ones_with_it(served, tmp_path):  # noqa: F811
+    root, reqs = served
+    mon = tmp_path / "mon"
+    good = spool_at(mon, reqs, 1)
+    bad = spool_at(mon, reqs[:3], 5)
+    st = bad[0].with_suffix(".safetensors")
+    st.write_bytes(st.read_bytes()[: st.stat().st_size // 2])  # truncated safetensors
+    meta = bad[1].with_suffix(".meta.json")
+    meta.write_text(json.dumps({k: v for k, v in json.loads(meta.read_text()).items() if k != "key"}))
+    for suffix in (".json", ".safetensors"):  # the events files missing
+        bad[2].with_suffix(suffix).unlink()
+    assert replay_worker.main(args(root, mon)) == 0
+    fams = families(mon)
+    assert value(fams, "replayed") == len(good) and value(fams, "replay_errors") == 3
+    assert value(fams, "replay_quarantined") == 3
+    assert replayed_prompts(mon) == len(good)
+    q = mon / "spool" / RUN / "quarantine"
+    assert {p.name.split(".")[0] for p in q.glob("job-*")} == {b.name for b in bad}  # kept, not deleted
+    assert not list((mon / "spool" / RUN).glob("job-*"))
+
+
+def test_a_replay_that_fails_for_one_request_replays_the_others_alone(served, tmp_path, monkeypatch):  # noqa: F811
+    root, reqs = served
+    mon = tmp_path / "mon"
+    bases = spool_at(mon, reqs, 1)
+    poison = json.loads(bases[1].with_suffix(".meta.json").read_text())["key"]
+    orig = replay_worker.Replayer.replay
+
+    def replay(self, jobs):
+        if any(j.meta["key"] == poison for j in jobs):
+            raise RuntimeError("this request's replay fails")
+        return orig(self, jobs)
+
+    monkeypatch.setattr(replay_worker.Replayer, "replay", replay)
+    assert replay_worker.main(args(root, mon)) == 0
+    fams = families(mon)
+    assert value(fams, "replayed") == 3 and value(fams, "replay_errors") == 1 and replayed_prompts(mon) == 3
+    assert (mon / "spool" / RUN / "quarantine" / (bases[1].name + ".meta.json")).is_file()
+
+
+def test_unreadable_metas_never_starve_good_jobs(served, tmp_path):  # noqa: F811
+    root, reqs = served
+    mon = tmp_path / "mon"
+    sp = mon / "spool" / RUN
+    sp.mkdir(parents=True)
+    for n in range(1, 17):  # 16 metas that do not parse, oldest first
+        (sp / f"job-{n:09d}.meta.json").write_text("{not json")
+    spool_at(mon, reqs, 17)
+    assert replay_worker.main(args(root, mon)) == 0
+    fams = families(mon)
+    assert value(fams, "replayed") == 4 and value(fams, "replay_errors") == 16 and replayed_prompts(mon) == 4
+    assert not list(sp.glob("job-*"))
+
+
+def test_names_have_no_fixed_width(served, tmp_path):  # noqa: F811
+    from drifttool.monitor.segments import SegmentWriter, segments
+
+    root, reqs = served
+    mon = tmp_path / "mon"
+    late = spool_at(mon, reqs[:1], 10**9, width=9)  # job-1000000000: ten digits
+    early = spool_at(mon, reqs[1:2], 999_999_999)
+    jobs = replay_worker.pending(mon / "spool" / RUN, 16)
+    assert [j.base for j in jobs] == [*early, *late]  # oldest first by number, not by text
+    folder = tmp_path / "segs"
+    (folder / "seg-999999.drift").mkdir(parents=True)
+    (folder / "seg-999999.drift" / "manifest.json").write_text("{}")
+    (folder / "seg-1000001.drift").mkdir()  # created, its manifest not yet written: no segment yet
+    assert segments(folder) == [folder / "seg-999999.drift"]
+    w = SegmentWriter(folder, {"x": 1})
+    assert w._next_path() == folder / "seg-1000002.drift"
