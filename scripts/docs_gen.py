@@ -61,8 +61,22 @@ def md_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def with_block(text: str, block: str, marks: tuple[str, str] = (BEGIN, END)) -> str:
+class MarkerError(ValueError):
+    """A page's generated-block markers are not one begin followed by one end."""
+
+
+def with_block(text: str, block: str, marks: tuple[str, str] = (BEGIN, END), page: str = "page") -> str:
+    """`text` with the block between its markers replaced; the markers must be there once each, begin first (else
+    MarkerError naming `page`: swapped markers duplicated the block, a missing one was a traceback)."""
+    for m, which in zip(marks, ("begin", "end")):
+        n = text.count(m)
+        if n != 1:
+            raise MarkerError(f"{page}: {which} marker {m!r} is {'missing' if not n else f'there {n} times (twice or more)'}; "
+                              "expected it once")
     a, b = text.index(marks[0]) + len(marks[0]), text.index(marks[1])
+    if b < a:
+        raise MarkerError(f"{page}: end marker {marks[1]!r} comes before its begin marker {marks[0]!r}; expected "
+                          "begin, then end")
     return text[:a] + "\n" + block + "\n" + text[b:]
 
 
@@ -114,31 +128,41 @@ def overhead_block(results: Path) -> str:
                 r["ratio"] > 1 for r in runs.values() if r["monitor"] != "off") else ""))
 
 
-def monitor_blocks(text: str) -> str:
+def monitor_blocks(text: str, page: str = "docs/monitor.md") -> str:
     from drifttool.monitor.metrics import describe as series
     from drifttool.monitor.settings import describe as settings
 
-    text = with_block(text, md_table(settings()), SETTINGS)
-    text = with_block(text, md_table(series()), SERIES)
-    return with_block(text, overhead_block(ROOT / "bench" / "results" / "monitor_overhead.json"), OVERHEAD)
+    text = with_block(text, md_table(settings()), SETTINGS, page)
+    text = with_block(text, md_table(series()), SERIES, page)
+    return with_block(text, overhead_block(ROOT / "bench" / "results" / "monitor_overhead.json"), OVERHEAD, page)
+
+
+def _rel(p: Path) -> str:
+    return str(p.relative_to(ROOT))
 
 
 def pages() -> dict[Path, str]:
     metrics = ROOT / "docs" / "metrics.md"
-    out = {ROOT / "docs" / "cli.md": cli_page(), metrics: with_block(metrics.read_text(), metric_block())}
+    out = {ROOT / "docs" / "cli.md": cli_page(),
+           metrics: with_block(metrics.read_text(), metric_block(), page=_rel(metrics))}
     times = times_block(ROOT / "bench" / "results" / "first_hour.json")
     for page in (ROOT / "README.md", ROOT / "docs" / "getting_started.md"):
-        out[page] = with_block(page.read_text(), times, TIMES)
+        out[page] = with_block(page.read_text(), times, TIMES, _rel(page))
     out[ROOT / "README.md"] = with_block(out[ROOT / "README.md"], overhead_block(
-        ROOT / "bench" / "results" / "monitor_overhead.json"), OVERHEAD)
+        ROOT / "bench" / "results" / "monitor_overhead.json"), OVERHEAD, "README.md")
     monitor = ROOT / "docs" / "monitor.md"
-    out[monitor] = monitor_blocks(monitor.read_text())
+    out[monitor] = monitor_blocks(monitor.read_text(), _rel(monitor))
     return out
 
 
 def main(argv: list[str]) -> int:
     stale = []
-    for path, text in pages().items():
+    try:
+        generated = pages()  # every page checked before any is written
+    except MarkerError as e:
+        print(f"docs_gen: {e}", file=sys.stderr)
+        return 2
+    for path, text in generated.items():
         if path.is_file() and path.read_text() == text:
             continue
         if "--check" in argv:

@@ -59,3 +59,26 @@ def test_the_two_commands_times_come_from_the_bench_and_a_hand_edit_fails(tmp_pa
     assert want in readme and want in (tmp_path / "docs" / "getting_started.md").read_text()
     (tmp_path / "README.md").write_text(re.sub(r"47 s idle", "40 s idle", readme))  # a time typed by hand
     assert gen.main(["--check"]) == 1
+
+
+def test_swapped_or_missing_markers_are_one_line_and_nothing_written(tmp_path, monkeypatch, capsys):
+    """A page whose begin/end markers are swapped was rewritten with its block duplicated (exit 0); one without its
+    end marker raised a traceback (issue #51): both refused in one line naming the page and the marker."""
+    gen = _docs_gen()
+    shutil.copytree(REPO / "docs", tmp_path / "docs")
+    shutil.copy(REPO / "README.md", tmp_path / "README.md")
+    shutil.copytree(REPO / "bench" / "results", tmp_path / "bench" / "results")
+    monkeypatch.setattr(gen, "ROOT", tmp_path)
+    readme = tmp_path / "README.md"
+    text = readme.read_text()
+    begin, end = gen.TIMES
+    assert text.count(begin) == 1 and text.count(end) == 1
+    swapped = text.replace(begin, "\0").replace(end, begin).replace("\0", end)
+    for broken, why in ((swapped, "before"), (text.replace(end, ""), "missing"), (text + begin, "twice")):
+        readme.write_text(broken)
+        for argv in ([], ["--check"]):
+            assert gen.main(argv) == 2, (why, argv)
+            err = capsys.readouterr().err
+            lines = [ln for ln in err.splitlines() if ln.strip()]
+            assert len(lines) == 1 and "README.md" in lines[0] and why in lines[0], err
+            assert readme.read_text() == broken  # nothing rewritten
