@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -241,8 +242,12 @@ def parse_override(key: str, value: Any) -> Any:
     if key in ("sliding_window", "trained_window"):
         if s in ("none", "0", "off"):
             return None
-        if not s.isdigit():
-            raise DriftError(f"--override {key}={value}: expected a positive integer or none")
+        # ASCII digits, no leading zero, a length a context can have: '²' passes isdigit(), '00' read as a 0-slot
+        # window, 5000 digits exceed int()'s limit (each was a traceback or a wrong line later)
+        if not re.fullmatch(r"[1-9][0-9]{0,11}", s):
+            shown = value if len(str(value)) <= 40 else f"{str(value)[:20]}... ({len(str(value))} characters)"
+            raise DriftError(f"--override {key}={shown}: expected a positive integer (digits 0-9, no leading zero, at "
+                             "most 12 of them) or none")
         return int(s)
     if isinstance(value, bool):
         return value
