@@ -11,6 +11,7 @@ with / without it), written as a token-id suite, then captured with the shipped 
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -18,19 +19,43 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from drifttool.errors import DriftError  # noqa: E402
 from drifttool.model.target import load_target  # noqa: E402
 from drifttool.run.probes import load_suite, template_variants  # noqa: E402
 from drifttool.zoo import smollm2  # noqa: E402
 
 
-def main() -> None:
-    target = load_target(str(smollm2.fetch()))
-    out = ROOT / "probes" / "real" / "mt_chat_template.jsonl"
-    rows = template_variants(load_suite(str(ROOT / "probes" / "real" / "mt_chat.jsonl")), target)
+def checked_suite(path: Path) -> list:
+    """The chat suite, refused in one line (before any target is fetched or loaded) when it is empty or has a
+    probe without chat messages (no template to take away)."""
+    suite = load_suite(str(path))
+    if not suite:
+        raise DriftError(f"{path}: the suite is empty; expected chat probes (JSONL lines with 'messages')")
+    bare = next((p for p in suite if p.messages is None), None)
+    if bare is not None:
+        raise DriftError(f"{path}: probe {bare.id!r} has no chat messages (it has no template form); expected a "
+                         "'messages' list on every line")
+    return suite
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="scripts/template_perturbation.py")
+    ap.add_argument("--suite", default=str(ROOT / "probes" / "real" / "mt_chat.jsonl"), help="chat probe suite")
+    ap.add_argument("--out", default=str(ROOT / "probes" / "real" / "mt_chat_template.jsonl"))
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    try:
+        suite = checked_suite(Path(args.suite))
+        target = load_target(str(smollm2.fetch()))
+        rows = template_variants(suite, target)
+    except DriftError as e:
+        print(f"template_perturbation: error: {e}", file=sys.stderr)
+        return 2
     out.write_text("".join(json.dumps({"id": p.id, "group": p.group, "token_ids": p.token_ids, "tags": p.tags,
                                        "max_new_tokens": p.max_new_tokens}) + "\n" for p in rows))
     print(f"{out}: {len(rows)} prompts")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

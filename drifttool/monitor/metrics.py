@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +54,8 @@ COUNTERS = {
     "drafts": "drafts at this depth in the replayed requests' rounds",
     "draft_accepted": "drafts accepted at this depth (vLLM's verdict; equals vLLM's per-position count at sample=1)",
 }
+SKIPPED_HELP = ("files in DIR/metrics/ skipped at this scrape: not a drifttool snapshot (not JSON, a list, wrong "
+                "fields, other buckets); the other files' series are still shown")
 OTHER_HISTOGRAMS = {"replay_lag_seconds": (LAG_BUCKETS, "seconds from a request's end to its replay's end")}
 
 
@@ -135,13 +139,20 @@ def with_lifts(depths: pd.DataFrame) -> pd.DataFrame:
     return tbl.to_pandas()
 
 
-def merged(snapshots: Iterable[dict]) -> Aggregates:
-    """The sum of several writers' snapshots (same name and labels add up)."""
+def merged(snapshots: Iterable[dict], bad: list | None = None) -> Aggregates:
+    """The sum of several writers' snapshots (same name and labels add up). A snapshot whose histogram has other
+    buckets than the same series so far is left out whole (appended to `bad`): adding its counts would mis-sum."""
     out = Aggregates()
     for snap in snapshots:
+        hs = snap.get("histograms", [])
+        if any(tuple(h["buckets"]) != out.histograms[k].buckets for h in hs
+               if (k := (h["name"], _labels(h["labels"]))) in out.histograms):
+            if bad is not None:
+                bad.append(snap)
+            continue
         for c in snap.get("counters", []):
             out.inc(c["name"], c["labels"], c["value"])
-        for h in snap.get("histograms", []):
+        for h in hs:
             mine = out.histograms.setdefault((h["name"], _labels(h["labels"])), Histogram(tuple(h["buckets"])))
             mine.counts = [a + b for a, b in zip(mine.counts, h["counts"])]
             mine.total += h["sum"]
@@ -149,14 +160,54 @@ def merged(snapshots: Iterable[dict]) -> Aggregates:
     return out
 
 
-def read_snapshots(folder: Path, run: str = "") -> list[dict]:
-    """The snapshots of one server run (`RUN-worker.json`, `RUN-replay.json`), or of every run."""
+_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def _series_ok(e) -> bool:
+    return (isinstance(e, dict) and isinstance(e.get("name"), str) and bool(_NAME.match(e["name"]))
+            and isinstance(e.get("labels"), dict)
+            and all(isinstance(k, str) and _NAME.match(k) and isinstance(v, str) for k, v in e["labels"].items()))
+
+
+def _histogram_ok(h) -> bool:
+    b, c = h.get("buckets"), h.get("counts")
+    return (isinstance(b, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                                        for x in b) and b == sorted(set(b))
+            and isinstance(c, list) and len(c) == len(b) + 1 and all(isinstance(x, int) and _num(x) for x in c)
+            and _num(h.get("sum")) and isinstance(h.get("count"), int) and _num(h["count"]))
+
+
+def snapshot_ok(snap) -> bool:
+    """A metrics snapshot as Aggregates.write writes it: an object of counters and histograms, every name and label
+    a Prometheus name, every number finite and >= 0, every histogram's counts one per bucket and +Inf."""
+    if not isinstance(snap, dict):
+        return False
+    cs, hs = snap.get("counters", []), snap.get("histograms", [])
+    return (isinstance(cs, list) and isinstance(hs, list)
+            and all(_series_ok(c) and _num(c.get("value")) for c in cs)
+            and all(_series_ok(h) and _histogram_ok(h) for h in hs)
+            and not {c["name"] for c in cs} & {h["name"] for h in hs})
+
+
+def read_snapshots(folder: Path, run: str = "", bad: list | None = None) -> list[dict]:
+    """The snapshots of one server run (`RUN-worker.json`, `RUN-replay.json`), or of every run. A file that is not
+    a snapshot (not JSON, a list, wrong fields) is skipped and appended to `bad`: one file never breaks a scrape."""
     out = []
     for f in sorted(folder.glob(f"{run}-*.json" if run else "*.json")) if folder.is_dir() else []:
         try:
-            out.append(json.loads(f.read_text()))
-        except (OSError, ValueError):
-            continue  # replaced between listing and reading: the next scrape has it
+            snap = json.loads(f.read_bytes())
+        except OSError:
+            continue  # removed between listing and reading: the next scrape has it
+        except ValueError:
+            snap = None
+        if snapshot_ok(snap):
+            out.append(snap)
+        elif bad is not None:
+            bad.append(f)
     return out
 
 
@@ -174,9 +225,26 @@ class Collector:
         self.folder, self.run = Path(folder), run
 
     def collect(self):
+        """The summed series, and how many files were skipped; whatever goes wrong, never an exception into the
+        scrape (vLLM's own series are on the same /metrics)."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        try:
+            bad: list = []
+            fams = self._families(merged(read_snapshots(self.folder, self.run, bad), bad))
+        except Exception as e:  # noqa: BLE001 - a collector must never break the scrape
+            print(f"drifttool monitor: /metrics: {self.folder} not collected ({type(e).__name__}: {e})",
+                  file=sys.stderr, flush=True)
+            fams, bad = [], [None]
+        yield from fams
+        g = GaugeMetricFamily(PREFIX + "metrics_files_skipped", SKIPPED_HELP)
+        g.add_metric([], float(len(bad)))
+        yield g
+
+    def _families(self, agg: Aggregates) -> list:
         from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
-        agg, text = merged(read_snapshots(self.folder, self.run)), helps()
+        text = helps()
         fams: dict[str, object] = {}
         for (name, lab), v in sorted(agg.counters.items()):
             keys = [k for k, _ in lab]
@@ -187,7 +255,7 @@ class Collector:
             fam = fams.setdefault(name, HistogramMetricFamily(PREFIX + name, text.get(name, name), labels=keys))
             edges = [*(f"{b:g}" for b in h.buckets), "+Inf"]
             fam.add_metric([v_ for _, v_ in lab], list(zip(edges, h.counts)), h.total)
-        yield from fams.values()
+        return list(fams.values())
 
 
 def exposition(folder: Path, run: str = "") -> str:
@@ -209,4 +277,5 @@ def describe() -> list[dict[str, str]]:
              "what": h} for name, h in COUNTERS.items()]
     out += [{"series": f"{PREFIX}{name}", "type": "histogram", "labels": "model, drafter", "what": h}
             for name, (_, h) in OTHER_HISTOGRAMS.items()]
+    out.append({"series": f"{PREFIX}metrics_files_skipped", "type": "gauge", "labels": "-", "what": SKIPPED_HELP})
     return out

@@ -138,3 +138,27 @@ def test_names_have_no_fixed_width(served, tmp_path):  # noqa: F811
     assert segments(folder) == [folder / "seg-999999.drift"]
     w = SegmentWriter(folder, {"x": 1})
     assert w._next_path() == folder / "seg-1000002.drift"
+
+
+# --- a collector never breaks a scrape (issue #51, item 7) ------------------------------------------------------
+
+def test_a_bad_metrics_file_is_skipped_and_counted_never_the_scrape(tmp_path):
+    from drifttool.monitor.metrics import Aggregates, Collector
+
+    folder = tmp_path / "metrics"
+    good = Aggregates()
+    good.inc("replayed", {"model": "m", "drafter": "d"}, 3)
+    good.observe("replay_lag_seconds", {"model": "m", "drafter": "d"}, [1.0, 2.0], (0.5, 5.0))
+    good.write(folder / f"{RUN}-replay.json")
+    bad = {"list": [1, 2], "number": 7, "counters-not-list": {"counters": {"a": 1}},
+           "counter-without-value": {"counters": [{"name": "replayed", "labels": {}}]},
+           "histogram-short-counts": {"histograms": [{"name": "h", "labels": {}, "buckets": [1, 2], "counts": [1],
+                                                      "sum": 1, "count": 1}]},
+           "labels-not-object": {"counters": [{"name": "x", "labels": [1], "value": 1}]}}
+    for i, body in enumerate(bad.values()):
+        (folder / f"{RUN}-bad{i}.json").write_text(json.dumps(body))
+    (folder / f"{RUN}-torn.json").write_text("{not json")
+    fams = {f.name: f for f in text_string_to_metric_families(exposition(folder, RUN))}
+    assert value(fams, "replayed") == 3 and value(fams, "replay_lag_seconds", "_count") == 2
+    assert value(fams, "metrics_files_skipped") == len(bad) + 1
+    assert list(Collector(folder, RUN).collect())  # the collector itself yields, never raises
