@@ -4,15 +4,28 @@
 # stdlib modules, one cut each inside the trained window, 512-4096 tokens), greedy, depth 8, 32 new tokens, no
 # sampled rows, into sample_traces/seeds/smollm2-long_code-sS.drift. Waits for each seed's training to finish;
 # resumes a trace already started. LANES=2 runs two seeds at once (one torch thread each).
+# A seed that is not done while no training for it runs (no scripts/train_seed_panel.sh, no training.train_real into
+# runs/seeds/sS/) never will be: one line and exit 2, checked for every seed before anything is captured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DT=${DT:-.venv/bin/drifttool}
 SEEDS=${SEEDS:-0 1 2}
+training() {  # is the seed panel, or this seed's training, running?
+  pgrep -f 'train_seed_panel[.]sh' >/dev/null || pgrep -f "training[.]train_real .*--work runs/seeds/s$1/" >/dev/null
+}
+waitable() {
+  [ -e "runs/seeds/s$1/done" ] || training "$1" || {
+    echo "capture_seed_panel: seed $1 never trained: no runs/seeds/s$1/done and no training for it running;" \
+      "train it first (SEEDS=\"$1\" bash scripts/train_seed_panel.sh)" >&2
+    exit 2
+  }
+}
+for s in $SEEDS; do waitable "$s"; done
 T=$($DT zoo fetch smollm2)
 mkdir -p sample_traces/seeds
 one() {
   local s=$1 out=sample_traces/seeds/smollm2-long_code-s$1.drift r=--overwrite
-  while [ ! -e "runs/seeds/s$s/done" ]; do sleep 30; done
+  while [ ! -e "runs/seeds/s$s/done" ]; do waitable "$s"; sleep 30; done
   [ -f "$out/manifest.json" ] && r=--resume
   OMP_NUM_THREADS=1 $DT capture --target "$T" --drafter "eagle3-s$s=runs/seeds/s$s/drafters/eagle3" \
     --drafter "eagle3.1-s$s=runs/seeds/s$s/drafters/eagle3.1" --probes probes/real/powered/long_code_inside.jsonl \

@@ -4,6 +4,7 @@ starts, so a wrong setting is one line and the server does not start half-config
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
@@ -43,15 +44,18 @@ class MonitorSettings:
         if missing:
             raise DriftError(f"{ENV}: {missing[0]}= is required (e.g. sample=0.01,dir=/var/lib/drifttool)")
         s = cls(**{k: _value(k, v, known[k].type) for k, v in kv.items()})
-        s.check()
+        s.check(kv)
         return s
 
-    def check(self) -> None:
+    def check(self, given: dict[str, str] | None = None) -> None:
+        """Ranges and the folder; a refused value is shown as given (`given`: the setting's text) where known."""
+        shown = lambda k: (given or {}).get(k, repr(getattr(self, k)))  # noqa: E731
         if not 0 < self.sample <= 1:
-            raise DriftError(f"{ENV}: sample={self.sample:g} is outside (0, 1] (the fraction of requests recorded)")
+            raise DriftError(f"{ENV}: sample={shown('sample')} is outside (0, 1] (the fraction of requests "
+                             "recorded)")
         for k in ("queue", "spool", "segment_requests", "keep_segments", "max_bytes", "threads"):
             if getattr(self, k) < 1:
-                raise DriftError(f"{ENV}: {k}={getattr(self, k)} must be at least 1")
+                raise DriftError(f"{ENV}: {k}={shown(k)} must be at least 1")
         writable(self.dir)
 
     def to_env(self) -> str:
@@ -78,13 +82,15 @@ def describe() -> list[dict[str, str]]:
 
 def _value(key: str, value: str, kind) -> object:
     kind = str(kind)
-    try:
-        if "float" in kind:
+    if "float" in kind:
+        try:
             return float(value)
-        if "int" in kind:
-            return int(float(value)) if value.replace(".", "", 1).isdigit() and float(value).is_integer() else int(value)
-    except ValueError:
-        raise DriftError(f"{ENV}: {key}={value!r} is not a number") from None
+        except ValueError:
+            raise DriftError(f"{ENV}: {key}={value} is not a number (expected e.g. {key}=0.01)") from None
+    if "int" in kind:
+        if not re.fullmatch(r"[+-]?[0-9]{1,19}", value):  # not 1e3, 1.5, 8.0 or '²': a count is written as digits
+            raise DriftError(f"{ENV}: {key}={value}: expected an integer (digits only, e.g. {key}=8)")
+        return int(value)
     return Path(value).expanduser() if key == "dir" else value
 
 

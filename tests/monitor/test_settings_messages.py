@@ -1,0 +1,36 @@
+"""DRIFTTOOL_MONITOR's refusals say what was given and what is expected (issue #51, item 8): a sample just above 1
+is shown as typed (not rounded to "sample=1 is outside (0, 1]"), a count that is a number but not an integer is
+refused as "expected an integer" (not "not a number")."""
+
+from __future__ import annotations
+
+import pytest
+
+from drifttool.errors import DriftError
+from drifttool.monitor.settings import MonitorSettings
+
+
+@pytest.mark.parametrize("setting,fragments", [
+    ("sample=1.0000001", ["sample=1.0000001", "outside (0, 1]"]),
+    ("sample=-0.5", ["sample=-0.5", "outside (0, 1]"]),
+    ("sample=lots", ["sample=lots", "a number"]),
+    ("queue=1e3", ["queue=1e3", "an integer"]),
+    ("queue=1.5", ["queue=1.5", "an integer"]),
+    ("spool=lots", ["spool=lots", "an integer"]),
+    ("threads=0", ["threads=0", "at least 1"]),
+])
+def test_refusals_show_the_value_as_given_and_what_is_expected(tmp_path, setting, fragments):
+    base = {"sample": "0.1", "dir": str(tmp_path / "m")}
+    key, _, value = setting.partition("=")
+    text = ",".join(f"{k}={v}" for k, v in {**base, key: value}.items())
+    with pytest.raises(DriftError) as e:
+        MonitorSettings.parse(text)
+    msg = str(e.value)
+    assert all(f in msg for f in fragments) and "\n" not in msg, msg
+    if key != "sample":
+        assert "not a number" not in msg, msg
+
+
+def test_integer_settings_still_read(tmp_path):
+    s = MonitorSettings.parse(f"sample=0.5,dir={tmp_path / 'm'},queue=12,max_bytes=1073741824")
+    assert s.queue == 12 and s.max_bytes == 1 << 30 and MonitorSettings.parse(s.to_env()) == s
