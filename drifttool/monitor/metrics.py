@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import stat
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -193,13 +194,29 @@ def snapshot_ok(snap) -> bool:
             and not {c["name"] for c in cs} & {h["name"] for h in hs})
 
 
+MAX_SNAPSHOT = 64 << 20  # bytes: a snapshot is a few KiB; a larger file is no snapshot
+
+
+def _read_plain(f: Path):
+    """A regular file's JSON, never through a link (a link planted in the folder is not followed): ValueError for
+    anything else."""
+    if f.is_symlink():
+        raise ValueError(f"{f}: a link")
+    fd = os.open(f, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SNAPSHOT:
+            raise ValueError(f"{f}: not a regular file of at most {MAX_SNAPSHOT} bytes")
+        return json.loads(fh.read())
+
+
 def read_snapshots(folder: Path, run: str = "", bad: list | None = None) -> list[dict]:
     """The snapshots of one server run (`RUN-worker.json`, `RUN-replay.json`), or of every run. A file that is not
     a snapshot (not JSON, a list, wrong fields) is skipped and appended to `bad`: one file never breaks a scrape."""
     out = []
     for f in sorted(folder.glob(f"{run}-*.json" if run else "*.json")) if folder.is_dir() else []:
         try:
-            snap = json.loads(f.read_bytes())
+            snap = _read_plain(f)
         except OSError:
             continue  # removed between listing and reading: the next scrape has it
         except ValueError:

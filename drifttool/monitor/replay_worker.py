@@ -60,6 +60,11 @@ class Job:
                 f.unlink(missing_ok=True)
 
 
+def _plain(f: Path) -> bool:
+    """A regular file, not a link: nothing planted in the spool is followed elsewhere."""
+    return not f.is_symlink() and f.is_file()
+
+
 def _order(meta: Path) -> tuple[int, str]:
     m = _JOB.match(meta.name.removesuffix(".meta.json"))
     return (int(m.group(1)) if m else sys.maxsize, meta.name)
@@ -73,7 +78,7 @@ def pending(spool: Path, limit: int) -> list[Job]:
         if len(out) >= limit:
             break
         try:
-            data: Any = json.loads(meta.read_text())
+            data: Any = json.loads(meta.read_text()) if _plain(meta) else _UNREADABLE
         except ValueError:
             data = _UNREADABLE
         except OSError:  # gone between listing and reading
@@ -86,6 +91,10 @@ def load_events(job: Job) -> str | None:
     """Read the job's recorded events for its key into `job.events`; what is wrong with them, or None."""
     from ..run.engines.vllm.events import read_events
 
+    links = [f.name for f in (job.base.with_suffix(".json"), job.base.with_suffix(".safetensors"))
+             if f.exists() and not _plain(f)]
+    if links:
+        return f"events file {links[0]} is not a regular file (a link is not followed)"
     try:
         evs = read_events(job.base)
     except Exception as e:  # noqa: BLE001 - a truncated or missing events file is this request's problem only
@@ -104,7 +113,7 @@ def meta_problem(meta: Any) -> str | None:
     """What is wrong with a spooled request's meta file (None: nothing), checked before anything is counted: the
     key, the token ids and the end time the replay and its lag read."""
     if meta is _UNREADABLE:
-        return "meta file is not valid JSON"
+        return "meta file is not valid JSON (or not a regular file)"
     if not isinstance(meta, dict):
         return f"meta is a JSON {type(meta).__name__}; expected an object"
     if not isinstance(meta.get("key"), str) or not meta["key"]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import re
+import stat
+import sys
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
@@ -64,7 +66,8 @@ class MonitorSettings:
 
 HELP = {  # each setting in words (docs/monitor.md's table is generated from this and the defaults)
     "sample": "fraction of requests recorded, in (0, 1] (required)",
-    "dir": "folder for spool/, segments/ and metrics/ (required; created private to the server's user)",
+    "dir": "folder for spool/, segments/ and metrics/ (required; created private to the server's user, an existing "
+           "one tightened to 0700, one of another user refused)",
     "name": "the drafter label on every series (default: the drafter folder's name)",
     "queue": "finished sampled requests waiting to be spooled; more are dropped and counted",
     "spool": "spooled requests waiting for the replay; more are dropped and counted",
@@ -96,14 +99,29 @@ def _value(key: str, value: str, kind) -> object:
 
 def writable(path: Path) -> None:
     """The monitor's folder exists (created, private to the server's user: segments hold token ids) and takes a
-    file; else one line naming it."""
+    file; else one line naming it. A folder that was there already is the server user's own (else refused) and
+    private: one other users could read or write is tightened to 0700, said in one line."""
     try:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private(path)
         probe = path / f".write-test-{os.getpid()}"
         probe.write_text("ok")
         probe.unlink()
     except OSError as e:
         raise DriftError(f"{ENV}: dir={path} is not a writable folder ({e.strerror or e})") from None
+
+
+def private(path: Path) -> None:
+    """`path` (a folder) owned by this user and closed to others: 0700 (tightened, and said so, when it was not)."""
+    st = path.stat()
+    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+        raise DriftError(f"{ENV}: dir={path} is owned by user id {st.st_uid}, not the server's ({os.geteuid()}); "
+                         "expected a private folder of the server's user (segments hold token ids)")
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        path.chmod(0o700)
+        print(f"drifttool monitor: {ENV}: dir={path} was open to other users (mode {mode:o}); tightened to 0700 "
+              "(segments hold token ids)", file=sys.stderr, flush=True)
 
 
 def from_env(environ=os.environ) -> MonitorSettings | None:
