@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -196,6 +197,34 @@ def fetch(install: bool = True, log=print) -> Path:
         raise DriftError(f"cache folder {root} ($DRIFTTOOL_CACHE or ~/.cache/drifttool) is a file; expected a "
                          "folder (remove it or point DRIFTTOOL_CACHE elsewhere)")
     out = target_dir()
+    if out.is_dir() and verify(out) is None:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with conversion_lock(out, log):  # two setups at once: the second waits, then reuses the first's result
+        return _fetch_locked(out, install, log)
+
+
+@contextmanager
+def conversion_lock(out: Path, log):
+    """An exclusive fcntl lock on OUT.lock beside the cache folder for the length of a conversion (released by the
+    kernel if the holder dies); says so once when it has to wait for another process."""
+    import fcntl
+
+    fd = os.open(out.with_name(out.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"{out}: another process is converting {MODEL_NAME}; waiting for it to finish ...")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _fetch_locked(out: Path, install: bool, log) -> Path:
+    """fetch() under the conversion lock: the cache checked again (the process we waited for may have written it),
+    else the GGUF located, hashed and converted."""
     if out.is_dir():
         why = verify(out)
         if why is None:
@@ -222,7 +251,6 @@ def fetch(install: bool = True, log=print) -> Path:
         "converted_by": "drifttool.zoo.smollm2",
         "converted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
     _convert(gguf, out, provenance, log)
     log(f"{MODEL_NAME} ready at {out}")
     return out

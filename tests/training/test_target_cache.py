@@ -86,3 +86,50 @@ def test_conversion_shows_no_carriage_return_bars_when_piped(monkeypatch):
     state["on"] = False  # found off: stays off either way
     _progress_bars(True)()
     assert not state["on"]
+
+
+_RACER = r"""
+import hashlib, json, shutil, sys, time
+from pathlib import Path
+from drifttool.zoo import smollm2
+
+gguf, counter = Path(sys.argv[1]), Path(sys.argv[2])
+smollm2._locate_gguf = lambda: (gguf, "0")
+
+def convert(g, out, provenance, log):  # a slow conversion writing what the real one writes, atomically
+    with counter.open("a") as f:
+        f.write("converted\n")
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    time.sleep(1.5)
+    files = {"model.safetensors": b"\x01" * 64, "config.json": b'{"model_type": "llama"}', "tokenizer.json": b"{}"}
+    for n, b in files.items():
+        (tmp / n).write_bytes(b)
+    rec = {n: {"bytes": len(b), "sha256": hashlib.sha256(b).hexdigest()} for n, b in files.items()}
+    (tmp / "provenance.json").write_text(json.dumps({**provenance, "files": rec}))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+
+smollm2._convert = convert
+print(smollm2.fetch(install=False, log=lambda m: None))
+"""
+
+
+def test_two_setups_at_once_convert_once_and_both_use_it(tmp_path):
+    """Two setups at once raced on the conversion (both converting into the same .tmp folder): a file lock makes
+    the second wait for the first and then reuse its result."""
+    import os
+    import subprocess
+    import sys
+
+    gguf, counter = tmp_path / "m.gguf", tmp_path / "conversions.txt"
+    gguf.write_bytes(b"gguf")
+    env = {**os.environ, "DRIFTTOOL_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-c", _RACER, str(gguf), str(counter)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    assert counter.read_text().count("converted") == 1
+    assert {o[0].strip() for o in outs} == {str(tmp_path / "cache" / smollm2.FOLDER)}
+    assert smollm2.verify(tmp_path / "cache" / smollm2.FOLDER) is None
