@@ -48,3 +48,11 @@ def test_repeated_monitor_setting_is_refused(tmp_path):
     assert "'sample' twice" in str(e.value) and "DRIFTTOOL_MONITOR" in str(e.value), str(e.value)
     with pytest.raises(DriftError, match="'dir' twice"):
         MonitorSettings.parse(f"sample=0.1,dir={tmp_path / 'a'},dir={tmp_path / 'b'}")
+
+
+def test_repeated_vllm_arg_is_refused():
+    from drifttool.run.engines.vllm.launch import parse_vllm_args
+
+    assert parse_vllm_args(["max_model_len=512", "enforce_eager=true"]) == {"max_model_len": 512, "enforce_eager": True}
+    with pytest.raises(DriftError, match="'max_model_len' twice"):
+        parse_vllm_args(["max_model_len=512", "max_model_len=1024"])

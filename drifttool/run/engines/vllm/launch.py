@@ -65,6 +65,8 @@ def parse_vllm_args(items: list[str]) -> dict[str, Any]:
         k, eq, v = kv.partition("=")
         if not eq or not k.strip():
             raise DriftError(f"--vllm-arg {kv!r}: expected key=value, e.g. gpu_memory_utilization=0.8")
+        if k.strip() in out:
+            raise DriftError(f"--vllm-arg {kv!r}: gives {k.strip()!r} twice; give each argument once")
         try:
             out[k.strip()] = json.loads(v)
         except json.JSONDecodeError:
