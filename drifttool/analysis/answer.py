@@ -1,9 +1,16 @@
-"""The answer in words: per drafter pair, one sentence to "does EAGLE-3 drift, does EAGLE-3.1 fix it?", from the
-statistics alone. Every clause is a quantity read against what would make it mean something: fed-back state growth
-(RMS at depth K / depth 1, its paired p), the depth-1 sink lift (no sink to lose when it is not above uniform),
-the self-lift trend (attention per own draft slot from depth 2 to K: > 1 drift, < 1 recency / spreading), and
-acceptance with what it can be a claim about (these checkpoints, not the architectures, without seeds). Where the
-data cannot tell, the sentence says why instead of giving a number that reads as a finding."""
+"""The answer in words: per drafter pair, one sentence to "does EAGLE-3 drift, does EAGLE-3.1 change it?", from the
+statistics alone (analysis/verdict.py). Each half of the published story is one clause read against its null:
+
+- the hidden state: fed-back RMS at depth K / depth 1 over the same rounds (its paired test over groups);
+- attention: the drift verdict, from the recency-matched ratio (own drafts at depth K against what equally recent
+  prompt tokens drew at depth 1), and, wherever the drafter attends a sink (its depth-1 lift's CI above 1), how much
+  of the sink it keeps by depth K.
+
+Every arrow, word and p comes from one paired sign-flip test over groups on the quantity shown; a ratio shown is
+the ratio of sums over rounds (pooled), its CI a group bootstrap. A second drafter is compared with its EAGLE-3 by
+the paired per-group contrast of each quantity, and by acceptance with what it can be a claim about (these
+checkpoints, not the architectures, without seeds). Self lift (per own slot against uniform attention) is
+descriptive only: its null predicts a fall for any drafter that favours recent keys."""
 
 from __future__ import annotations
 
@@ -16,6 +23,7 @@ from ..styles import drafter_kind, split_label
 from ..trace.metric_table import acceptance_length
 from .metrics import MIN_CLUSTERS
 from .stats import ALPHA
+from .verdict import VERDICTS, detected, flat
 
 WEAK_SINK = 2.0  # a depth-1 sink lift above uniform but below this: a weak sink at most
 
@@ -32,42 +40,62 @@ def _ci(v: float, lo: float, hi: float, d: int = 2) -> str:
     return f"{v:.{d}f} [{lo:.{d}f}, {hi:.{d}f}]" if lo == lo and hi == hi else f"{v:.{d}f} (no CI: < 6 groups)"
 
 
-def _trend(tr: pd.DataFrame, series: str, metric: str, k: int) -> pd.Series | None:
-    if tr is None or tr.empty:
-        return None
-    r = tr[(tr.series == series) & (tr.metric == metric) & (tr.depth == k) & (tr.population == "all")]
-    return r.iloc[0] if len(r) else None
+def _ratio(v: float, lo: float, hi: float, d: int = 2) -> str:
+    if v != v:
+        return "-"
+    return f"x{v:.{d}f} [{lo:.{d}f}, {hi:.{d}f}]" if lo == lo and hi == hi else f"x{v:.{d}f} (no CI: < 6 groups)"
 
 
-def growth(s, tr, k: int) -> str:
-    t = _trend(tr, s.series, "rms_in", k)
-    p = f", {_p(t.p)}" if t is not None else ""
-    fg = s.feature_growth
-    if fg != fg:
+def side(s, name: str) -> int:
+    """+1 / -1 when the paired test over groups detects `name` above / below 1 (outside the flat band), else 0."""
+    r = {"value": getattr(s, name, np.nan), "p": getattr(s, f"{name}_p", np.nan),
+         "mean_log": getattr(s, f"{name}_mean_log", np.nan)}
+    for sd in (1, -1):
+        if detected(r, sd) and not flat(r["value"]):
+            return sd
+    return 0
+
+
+def growth(s, k: int) -> str:
+    """The hidden-state half: fed-back RMS at depth K / depth 1, its word from its own paired test."""
+    v = getattr(s, "rms_growth", np.nan)
+    if v != v:
         return "fed-back RMS not measured"
-    word = "grows" if fg > 1.05 else "shrinks" if fg < 0.95 else "stays flat"
-    out = f"fed-back RMS {word} x{fg:.2f} from depth 1 to {k}{p}"
-    if word == "stays flat" and t is not None:  # flat is a finding only with what the groups could have detected
-        rel = t.mde / t.base_value if t.base_value and t.base_value == t.base_value else np.nan
-        out += (f" (its {t.n_groups} groups detect a change of {rel:.0%} or more at 80% power)" if np.isfinite(rel)
-                else f" (its {t.n_groups} groups are too few to detect any change)")
+    word = {1: "grows", -1: "shrinks", 0: "stays flat" if flat(v) else "changes by no factor the groups establish"}[
+        side(s, "rms_growth")]
+    out = f"fed-back RMS {word} {_ratio(v, s.rms_growth_lo, s.rms_growth_hi)} from depth 1 to {k}, {_p(s.rms_growth_p)}"
+    if side(s, "rms_growth") == 0:  # flat is a finding only with what the groups could have detected
+        mde = getattr(s, "rms_growth_mde", np.inf)
+        out += (f" (its {s.rms_growth_n} groups detect x{mde:.2f} or more at 80% power)" if np.isfinite(mde)
+                else f" (its {s.rms_growth_n} groups are too few to detect any change)")
     return out
 
 
+def has_sink(s) -> bool:
+    """The drafter attends a sink it could lose: its depth-1 sink lift's CI lies above 1 (outside the flat band)."""
+    v, lo = s.sink_lift_d1, s.sink_lift_d1_lo
+    return v == v and lo == lo and lo > 1 and not flat(v)
+
+
 def sink(s) -> str:
-    """The depth-1 sink lift read against uniform attention (1.0), with its CI: a sink the drafter could lose only
-    when it attends the sink positions clearly more than uniform attention would."""
+    """The depth-1 sink lift read against uniform attention (1.0), with its CI; where the drafter attends the sink,
+    how much of it is kept by depth K (sink retention, its own test)."""
     v, lo, hi = s.sink_lift_d1, s.sink_lift_d1_lo, s.sink_lift_d1_hi
     if v != v:
         return "sink lift not measured (no sink positions)"
     lo_, hi_ = (lo, hi) if lo == lo and hi == hi else (v, v)
-    if hi_ < 1:
-        return f"no sink to lose (depth-1 sink lift {_ci(v, lo, hi)}: below uniform)"
-    if lo_ <= 1:
-        return f"no sink to lose (depth-1 sink lift {_ci(v, lo, hi)}: no more than uniform)"
-    if v < WEAK_SINK:
-        return f"a weak sink at most (depth-1 sink lift {_ci(v, lo, hi)}: above uniform, below {WEAK_SINK:g}x)"
-    return f"the drafter attends the sink (depth-1 sink lift {_ci(v, lo, hi)})"
+    if not has_sink(s):
+        where = "below uniform" if hi_ < 1 and not flat(v) else "no more than uniform"
+        return f"no sink to lose (depth-1 sink lift {_ci(v, lo, hi)}: {where})"
+    kind = "a weak sink" if v < WEAK_SINK else "the sink"
+    out = f"attends {kind} (depth-1 sink lift {_ci(v, lo, hi)})"
+    r = getattr(s, "sink_retention", np.nan)
+    if r == r:
+        word = {-1: "loses part of it", 1: "draws more to it", 0: "no loss the groups establish"}[
+            side(s, "sink_retention")]
+        out += (f" and keeps {_ratio(r, s.sink_retention_lo, s.sink_retention_hi)} of it by depth "
+                f"{getattr(s, 'depth_k', 'K')}, {_p(s.sink_retention_p)}: {word}")
+    return out
 
 
 def elsewhere(s) -> str | None:
@@ -77,25 +105,27 @@ def elsewhere(s) -> str | None:
     return f"depth-1 lifts {', '.join(parts)} uniform" if parts else None
 
 
-def self_trend(s, tr, k: int) -> str:
-    v, lo, hi = s.self_lift_trend, s.self_lift_trend_lo, s.self_lift_trend_hi
-    if v != v:
-        return "self-lift trend needs depth >= 3"
-    t = _trend(tr, s.series, "self_lift", k)
-    p = f", {_p(t.p)}" if t is not None else ""
-    if lo == lo and hi < 1:
-        what = "falls: attention per own draft slot spreads with depth, recency not drift"
-    elif lo == lo and lo > 1:
-        what = "rises: attention concentrates on its own drafts with depth (drift)"
-    else:
-        what = "no trend the groups establish"
-    return f"self lift x{_ci(v, lo, hi)} from depth 2 to {k}{p}: {what}"
+def drift(s, k: int) -> str:
+    """The attention half's verdict (analysis/verdict.py) in words, with the recency-matched ratio behind it."""
+    v = s.drift_verdict
+    rm = _ratio(s.recency_ratio, s.recency_ratio_lo, s.recency_ratio_hi)
+    what = (f"own drafts draw {rm} what equally recent prompt tokens drew at depth 1 (recency-matched ratio at depth "
+            f"{k}, {_p(s.recency_ratio_p)}, {s.recency_ratio_n} groups)")
+    if v == "uniform":
+        return "uniform attention: every lift within x/÷ 1.05 of uniform, nothing to drift from"
+    if v == "drift":
+        return f"drift: {what}"
+    if v == "no drift":
+        return f"no drift: {what}" + (f"; {s.drift_why}" if "band" in s.drift_why else "")
+    if s.recency_ratio != s.recency_ratio:
+        return f"drift not established: {s.drift_why}"
+    return f"drift not established: {what}; {s.drift_why}"
 
 
 def acceptance(r, pooled: pd.Series, seeds: int) -> str:
     if r is None:
         return ""
-    claim = ("over seeds: a claim about the architectures" if seeds >= 3 else
+    claim = ("over seeds: a claim about the architectures" if seeds >= 6 else
              "for these two checkpoints (one trained model per variant: nothing yet about the architectures)")
     if r.n_groups < MIN_CLUSTERS:
         return (f"acceptance length {pooled[r.series]:.2f} vs {pooled[r.baseline]:.2f}: {r.n_groups} groups, no "
@@ -105,43 +135,65 @@ def acceptance(r, pooled: pd.Series, seeds: int) -> str:
             f"[{r.difference_lo:+.2f}, {r.difference_hi:+.2f}], {_p(r.p)}, {r.n_groups} groups: {sig}) {claim}")
 
 
-def answer(cmp, s: pd.DataFrame | None = None, tr: pd.DataFrame | None = None,
-           ad: pd.DataFrame | None = None, seeds: int = 1) -> list[str]:
+CONTRAST_TEXT = {"recency_ratio": "recency-matched ratio", "rms_growth": "fed-back RMS growth",
+                 "sink_retention": "sink retention"}
+
+
+def contrast(rows: pd.DataFrame, base_row, x_row) -> str:
+    """Against its EAGLE-3: the paired per-group factor of each quantity (sink retention only where both attend
+    a sink), with its p."""
+    parts = []
+    for q, label in CONTRAST_TEXT.items():
+        r = rows[rows.quantity == q] if len(rows) else rows
+        if not len(r) or r.iloc[0].n_groups < 1 or r.iloc[0].factor != r.iloc[0].factor:
+            continue
+        if q == "sink_retention" and not (has_sink(base_row) and has_sink(x_row)):
+            continue
+        r = r.iloc[0]
+        parts.append(f"{label} x{r.factor:.2f} [{r.factor_lo:.2f}, {r.factor_hi:.2f}], {_p(r.p)}")
+    return f"against {base_row.series}: {'; '.join(parts)}" if parts else ""
+
+
+def answer(cmp, s: pd.DataFrame | None = None, ad: pd.DataFrame | None = None, ct: pd.DataFrame | None = None,
+           seeds: int = 1) -> list[str]:
     """Per trace, one answer per drafter against its EAGLE-3 one ("does it drift? does the other change it?"), or
-    one description when a trace holds a single drafter."""
-    got = _inputs(cmp, s, tr, ad)
+    one description when a trace holds a single drafter. s / ad / ct: the summary, acceptance differences and
+    contrasts when already computed."""
+    got = _inputs(cmp, s, ad, ct)
     if got is None:
         return []
-    tr, ad, rows, pooled = got
+    ad, ct, rows, pooled = got
     k = cmp.depth
     groups: dict[str | None, list[str]] = {}
     for ser in cmp.series:
         groups.setdefault(split_label(ser.label)[0], []).append(ser.label)
     out = []
     for labels in groups.values():
-        out += _trace_lines([x for x in labels if x in rows], rows, tr, ad, k, pooled, seeds)
+        out += _trace_lines([x for x in labels if x in rows], rows, ad, ct, k, pooled, seeds)
     return out
 
 
-def _clauses(r, tr: pd.DataFrame, k: int, *more: str) -> str:
-    return "; ".join(x for x in [growth(r, tr, k), sink(r), elsewhere(r), self_trend(r, tr, k), *more] if x)
+def _clauses(r, k: int, *more: str) -> str:
+    attention = [drift(r, k)] if r.drift_verdict == "uniform" else [drift(r, k), sink(r), elsewhere(r)]
+    return "; ".join(x for x in [growth(r, k), *attention, *more] if x)
 
 
-def _trace_lines(labels: list[str], rows: dict, tr: pd.DataFrame, ad: pd.DataFrame, k: int, pooled: pd.Series,
+def _trace_lines(labels: list[str], rows: dict, ad: pd.DataFrame, ct: pd.DataFrame, k: int, pooled: pd.Series,
                  seeds: int) -> list[str]:
     """One trace's sentences: its EAGLE-3 drafter (or its first) asked whether it drifts, every other drafter
-    whether it changes that."""
+    whether it changes that (its own clauses, then the paired contrasts and acceptance against the EAGLE-3)."""
     if not labels:
         return []
     base = next((x for x in labels if drafter_kind(x) == "eagle3"), labels[0])
-    about = _clauses(rows[base], tr, k)
+    about = _clauses(rows[base], k)
     out = [f"Does {base} drift? {about}." if len(labels) > 1 else f"{base}: {about}."]
     for x in labels:
         if x == base:
             continue
         a = ad[(ad.series == x) & (ad.baseline == base)] if len(ad) else ad
         acc = acceptance(a.iloc[0] if len(a) else None, pooled, seeds)
-        out.append(f"Does {x} change it? {_clauses(rows[x], tr, k, acc)}.")
+        c = ct[(ct.series == x) & (ct.baseline == base)] if len(ct) else ct
+        out.append(f"Does {x} change it? {_clauses(rows[x], k, contrast(c, rows[base], rows[x]), acc)}.")
     return out
 
 
@@ -151,25 +203,21 @@ def headline(lines: list[str]) -> str:
 
 
 SHORT_WIDTH = 80  # the terminal's "In short" fits a plain 80-column terminal
+VERDICT_SHORT = {"drift": "drift", "no drift": "no drift", "not established": "not estab.", "uniform": "uniform"}
 
 
-def _arrow(lo: float, hi: float, v: float, lo_flat: float = 1.0, hi_flat: float = 1.0) -> str:
-    """↑ / ↓ when the interval (or, without one, the value) clears the flat band; · when the data do not tell."""
-    lo, hi = (lo, hi) if lo == lo and hi == hi else (v, v)
-    return "↑" if lo > hi_flat else "↓" if hi < lo_flat else "·"
+def _cell(s, name: str, d: int = 2) -> str:
+    """A pooled ratio with the arrow of its paired test (↑ / ↓ detected, · not)."""
+    v = getattr(s, name, np.nan)
+    if v != v:
+        return "-"
+    return f"x{v:.{d}f}{ {1: '↑', -1: '↓', 0: '·'}[side(s, name)]}"
 
 
-def _short_cells(r, tr: pd.DataFrame, k: int, acc: str) -> list[str]:
-    t = _trend(tr, r.series, "rms_in", k)
-    fg = r.feature_growth
-    detected = t is not None and t.p == t.p and t.p < ALPHA
-    rms = "-" if fg != fg else f"x{fg:.2f} " + (("↑" if fg > 1.05 else "↓" if fg < 0.95 else "·") if detected else "·")
-    st = r.self_lift_trend
-    self_ = "-" if st != st else f"x{st:.2f} " + _arrow(r.self_lift_trend_lo, r.self_lift_trend_hi, np.nan)
-    v, lo = r.sink_lift_d1, r.sink_lift_d1_lo
-    sink_ = "-" if v != v else f"{v:.2f} " + ("none" if not (lo if lo == lo else v) > 1 else
-                                                "weak" if v < WEAK_SINK else "yes")
-    return [rms, self_, sink_, acc]
+def _short_cells(r, acc: str) -> list[str]:
+    sink_ = "-" if r.sink_lift_d1 != r.sink_lift_d1 else f"{r.sink_lift_d1:.2f}" + ("↑" if has_sink(r) else "·")
+    kept = _cell(r, "sink_retention") if has_sink(r) else "-"
+    return [_cell(r, "rms_growth"), _cell(r, "recency_ratio"), sink_, kept, acc, VERDICT_SHORT[r.drift_verdict]]
 
 
 def _short_labels(labels: list[str], room: int) -> tuple[list[str], str]:
@@ -185,31 +233,33 @@ def _short_labels(labels: list[str], room: int) -> tuple[list[str], str]:
     return ([x[cut:] for x in labels], labels[0][:cut]) if cut else (labels, "")
 
 
-def _inputs(cmp, s, tr, ad) -> tuple[pd.DataFrame, pd.DataFrame, dict, pd.Series] | None:
-    """What the answer and In short both read: trends, acceptance differences, summary rows by series and the
-    pooled acceptance length per series (computed when not given); None without a summary row."""
+def _inputs(cmp, s, ad, ct) -> tuple[pd.DataFrame, pd.DataFrame, dict, pd.Series] | None:
+    """What the answer and In short both read: acceptance differences, contrasts, summary rows by series (with the
+    depth K) and the pooled acceptance length per series (computed when not given); None without a summary row."""
     s = cmp.summary() if s is None else s
     if s.empty:
         return None
-    tr = cmp.trends() if tr is None else tr
     ad = cmp.acceptance_differences() if ad is None else ad
+    ct = cmp.contrasts() if ct is None else ct
     g = cmp.rounds.groupby("series", observed=True)["accepted"]
-    return tr, ad, {r.series: r for r in s.itertuples()}, acceptance_length(g.sum(), g.count())
+    rows = {r.series: r for r in s.assign(depth_k=cmp.depth).itertuples()}
+    return ad, ct, rows, acceptance_length(g.sum(), g.count())
 
 
-def short(cmp, s: pd.DataFrame | None = None, tr: pd.DataFrame | None = None,
-          ad: pd.DataFrame | None = None) -> list[str]:
-    """The terminal's "In short": one counted sentence, then one row per series (fed-back RMS depth 1 -> K, self
-    lift depth 2 -> K, depth-1 sink lift, acceptance length against the trace's EAGLE-3) — a table that stays a
-    dozen lines for a handful of drafters. The sentences with every CI and p follow under "The answer"."""
-    got = _inputs(cmp, s, tr, ad)
+def short(cmp, s: pd.DataFrame | None = None, ad: pd.DataFrame | None = None,
+          ct: pd.DataFrame | None = None) -> list[str]:
+    """The terminal's "In short": one counted sentence, then one row per series (fed-back RMS depth 1 -> K, the
+    recency-matched ratio at K, depth-1 sink lift, sink kept by K, acceptance length against the trace's EAGLE-3,
+    the verdict) — a table that stays a dozen lines for a handful of drafters. The sentences with every CI and p
+    follow under "The answer"."""
+    got = _inputs(cmp, s, ad, ct)
     if got is None:
         return []
-    tr, ad, rows, pooled = got
+    ad, _, rows, pooled = got
     k = cmp.depth
     labels = [x.label for x in cmp.series if x.label in rows]
-    cells = {lab: _short_cells(rows[lab], tr, k, _acc_cell(pooled, ad, lab)) for lab in labels}
-    return textwrap.wrap(_counted(labels, rows, cells, k), SHORT_WIDTH) + _short_table(labels, cells, k)
+    cells = {lab: _short_cells(rows[lab], _acc_cell(pooled, ad, lab)) for lab in labels}
+    return textwrap.wrap(_counted(labels, rows, k), SHORT_WIDTH) + _short_table(labels, cells, k)
 
 
 def _acc_cell(pooled: pd.Series, ad: pd.DataFrame, lab: str) -> str:
@@ -227,29 +277,37 @@ def _acc_cell(pooled: pd.Series, ad: pd.DataFrame, lab: str) -> str:
 
 def _short_table(labels: list[str], cells: dict[str, list[str]], k: int) -> list[str]:
     """The two header lines, one row per series (names shortened only when they would not fit) and the legend."""
-    heads = [("fed-back RMS", f"d1 -> d{k}"), ("self lift", f"d2 -> d{k}"), ("sink lift", "at d1"),
-             ("acc. length", "paired diff")]
+    heads = [("RMS", f"d1->d{k}"), ("own/rec.", f"at d{k}"), ("sink", "lift d1"), ("sink", f"kept d{k}"),
+             ("acc. length", "paired diff"), ("verdict", "")]
+    keep = [i for i in range(len(heads)) if i != 3 or any(c[3] != "-" for c in cells.values())]  # sink kept: sinks only
+    heads = [heads[i] for i in keep]
+    cells = {lab: [c[i] for i in keep] for lab, c in cells.items()}
     widths = [max(len(h[0]), len(h[1]), *(len(c[i]) for c in cells.values())) for i, h in enumerate(heads)]
-    room = SHORT_WIDTH - sum(w + 2 for w in widths)
+    room = SHORT_WIDTH - sum(w + 1 for w in widths)
     names, dropped = _short_labels(labels, room)
     lw = max(len("series"), *map(len, names))
-    out = ["series".ljust(lw) + "".join(f"  {h[0]:>{w}}" for h, w in zip(heads, widths))]
-    out.append((f"({dropped}...)" if dropped else "").ljust(lw) + "".join(f"  {h[1]:>{w}}"
+    out = ["series".ljust(lw) + "".join(f" {h[0]:>{w}}" for h, w in zip(heads, widths))]
+    out.append((f"({dropped}...)" if dropped else "").ljust(lw) + "".join(f" {h[1]:>{w}}"
                                                                           for h, w in zip(heads, widths)))
     for lab, name in zip(labels, names):
-        out.append(name.ljust(lw) + "".join(f"  {c:>{w}}" for c, w in zip(cells[lab], widths)))
-    out.append("↑↓ detected (p < 0.05 over groups), · not; lift = x uniform; none: not above it.")
+        out.append(name.ljust(lw) + "".join(f" {c:>{w}}" for c, w in zip(cells[lab], widths)))
+    out.append("Pooled ratios; ↑↓ detected (paired test over groups, p < 0.05, beyond x/÷ 1.05),")
+    out.append("· not; sink lift ↑: its CI above uniform; own/rec.: own drafts against prompt")
+    out.append("tokens as recent at d1 (> 1: drift).")
     return out
 
 
-def _counted(labels: list[str], rows: dict, cells: dict, k: int) -> str:
-    """The first sentence: in how many series attention drifts (self lift rises), the fed-back state grows, and
-    a sink exists to lose — counts, so the sentence stays one line however many drafters there are."""
+def _counted(labels: list[str], rows: dict, k: int) -> str:
+    """The first sentence: the verdicts counted, the fed-back state's growth and the sinks — counts, so the
+    sentence stays one line however many drafters there are."""
     n = len(labels)
-    drift = sum(cells[x][1].endswith("↑") for x in labels)
-    grows = [x for x in labels if cells[x][0].endswith("↑")]
+    verdicts = [rows[x].drift_verdict for x in labels]
+    grows = [x for x in labels if side(rows[x], "rms_growth") > 0]
     kinds = sorted({drafter_kind(x) or "other" for x in grows})
-    sinks = sum(cells[x][2].endswith(("weak", "yes")) for x in labels)
+    sinks = [x for x in labels if has_sink(rows[x])]
+    lost = sum(side(rows[x], "sink_retention") < 0 for x in sinks)
     who = f" ({', '.join(kinds)})" if grows else ""
-    return (f"Drift (self lift rising to depth {k}) in {drift} of {n} series; fed-back RMS grows in {len(grows)} of "
-            f"{n}{who}; a sink above uniform in {sinks} of {n}.")
+    parts = [f"{verdicts.count(v)} {v}" for v in VERDICTS if verdicts.count(v)]
+    return (f"Drift verdicts (own drafts against equally recent prompt tokens, depth {k}) over {n} series: "
+            f"{', '.join(parts)}; fed-back RMS grows in {len(grows)} of {n}{who}; a sink above uniform in "
+            f"{len(sinks)} of {n}" + (f", part of it lost by depth {k} in {lost}." if sinks else "."))

@@ -25,8 +25,12 @@ from ..trace.reader import TraceData
 from .compare import DEPTH_METRICS, Comparison, check_compatible, suite_name
 
 SUMMARY_METRICS = ("mean_acceptance_length", "draft_acceptance_rate", "iid_acceptance_length", "iid_p",
-                   "self_lift", "self_lift_trend", "sink_lift_d1", "feature_growth", "sink_retention", "prompts",
-                   "drafts")
+                   "recency_ratio", "rms_growth", "self_lift", "self_lift_trend", "sink_lift_d1", "feature_growth",
+                   "sink_retention", "prompts", "drafts")
+# ratios to 1 (lifts, trends, retention, growth): a value within the flat band (analysis/verdict.FLAT) is read as
+# 1.0 — the words call it flat / uniform, and a gate must not fail on float noise at 1 (1.0000000105)
+RATIOS = ("recency_ratio", "rms_growth", "self_lift", "self_lift_trend", "sink_lift_d1", "feature_growth",
+          "sink_retention", *metric_table.lifts())
 DECAY_METRICS = ("al_per_doubling", "self_lift_per_doubling")
 # names a gate may hold from before the lifts: refused with what replaced them (a silent redefinition would flip a
 # gate's outcome with exit 0)
@@ -40,7 +44,7 @@ ALIASES = {"acceptance_length": "mean_acceptance_length", "al": "mean_acceptance
 # Direction of "worse" for --baseline: +1 higher is better, -1 lower is better.
 # The per-depth attention metrics and their lifts take theirs from the metric table (trace/metric_table.py).
 DIRECTION = {"mean_acceptance_length": 1, "draft_acceptance_rate": 1, "iid_acceptance_length": 1, "iid_p": 1,
-             "sink_retention": 1, "self_lift_trend": -1, "sink_lift_d1": 1, "feature_growth": -1,
+             "sink_retention": 1, "recency_ratio": -1, "rms_growth": -1, "self_lift_trend": -1, "sink_lift_d1": 1, "feature_growth": -1,
              "acceptance_rate": 1, "n_alpha": 1, "rms_in": -1, "rms_pre": -1,
              "rms_post": -1, "al_per_doubling": 1, "self_lift_per_doubling": -1, **metric_table.better()}
 OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq}
@@ -172,7 +176,11 @@ class Values:
         if row.empty:
             return math.nan
         v = row.iloc[0][metric]
-        return float(v) if v is not None and not pd.isna(v) else math.nan
+        if v is None or pd.isna(v):
+            return math.nan
+        from .verdict import flat
+
+        return 1.0 if metric in RATIOS and flat(float(v)) else float(v)
 
 
 def _baseline_metrics(baseline_metrics: list[str] | None) -> list[tuple[str, str, int | None]]:

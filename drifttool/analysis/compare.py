@@ -31,7 +31,8 @@ DEPTH_METRICS = (*_FIRST, *(m for m in HEAD_METRICS if m not in _FIRST), "entrop
                  "rms_post")
 PREDICTORS = ("sink_mass", "self_mass", "rms_in")
 # the depths columns Comparison.summary reads (a view of a large trace reads only these for its first page)
-SUMMARY_DEPTHS = ["prompt_id", "round", "depth", "self_mass", "rms_in", "sink_mass", *LIFTS]
+SUMMARY_DEPTHS = ["prompt_id", "round", "depth", "self_mass", "rms_in", "sink_mass", "matched_mass", "recent_mass",
+                  "template_mass", "n_keys", "n_sink", "n_self", "n_recent", "n_template", *LIFTS]
 
 
 # Per-depth statistics over fewer rounds (chains reaching the depth) than this are greyed in charts and starred
@@ -368,10 +369,44 @@ class Comparison:
                 "self_lift_trend": trend, "self_lift_trend_lo": tlo, "self_lift_trend_hi": thi,
                 "sink_lift_d1": s1, "sink_lift_d1_lo": s1lo, "sink_lift_d1_hi": s1hi, **where,
                 "feature_growth": float(by_depth["rms_in"].iloc[-1] / by_depth["rms_in"].iloc[0]) if len(by_depth) else np.nan,
-                "sink_retention": ratio(by_depth["sink_mass"].iloc[-1], by_depth["sink_mass"].iloc[0])
-                if len(by_depth) else np.nan,
                 "per_position_rate": acc.get("per_position_rate"), "n_alpha": acc.get("n_alpha"),
+                **self._verdict(s, d, k),
             })
+        return pd.DataFrame(rows)
+
+    @staticmethod
+    def _verdict(s: Series, d: pd.DataFrame, k: int) -> dict:
+        """The drift verdict's columns (analysis/verdict.py): recency-matched ratio, sink retention, fed-back RMS
+        growth (each with CI, p), drift_verdict and its reason."""
+        from .verdict import summary_columns
+
+        recorded = "matched_mass" in d and bool(d.loc[d.depth >= 2, "matched_mass"].notna().any())
+        out = summary_columns(d, k, recorded)
+        if not (d.loc[d.depth == 1, "sink_mass"].astype(np.float64).mean() >= NEAR_ZERO):  # no sink: noise / noise
+            out.update({c: np.nan for c in out if c.startswith("sink_retention") and not c.endswith("_n")})
+        if not recorded and out["drift_verdict"] == "not established" and k >= 2 and len(d):
+            v = s.trace.manifest.get("drifttool_version", "an earlier version")
+            out["drift_why"] = (f"recency-matched ratio not recorded in this trace (captured by drifttool {v}); "
+                                "recapture")
+        return out
+
+    def recency_curve(self) -> pd.DataFrame:
+        """Per series: RM(k), k = 2..K, with CIs and p (analysis/verdict.py)."""
+        from .verdict import recency_curve
+
+        parts = [recency_curve(self.depths[self.depths.series == s.label], self.depth).assign(series=s.label)
+                 for s in self.series]
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+    def contrasts(self) -> pd.DataFrame:
+        """Per series other than the baseline (same suite): the paired per-group contrast of RM(K), sink retention
+        and fed-back RMS growth against the baseline (analysis/verdict.py)."""
+        from .verdict import contrast
+
+        keep = self.paired_with_baseline()
+        b = self.depths[self.depths.series == self.baseline]
+        rows = [dict(r, series=x, baseline=self.baseline) for x in keep if x != self.baseline
+                for r in contrast(self.depths[self.depths.series == x], b, self.depth)]
         return pd.DataFrame(rows)
 
     def by_context(self) -> pd.DataFrame:

@@ -15,8 +15,22 @@ from .metrics import ACCEPTANCE_DEFINITIONS
 
 DEFINITIONS = {
     "self_lift": "mean self lift over depths 2..K: self mass / (self slots / keys seen); 1.0 = uniform attention",
-    "self_lift_trend": "self lift at depth K / at depth 2 over the same rounds (group-bootstrap CI): > 1 attention "
-                       "per own draft slot grows with depth (drift), < 1 it spreads; a slot count cannot move it",
+    "self_lift_trend": "self lift at depth K / at depth 2 over the same rounds (group-bootstrap CI): descriptive only, "
+                       "never a verdict (its null is uniform attention; a drafter that favours recent keys has a "
+                       "falling self lift without any drift)",
+    "drift_verdict": "drift | no drift | not established | uniform, from the recency-matched ratio at depth K "
+                     "(drift_why: the reason); see docs/statistics.md",
+    "recency_ratio": "RM(K) = sum of self mass at depth K / sum of the same rounds' depth-1 mass on their K-1 most "
+                     "recent keys (group-bootstrap CI, 10,000 draws; _p: sign-flip test over groups of log RM_g; "
+                     "_mde: the factor the groups detect at 80% power); 1 = attention by distance alone, > 1 = own "
+                     "drafts draw more than equally recent prompt tokens did (drift); _uniform: what uniform "
+                     "attention gives over the same rounds",
+    "sink_retention": "sink mass at depth K / at depth 1 over the same rounds (CI, p as recency_ratio); NaN without "
+                      "a depth-1 sink mass",
+    "rms_growth": "RMS of the fed-back layer input at depth K / at depth 1 over the same rounds (CI, p as "
+                  "recency_ratio); feature_growth is the same quantity pooled over all rounds",
+    "contrasts": "per series against the baseline: the paired per-group factor by which RM(K), sink retention and "
+                 "RMS growth differ (exp of the mean log difference, t-interval, sign-flip p)",
     "sink_lift_d1": "depth-1 sink mass / (sink slots / keys seen): 1.0 = no more than uniform (no sink to lose)",
     "feature_growth": "RMS of the drafter layer input at depth K / at depth 1",
     "acceptance_rate": "vLLM per-position rate: fraction of chains with depth d accepted",
@@ -61,7 +75,8 @@ def comparison_json(cmp: Comparison, breakeven: float | None = None) -> dict:
     """Everything `compare --json` prints."""
     return {
         "series": [{"label": s.label, "trace": str(s.trace.path), "drafter": s.drafter} for s in cmp.series],
-        "notes": cmp.notes, "summary": records(cmp.summary()), "per_depth": records(cmp.per_depth()),
+        "notes": cmp.notes, "summary": records(cmp.summary()), "recency_curve": records(cmp.recency_curve()),
+        "contrasts": records(cmp.contrasts()), "per_depth": records(cmp.per_depth()),
         "per_depth_prefix_correct": records(cmp.per_depth(population="prefix_correct")),
         "statistics": statistics_json(cmp),
         "training": records(cmp.training()),

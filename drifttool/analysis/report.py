@@ -194,13 +194,13 @@ def print_predictors(c: Console, cmp: Comparison, bins: int = 4) -> None:
             + (f" Depths reached by fewer than {MIN_N} chains: not shown." if hidden else ""))
 
 
-def plain_summary(cmp: Comparison, s: pd.DataFrame | None = None, tr: pd.DataFrame | None = None,
-                  ad: pd.DataFrame | None = None) -> list[str]:
+def plain_summary(cmp: Comparison, s: pd.DataFrame | None = None, ad: pd.DataFrame | None = None,
+                  ct: pd.DataFrame | None = None) -> list[str]:
     """The answer in words (analysis.answer): per drafter pair, does EAGLE-3 drift and does the other change it,
-    read against uniform attention, with p, CIs and what the data cannot tell."""
+    each quantity against its null, with p, CIs and what the data cannot tell."""
     from .answer import answer
 
-    return answer(cmp, s, tr, ad)
+    return answer(cmp, s, ad, ct)
 
 
 def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool = True,
@@ -210,12 +210,12 @@ def print_comparison(c: Console, cmp: Comparison, bins: int = 4, context: bool =
     s = cmp.summary()
     from .report_stats import findings, print_between, print_depth_changes, print_training, print_verdicts
 
-    tr, ad = cmp.trends(), cmp.acceptance_differences()
+    tr, ad, ct = cmp.trends(), cmp.acceptance_differences(), cmp.contrasts()
     from .answer import short
 
     # the answer first: counted in one table ("In short"), then in words with every CI and p ("The answer")
-    for title, lines, indent in (("In short", short(cmp, s, tr, ad), ""),
-                                 ("The answer", plain_summary(cmp, s, tr, ad), "  ")):
+    for title, lines, indent in (("In short", short(cmp, s, ad, ct), ""),
+                                 ("The answer", plain_summary(cmp, s, ad, ct), "  ")):
         if lines:
             c.print(f"[bold]{title}[/bold]")
             for line in lines:

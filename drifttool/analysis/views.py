@@ -325,16 +325,14 @@ class View:
     @cached_property
     def answer(self) -> list[str]:
         """The Overview's first sentences (analysis.answer): does EAGLE-3 drift, does the other drafter change it,
-        from the first page's own columns (fed-back RMS and self-lift trends paired over groups, depth-1 sink lift,
-        acceptance against the EAGLE-3 series)."""
+        from the first page's own columns (the drift verdict, fed-back RMS growth and sink retention paired over
+        groups, depth-1 sink lift, acceptance against the EAGLE-3 series)."""
         from .answer import answer
-        from .stats import depth_trends
 
         cmp = self._cmp
         if cmp.rounds.empty:
             return []
-        tr = depth_trends(cmp.depths, cmp.mode, metrics=("rms_in", "self_lift"), populations=("all",))
-        return answer(cmp, self.summary, tr, cmp.acceptance_differences())
+        return answer(cmp, self.summary, cmp.acceptance_differences(), cmp.contrasts())
 
     @cached_property
     def verdict(self) -> list[str]:

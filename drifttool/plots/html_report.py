@@ -69,13 +69,13 @@ def _answer(cmp: Comparison) -> list[str]:
     from ..analysis.answer import short
     from ..analysis.report_stats import findings
 
-    s, tr, ad = cmp.summary(), cmp.trends(), cmp.acceptance_differences()
-    lines = short(cmp, s, tr, ad)
+    s, tr, ad, ct = cmp.summary(), cmp.trends(), cmp.acceptance_differences(), cmp.contrasts()
+    lines = short(cmp, s, ad, ct)
     table_at = next((i for i, x in enumerate(lines) if x.startswith("series")), len(lines))
     out = ["<h2>In short</h2><p>" + html.escape(" ".join(lines[:table_at])) + "</p>"]
     if lines[table_at:]:
         out.append("<pre>" + html.escape("\n".join(lines[table_at:])) + "</pre>")
-    out.append("<h2>The answer</h2><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in plain_summary(cmp, s, tr, ad))
+    out.append("<h2>The answer</h2><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in plain_summary(cmp, s, ad, ct))
                + "</ul>")
     found = findings(cmp, tr, ad)
     if found:

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import DriftError
-from .metric_table import added, by_name
+from .metric_table import added, by_name, of_kind
 from .schema import KEY_COUNTS, LIFTS, MAGNITUDES, MASSES
 
 _MASSES = MASSES
@@ -30,7 +30,9 @@ FINITE = tuple(m for m in _MASSES if m not in added())  # an added mass: NaN in 
 # NaN by design where rounds.full_stats is false: no note for these
 _SCHEDULED = ("depths.entropy", "heads.entropy", "heads.max_prob")
 # NaN by design for a prompt with no drafted round (no acceptance length to average): no note either
-_UNDEFINED = ("prompts.mean_acceptance_length", *(f"depths.{c}" for c in (*LIFTS, "entropy_norm")))
+_UNDEFINED = ("prompts.mean_acceptance_length", *(f"depths.{c}" for c in (*LIFTS, "entropy_norm")),
+              # the recency-matched control: NaN at depth 1 (and on trees) by definition
+              *(f"{t}.{m.name}" for t in ("depths", "heads") for m in of_kind("matched")))
 # masses are float32 sums of probabilities: allow their rounding error, nothing more
 _TOL = 1e-4
 

@@ -1,33 +1,62 @@
 """The answer's clauses read each quantity against what gives it meaning: a flat RMS says what its groups could
-have detected; a sink is judged by its lift's CI against uniform, never a fixed floor."""
+have detected; a sink is judged by its lift's CI against uniform, never a fixed floor, and where there is one its
+retention by depth K is stated; float noise at 1 is flat, never a finding; every word follows its own test."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 import numpy as np
-import pandas as pd
 
-from drifttool.analysis.answer import growth, sink
+from drifttool.analysis.answer import drift, growth, sink
+from drifttool.analysis.verdict import classify
 
 
-def _trend(mde: float, base: float, n: int) -> pd.DataFrame:
-    return pd.DataFrame([{"series": "a", "metric": "rms_in", "depth": 8, "population": "all", "p": 0.4,
-                          "mde": mde, "base_value": base, "n_groups": n}])
+def _row(**kw):
+    base = dict(series="a", depth_k=8, rms_growth=1.01, rms_growth_lo=0.99, rms_growth_hi=1.03, rms_growth_p=0.4,
+                rms_growth_mean_log=0.01, rms_growth_n=24, rms_growth_mde=1.25, sink_lift_d1=0.9, sink_lift_d1_lo=0.8,
+                sink_lift_d1_hi=1.1, sink_retention=np.nan, sink_retention_lo=np.nan, sink_retention_hi=np.nan,
+                sink_retention_p=np.nan, sink_retention_mean_log=np.nan)
+    base.update(kw)
+    return SimpleNamespace(**base)
 
 
 def test_flat_rms_states_the_change_its_groups_could_detect():
-    s = SimpleNamespace(series="a", feature_growth=1.01)
-    assert growth(s, _trend(0.5, 2.0, 24), 8) == (
-        "fed-back RMS stays flat x1.01 from depth 1 to 8, p 0.40 (its 24 groups detect a change of 25% or more at "
-        "80% power)")
-    assert growth(s, _trend(np.inf, 2.0, 3), 8).endswith("(its 3 groups are too few to detect any change)")
-    grown = SimpleNamespace(series="a", feature_growth=1.8)
-    assert "detect" not in growth(grown, _trend(0.5, 2.0, 24), 8)
+    assert growth(_row(), 8) == ("fed-back RMS stays flat x1.01 [0.99, 1.03] from depth 1 to 8, p 0.40 (its 24 groups "
+                                 "detect x1.25 or more at 80% power)")
+    few = _row(rms_growth_mde=np.inf, rms_growth_n=3)
+    assert growth(few, 8).endswith("(its 3 groups are too few to detect any change)")
+    grown = _row(rms_growth=1.8, rms_growth_lo=1.7, rms_growth_hi=1.9, rms_growth_p=0.0001, rms_growth_mean_log=0.58)
+    assert growth(grown, 8).startswith("fed-back RMS grows x1.80") and "detect" not in growth(grown, 8)
+    # a big pooled ratio the paired test does not detect is not "grows"
+    undetected = _row(rms_growth=1.8, rms_growth_p=0.2, rms_growth_mean_log=0.58)
+    assert "grows" not in growth(undetected, 8)
 
 
-def test_sink_is_judged_by_its_lift_against_uniform():
-    no = SimpleNamespace(sink_lift_d1=0.9, sink_lift_d1_lo=0.8, sink_lift_d1_hi=1.1)
-    yes = SimpleNamespace(sink_lift_d1=12.0, sink_lift_d1_lo=10.0, sink_lift_d1_hi=14.0)
-    assert sink(no).startswith("no sink to lose (depth-1 sink lift 0.90 [0.80, 1.10]")
-    assert sink(yes).startswith("the drafter attends the sink")
+def test_sink_is_judged_by_its_lift_against_uniform_and_its_retention_stated():
+    assert sink(_row()).startswith("no sink to lose (depth-1 sink lift 0.90 [0.80, 1.10]")
+    noise = _row(sink_lift_d1=1.0000000105, sink_lift_d1_lo=1.0000000101, sink_lift_d1_hi=1.0000000109)
+    assert sink(noise).startswith("no sink to lose") and "above" not in sink(noise)  # float noise is not a sink
+    lost = _row(sink_lift_d1=4.74, sink_lift_d1_lo=4.1, sink_lift_d1_hi=5.3, sink_retention=0.16,
+                sink_retention_lo=0.12, sink_retention_hi=0.21, sink_retention_p=0.0005,
+                sink_retention_mean_log=-1.8)
+    assert sink(lost) == ("attends the sink (depth-1 sink lift 4.74 [4.10, 5.30]) and keeps x0.16 [0.12, 0.21] of it by "
+                          "depth 8, p < 0.001: loses part of it")
+
+
+def test_the_verdict_words_follow_the_recency_matched_test():
+    rm = {"value": 1.57, "lo": 1.42, "hi": 1.74, "p": 0.001, "mean_log": 0.45, "n": 24, "mde_factor": 1.2}
+    assert classify(rm, False, True, 8)[0] == "drift"
+    assert classify(dict(rm, p=0.2), False, True, 8)[0] == "not established"
+    assert classify(dict(rm, value=0.5, lo=0.4, hi=0.6, mean_log=-0.7), False, True, 8)[0] == "no drift"
+    # the pooled ratio and the groups' mean log ratio on different sides: no detection either way
+    assert classify(dict(rm, value=1.2, mean_log=-0.1), False, True, 8)[0] == "not established"
+    assert classify(dict(rm, value=1.01, lo=0.97, hi=1.05, p=0.6), False, True, 8)[0] == "no drift"  # equivalence
+    assert classify(rm, True, True, 8)[0] == "uniform"
+    assert classify(rm, False, False, 8) == ("not established",
+                                             "recency-matched ratio not recorded in this trace; recapture")
+    assert classify(dict(rm, n=5), False, True, 8)[0] == "not established"
+    row = SimpleNamespace(drift_verdict="drift", drift_why="", recency_ratio=1.57, recency_ratio_lo=1.42,
+                          recency_ratio_hi=1.74, recency_ratio_p=0.001, recency_ratio_n=24)
+    assert drift(row, 8) == ("drift: own drafts draw x1.57 [1.42, 1.74] what equally recent prompt tokens drew at depth "
+                             "1 (recency-matched ratio at depth 8, p 0.001, 24 groups)")

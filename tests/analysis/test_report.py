@@ -63,8 +63,10 @@ def test_plain_summary_and_findings_state_the_numbers_and_their_power(three):
     lines = plain_summary(three)  # the answer: EAGLE-3 first, then each drafter against it
     assert len(lines) == 3 and lines[0].startswith("Does e3 drift?") and lines[1].startswith("Does e31 change it?")
     assert lines[2].startswith("Does e3post change it?")
-    assert f"x{s.loc['e3', 'feature_growth']:.2f} from depth 1" in lines[0]
-    assert f"x{s.loc['e31', 'feature_growth']:.2f} from depth 1" in lines[1]
+    for i, label in enumerate(("e3", "e31")):  # the hidden-state half: RMS growth over the same rounds, its CI and p
+        r = s.loc[label]
+        assert f"x{r.rms_growth:.2f} [{r.rms_growth_lo:.2f}, {r.rms_growth_hi:.2f}] from depth 1" in lines[i]
+        assert "drift" in lines[i]
     assert "2 groups, no test can reach p < 0.05" in lines[2]  # e3post ran 2 groups: says why, no number
     assert "drift score" not in " ".join(lines)
     assert "CIs overlap" not in " ".join(lines)  # overlap of CIs is no test; the findings carry the tests
