@@ -39,10 +39,13 @@ COUNT_FIELDS = metric_table.key_counts()
 _CONTEXT = metric_table.context_masses()
 _TAIL = ("draft_mass", "own_mass")  # computed here from the chain's (or tree's) draft-slot masks
 _MATCHED = tuple(m.name for m in metric_table.of_kind("matched"))  # from the depth-1 row, stored at depth k
+_WINDOW = tuple(m.name for m in metric_table.of_kind("window"))  # the last R keys: own drafted slots + newest context
+_RECENT = _CONTEXT.index("recent_mass")  # the context set whose newest slots the window mass keeps
 # the fields that must be finite (the capture's overflow check): every field on full rounds, the masses on lse
 # rounds; the matched masses are NaN by design at depth 1 (and on trees)
 CHECKED_FULL = tuple(i for i, f in enumerate(HEAD_FIELDS) if f not in _MATCHED)
 CHECKED_LSE = tuple(i for i in MASS_IDX if HEAD_FIELDS[i] not in _MATCHED)
+CHECKED_TREE = tuple(i for i in CHECKED_FULL if HEAD_FIELDS[i] not in _WINDOW)  # trees: no window mass either
 
 
 def head_fields(heads) -> dict:
@@ -172,6 +175,11 @@ def head_stats(d: torch.Tensor, n: int, sets: list[torch.Tensor], window: int | 
     t = tail or chain_tail(k_, str(d.device))
     w = e[..., n:] / z[..., None]  # draft slots (a chain's n .. n+K-2: the inputs of depths 2..K)
     draft, own = (w * t.draft.to(w)).sum(-1), (w * t.own.to(w)).sum(-1)
+    if tail is None:  # the last R keys whatever they are: own slots + the recent set less its j oldest at depth j
+        r = e.index_select(-1, sets[_RECENT].to(e.device)) / z[..., None]  # [nkv, K, rep, R']
+        f.update({m: r.sum(-1) - _oldest(r, k_, 1) + draft + own for m in _WINDOW})
+    else:
+        f.update({m: torch.full_like(z, float("nan")) for m in _WINDOW})
     row = (e / z[..., None]).mean((0, 2)) if keep_row else None  # [K, L] head mean, before e is reused
     ed = e.mul_(d)
     ed[..., n:].nan_to_num_(0.0)  # hidden draft slots: 0 * -inf
@@ -182,6 +190,16 @@ def head_stats(d: torch.Tensor, n: int, sets: list[torch.Tensor], window: int | 
              top_pos=top.to(z.dtype))  # slot ids < 2^24: exact in fp32
     heads = rearrange(torch.stack([f[name] for name in HEAD_FIELDS], -1), "g k r f -> k (g r) f")
     return heads, row
+
+
+def _oldest(r: torch.Tensor, k_: int, axis: int) -> torch.Tensor:
+    """Per depth j (dimension `axis` of r [..., R'], of size K): the mass on the j oldest of the recent set's R'
+    slots (all of them when j > R')."""
+    c = torch.nn.functional.pad(r.cumsum(-1), (1, 0))  # c[..., i] = mass on the i oldest
+    idx = torch.clamp(torch.arange(k_, device=r.device), max=r.shape[-1])
+    view = [1] * c.dim()
+    view[axis] = k_
+    return c.gather(-1, idx.view(view).expand(*c.shape[:-1], 1)).squeeze(-1)
 
 
 def matched(tail_p: torch.Tensor, k_: int, axis: int) -> dict[str, torch.Tensor]:
@@ -222,6 +240,12 @@ def lse_masses(q: torch.Tensor, keys: torch.Tensor, n: int, lse: torch.Tensor, s
     ctl = p[0, :, p.shape[-1] - m:]  # [nh, m]: the depth-1 row on the last m context slots (window applied above)
     masses = torch.bmm(p[..., :p.shape[-1] - m], _region_weights(k_, tuple(s.shape[0] for s in sets), str(dev)))
     masses = masses.add_(_not_computed(k_, nh, str(dev)))  # [K, nh, F]
+    if _WINDOW:  # the window mass: self + the recent set less its j oldest slots at depth j
+        o = sum(x.shape[0] for x in sets[:_RECENT])
+        r = p[..., o:o + sets[_RECENT].shape[0]]  # [K, nh, R']
+        self_ = masses[..., HEAD_FIELDS.index("draft_mass")] + masses[..., HEAD_FIELDS.index("own_mass")]
+        for name in _WINDOW:
+            masses[..., HEAD_FIELDS.index(name)] = r.sum(-1) - _oldest(r, k_, 0) + self_
     for name, col in matched(ctl, k_, 0).items():
         masses[..., HEAD_FIELDS.index(name)] = col
     return masses
@@ -249,7 +273,7 @@ def _not_computed(k_: int, nh: int, device: str) -> torch.Tensor:
     """[K, nh, F]: NaN for entropy and max_prob, -1 for top_pos, 0 elsewhere (the fields only a full row gives)."""
     base = torch.zeros(len(HEAD_FIELDS), device=device)
     for name in HEAD_FIELDS:
-        if name in _CONTEXT or name in _TAIL or name in _MATCHED:
+        if name in _CONTEXT or name in _TAIL or name in _MATCHED or name in _WINDOW:
             continue
         base[HEAD_FIELDS.index(name)] = -1.0 if name == "top_pos" else float("nan")
     return base.expand(k_, nh, len(HEAD_FIELDS))

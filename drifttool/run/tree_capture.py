@@ -123,8 +123,8 @@ class TreeCapture(Observer):
         hidden = stats.hidden_stats(x)
         host = torch.cat([heads.flatten(), hidden.flatten()]).cpu().numpy()
         o = heads.numel()
-        checked = np.concatenate([host[:o].reshape(-1, heads.shape[-1])[:, list(stats.CHECKED_FULL)].ravel(), host[o:]])
-        if not np.isfinite(checked).all():  # (the matched masses are NaN on trees by design)
+        checked = np.concatenate([host[:o].reshape(-1, heads.shape[-1])[:, list(stats.CHECKED_TREE)].ravel(), host[o:]])
+        if not np.isfinite(checked).all():  # (the matched and window masses are NaN on trees by design)
             raise DriftError(
                 f"drafter activations: NaN or inf in tree round {record.round} (try --dtype float32)"
             )

@@ -8,7 +8,8 @@ Kinds: `context` = attention mass on a set of context slots (`keys` names them; 
 kernel's log-sum-exp, and from the full row on full rounds); `tail` = mass on this chain's own draft slots (draft:
 the earlier steps, own: the query's own input slot); `matched` = the depth-1 query's mass on its k-1 most recent keys (sinks skipped),
 stored at depth k (the recency-matched control of the k-1 own slots at depth k: the same distances, prompt tokens
-instead of drafts; NaN at depth 1, beyond the context, and on draft trees); `row` = needs the full attention row (full
+instead of drafts; NaN at depth 1, beyond the context, and on draft trees); `window` = the R most recent keys whatever
+they are (own drafted slots and context, chains; NaN on trees); `row` = needs the full attention row (full
 rounds only, NaN elsewhere: --full-every); `derived` = a sum of other masses, computed on read."""
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class Metric:
     def computed(self) -> str:
         return {"context": "every round (kernel log-sum-exp)", "tail": "every round (kernel log-sum-exp)",
                 "matched": "every round, chains (kernel log-sum-exp)",
+                "window": "every round, chains (kernel log-sum-exp)",
                 "row": "full rounds only (--full-every)", "derived": "on read"}[self.kind]
 
     @property
@@ -89,6 +91,10 @@ METRICS: tuple[Metric, ...] = (
            "(the null of the self mass: a drafter whose attention depends on distance alone puts as much on its own "
            "slots)",
            "matched", added=True, base_depth=2),
+    Metric("recent_all_mass", "recent mass incl. drafts (last R keys)", MASS, "attention on the R most recent keys "
+           "whatever they are (--recent): the query's own drafted slots plus the newest context slots (sinks "
+           "excluded), R in all; the paper's 'recent' (Table 2 form); at depth 1 it equals recent_mass", "window",
+           added=True),
     Metric("entropy", "entropy (nats)", "nats", "entropy of the head's attention row", "row", hi=None),
     Metric("self_mass", "self mass (draft + own)", MASS, "attention on the chain's own slots (draft + own)",
            "derived", parts=("draft_mass", "own_mass"), count="n_self", better=-1, base_depth=2),
@@ -113,7 +119,7 @@ def context_masses() -> tuple[str, ...]:
 
 def measured_masses() -> tuple[str, ...]:
     """The masses the capture stores every round (context, tail, matched), in table order."""
-    return tuple(m.name for m in of_kind("context", "tail", "matched"))
+    return tuple(m.name for m in of_kind("context", "tail", "matched", "window"))
 
 
 def head_fields() -> tuple[str, ...]:
@@ -122,7 +128,7 @@ def head_fields() -> tuple[str, ...]:
     0..5 stay what they were before the recent and template masses)."""
     ctx = context_masses()
     return (*ctx[:1], *(m.name for m in of_kind("tail")), *(m.name for m in of_kind("row")), *ROW_EXTRAS, *ctx[1:],
-            *(m.name for m in of_kind("matched")))
+            *(m.name for m in of_kind("matched", "window")))
 
 
 def key_counts() -> tuple[str, ...]:

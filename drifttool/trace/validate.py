@@ -33,6 +33,8 @@ _SCHEDULED = ("depths.entropy", "heads.entropy", "heads.max_prob")
 _UNDEFINED = ("prompts.mean_acceptance_length", *(f"depths.{c}" for c in (*LIFTS, "entropy_norm")),
               # the recency-matched control: NaN at depth 1 (and on trees) by definition
               *(f"{t}.{m.name}" for t in ("depths", "heads") for m in of_kind("matched")))
+# NaN by design on draft trees (chain-only masses): no note either
+_TREE_ONLY_NAN = tuple(f"{t}.{m.name}" for t in ("tree_nodes", "tree_heads") for m in of_kind("matched", "window"))
 # masses are float32 sums of probabilities: allow their rounding error, nothing more
 _TOL = 1e-4
 
@@ -172,7 +174,7 @@ def check_counts(f: Path, table: str, tbl: pa.Table) -> None:
 def nonfinite_note(path: Path, counts: dict[str, Any]) -> str | None:
     """One note for every NaN/inf value found in the lenient columns (no per-value warnings)."""
     counts = {k: v for k, v in counts.items()
-              if k not in ("rounds.draft_s", "rounds.verify_s", *_SCHEDULED, *_UNDEFINED)}
+              if k not in ("rounds.draft_s", "rounds.verify_s", *_SCHEDULED, *_UNDEFINED, *_TREE_ONLY_NAN)}
     if not counts:
         return None
     parts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))

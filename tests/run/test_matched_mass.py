@@ -20,6 +20,8 @@ from tests.support.capture import TINY, make_drafter, prompt
 K = 6
 SINK = "first:1;tok:9"
 MATCHED = stats.HEAD_FIELDS.index("matched_mass")
+WINDOW = stats.HEAD_FIELDS.index("recent_all_mass")
+R = 4  # --recent: smaller than K - 1 at the deepest depths, so both branches of the window mass are exercised
 SELF = (stats.HEAD_FIELDS.index("draft_mass"), stats.HEAD_FIELDS.index("own_mass"))
 
 
@@ -31,7 +33,7 @@ def target():
 def _run(t, d, full_every: int):
     d.set_attn_impl("eager")
     eager = EagerRows(d)
-    cap = Capture(d, sink=SinkSpec.parse(SINK), full_every=full_every)
+    cap = Capture(d, sink=SinkSpec.parse(SINK), full_every=full_every, recent=R)
     ids = prompt(21, 12)
     ids[-2] = 9  # a token sink among the most recent keys: the control skips it
     try:
@@ -68,6 +70,12 @@ def test_matched_mass_is_the_depth1_rows_mass_on_its_last_keys(target, full_ever
             row = rows[j].double()
             own_slots = row[:, n:n + j].sum(-1).numpy()
             np.testing.assert_allclose(rc.heads[j, :, SELF[0]] + rc.heads[j, :, SELF[1]], own_slots, atol=1e-5)
+            # the paper's recent: the last R keys whatever they are (own slots, then the newest non-sink context)
+            ctx = sorted(i for i in range(max(0, n - R), n) if not sink[i])
+            kept = ctx[min(j, len(ctx)):]
+            np.testing.assert_allclose(rc.heads[j, :, WINDOW], own_slots + row[:, kept].sum(-1).numpy(), atol=1e-5)
+        np.testing.assert_allclose(rc.heads[0, :, WINDOW], d1[:, sorted(i for i in range(max(0, n - R), n)
+                                                                        if not sink[i])].sum(-1).numpy(), atol=1e-5)
     assert skipped  # some round had a sink among its last K keys (the skip was exercised)
 
 
