@@ -43,12 +43,21 @@ trees() {  # the Draft trees page's trace (SGLang's default tree for Llama) and 
     OMP_NUM_THREADS=1 $DT capture "${common[@]}" --depth 5 --keep-rows 0 --out "$ch" --overwrite
   fi
 }
-( cap long_code smollm2-long_code "$@" && cap agent_traces smollm2-agent_traces "$@" && trees ) &
+chat() {  # the MT-Bench-like chat suite (the README's second answer; the Table-2-form rows), 48 new tokens
+  OMP_NUM_THREADS=1 $DT capture --target "$T" --drafter eagle3=$M/eagle3 --drafter eagle3.1=$M/eagle3.1 \
+    --probes probes/real/mt_chat.jsonl --depth "$DEPTH" --max-new-tokens 48 --keep-rows 0 --full-every 1 --seed 0 \
+    --sink "$SINK" --quiet --out "$OUT/chat/smollm2-mt_chat.drift" --overwrite "$@"
+}
+# PARTS: which traces to rebuild (default all): long_code agent_traces trees tf doc_qa short_chat chat
+PARTS=" ${PARTS:-long_code agent_traces trees tf doc_qa short_chat chat} "
+want() { [[ "$PARTS" == *" $1 "* ]]; }
+( { ! want long_code || cap long_code smollm2-long_code "$@"; } && { ! want agent_traces || cap agent_traces \
+  smollm2-agent_traces "$@"; } && { ! want trees || trees; } && { ! want chat || chat; } ) &
 a=$!
-( cap long_code teacher_forced/smollm2-long_code-tf --mode teacher-forced --keep-rows 0 "$@" \
-  && cap doc_qa smollm2-doc_qa "$@" \
-  && if [ -f "$SUITES/short_chat.jsonl" ]; then cap short_chat smollm2-short_chat "$@"
-     else SUITES=probes/real ROWS=2 cap short_chat smollm2-short_chat "$@"; fi ) &  # the first suites' control
+( { ! want tf || cap long_code teacher_forced/smollm2-long_code-tf --mode teacher-forced --keep-rows 0 "$@"; } \
+  && { ! want doc_qa || cap doc_qa smollm2-doc_qa "$@"; } \
+  && { ! want short_chat || if [ -f "$SUITES/short_chat.jsonl" ]; then cap short_chat smollm2-short_chat "$@"
+     else SUITES=probes/real ROWS=2 cap short_chat smollm2-short_chat "$@"; fi; } ) &  # the first suites' control
 b=$!
 wait $a
 wait $b
