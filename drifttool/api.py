@@ -187,10 +187,22 @@ class _Plots:
 
         return build_view([self._t.data, *(o.data for o in others)])
 
-    def depth(self, *others: Trace, metrics=("sink_mass", "self_mass", "prompt_mass")):
+    def depth(self, *others: Trace, metrics=None):
+        """Attention by depth against uniform attention (lifts, log axis; 1 = uniform); `metrics=` masses or lifts
+        to draw instead (e.g. ("sink_mass", "self_mass", "prompt_mass") for the raw masses)."""
         from . import plots
 
-        return plots.depth_curves(self._view(others).per_depth, metrics)
+        pd_ = self._view(others).per_depth
+        if metrics is None:
+            return plots.lift_curves(pd_)
+        return plots.lift_curves(pd_, metrics) if all(m.endswith("_lift") for m in metrics) else \
+            plots.depth_curves(pd_, metrics)
+
+    def recency(self, *others: Trace):
+        """The drift verdict's picture: own drafts against equally recent prompt tokens, per series."""
+        from . import plots
+
+        return plots.recency_profile(self._view(others).per_depth)
 
     def rms(self, *others: Trace):
         from . import plots

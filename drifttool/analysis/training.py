@@ -8,7 +8,7 @@ import pandas as pd
 
 from ..trace.series_names import split_series
 
-CURVE_METRICS = ("acceptance_rate", "n_alpha", "sink_mass", "self_mass", "rms_in")
+CURVE_METRICS = ("acceptance_rate", "n_alpha", "sink_lift", "self_lift", "sink_mass", "self_mass", "rms_in")
 
 
 def is_series(cmp) -> bool:

@@ -275,28 +275,28 @@ class View:
 
     @cached_property
     def glance(self) -> pd.DataFrame:
-        """The Overview's headline, one row per series from the first page's own columns: acceptance length (AL)
-        with its CI, sink mass at depth 1 and K, self mass at K, layer-input RMS at depth 1 and K (means over
-        rounds). Short column names: the table fits the page beside the sidebar."""
+        """The Overview's headline, one row per series from the summary: the drift verdict, acceptance length (AL)
+        with its CI, the recency-matched ratio at depth K (own drafts against equally recent prompt tokens), the
+        depth-1 sink lift and the sink kept by K, the fed-back RMS growth — each a ratio to 1 with two decimals.
+        Short column names: the table fits the page beside the sidebar."""
         s = self.summary
         if s.empty:
             return pd.DataFrame(columns=["series"])
-        d = self._cmp.depths
-        k = int(d["depth"].max()) if len(d) else 1
-        at = {dep: d[d["depth"] == dep].groupby("series", observed=True)[["sink_mass", "self_mass", "rms_in"]].mean()
-              for dep in (1, k)}
+        k = int(self._cmp.depths["depth"].max()) if len(self._cmp.depths) else 1
 
-        def ci(r) -> str:
-            lo, hi = r["al_lo"], r["al_hi"]
-            return f"{r['mean_acceptance_length']:.2f}" + ("" if lo != lo else f" [{lo:.2f}, {hi:.2f}]")
+        def ci(r, c: str, x: str = "") -> str:
+            v, lo, hi = r[c], r.get(f"{c}_lo", float("nan")), r.get(f"{c}_hi", float("nan"))
+            if v != v:
+                return "-"
+            return f"{x}{v:.2f}" + ("" if lo != lo or hi != hi else f" [{lo:.2f}, {hi:.2f}]")
 
         rows = []
         for _, r in s.iterrows():
-            one, kk = at[1], at[k]
-            get = lambda t, c, x=r["series"]: float(t.loc[x, c]) if x in t.index else float("nan")  # noqa: E731
-            rows.append({"series": r["series"], "AL [95% CI]": ci(r), "groups": int(r["groups"]),
-                         "sink d1": get(one, "sink_mass"), f"sink d{k}": get(kk, "sink_mass"),
-                         f"self d{k}": get(kk, "self_mass"), "RMS d1": get(one, "rms_in"), f"RMS d{k}": get(kk, "rms_in")})
+            al = ci(r.rename({"mean_acceptance_length": "al"}), "al")
+            rows.append({"series": r["series"], "verdict": r.get("drift_verdict", "-"), "AL [95% CI]": al,
+                         "groups": int(r["groups"]), f"own/recent d{k}": ci(r, "recency_ratio", "x"),
+                         "sink lift d1": ci(r, "sink_lift_d1"), f"sink kept d{k}": ci(r, "sink_retention", "x"),
+                         f"RMS d{k}/d1": ci(r, "rms_growth", "x")})
         return pd.DataFrame(rows)
 
     @cached_property

@@ -74,6 +74,32 @@ def lift_curves(per_depth: pd.DataFrame,
     return fig
 
 
+def recency_profile(per_depth: pd.DataFrame) -> go.Figure:
+    """The drift argument at a glance, one panel per series: attention on the j most recent keys, j = 1..K-1 — the
+    depth-1 query's on prompt tokens (line: what recency alone gives) against the depth-(j+1) query's on its own j
+    drafted slots (markers), each with its 95% CI over groups. Own drafts above the line: drift; on it: recency."""
+    title = "Own drafts against equally recent prompt tokens (above the line: drift)"
+    need = ("matched_mass", "self_mass")
+    if per_depth.empty or any(m not in per_depth or per_depth[m].isna().all() for m in need):
+        return _empty(title + ": not recorded in this trace (recapture)")
+    per_depth = in_series_order(per_depth[per_depth["depth"] >= 2]).assign(keys=lambda x: x["depth"] - 1)
+    styles = series_styles(per_depth["series"])
+    series = list(dict.fromkeys(per_depth["series"]))
+    fig, rows, cols = _subplots(series, max_cols=3)
+    for j, s in enumerate(series):
+        r, c = _rc(j, cols)
+        sub = per_depth[per_depth["series"] == s]
+        st = styles[s]
+        _line_with_band(fig, sub, "keys", "matched_mass", "prompt tokens at depth 1", dict(st, dash="dot"), r, c,
+                        showlegend=j == 0)
+        _line_with_band(fig, sub, "keys", "self_mass", "own drafted slots", dict(st, symbol="diamond"), r, c,
+                        showlegend=j == 0)
+        fig.update_xaxes(title_text="j most recent keys", dtick=1, row=r, col=c)
+        fig.update_yaxes(title_text="attention mass" if c == 1 else None, row=r, col=c)
+    fig.update_layout(title=title, template=TEMPLATE, height=330 * rows + 60)
+    return fig
+
+
 def feature_rms(per_depth: pd.DataFrame, metrics: Sequence[str] = ("rms_in", "rms_pre", "rms_post")) -> go.Figure:
     """Hidden-state RMS vs depth on a log axis (EAGLE-3 grows, EAGLE-3.1 stays flat)."""
     return metric_by_depth(per_depth, metrics, "Feature RMS by depth (log scale)", log_y=True)

@@ -21,7 +21,9 @@ from . import (
     depth_curves,
     feature_rms,
     head_heatmaps,
+    lift_curves,
     predictor_curves,
+    recency_profile,
 )
 
 STYLE = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
@@ -87,13 +89,16 @@ def _answer(cmp: Comparison) -> list[str]:
 def charts(v) -> list[tuple[str, object]]:
     """(title, figure) for every chart of the report (`v`: an analysis.views.View), in page order."""
     out = [("Acceptance length", acceptance_length_bars(v.summary)),
-           ("Attention by depth: sink, self, prompt mass", depth_curves(v.per_depth)),
+           ("Own drafts against equally recent prompt tokens (the drift verdict's quantity)",
+            recency_profile(v.per_depth)),
+           ("Attention against uniform by depth (lifts)", lift_curves(v.per_depth)),
+           ("Attention by depth: raw sink, self, prompt mass", depth_curves(v.per_depth)),
            ("Hidden-state magnitudes by depth", feature_rms(v.per_depth)),
            ("Acceptance by depth", acceptance_per_depth(v.per_depth))]
     if not v.head_means.empty:
         out.append(("Per-head sink mass", head_heatmaps(v.head_means, "sink_mass")))
     if not v.by_context.empty:
-        out.append(("Self mass by context length", context_curves(v.by_context, "self_mass")))
+        out.append(("Sink lift by context length", context_curves(v.by_context, "sink_lift")))
     try:
         pred = v.predictors()
     except Exception:  # noqa: BLE001 - a trace without the columns has no such chart; the rest stands

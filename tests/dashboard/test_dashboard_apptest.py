@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 APP = Path(__file__).resolve().parents[2] / "drifttool" / "dashboard" / "app.py"
 SERIES = ["e3", "e31", "e3post"]
 # page file -> (minimum plotly charts, minimum dataframes)
-PAGES = {"depth": (4, 1), "heads": (2, 1), "context": (2, 1), "drilldown": (1, 1), "magnitudes": (3, 1),
+PAGES = {"depth": (5, 1), "heads": (2, 1), "context": (2, 1), "drilldown": (1, 1), "magnitudes": (3, 1),
          "rejection": (2, 1)}
 
 
@@ -56,9 +56,12 @@ def test_overview_lists_every_series(app_run):
     assert not at.exception
     assert not at.error
     frames = [f.value for f in at.dataframe]
-    glance = frames[0]  # the headline first: acceptance with its CI, sink / self mass and fed-back RMS
+    glance = frames[0]  # the headline first: the verdict, acceptance with its CI, the ratios to 1 behind the verdict
     assert sorted(glance["series"]) == sorted(SERIES)
-    assert {"AL [95% CI]", "sink d1", "RMS d1"} <= set(glance.columns)
+    assert {"verdict", "AL [95% CI]", "sink lift d1"} <= set(glance.columns)
+    assert any(c.startswith("own/recent d") for c in glance.columns) and any(c.startswith("RMS d") for c in glance)
+    assert set(glance["verdict"]) <= {"drift", "no drift", "not established", "uniform"}
+    assert not glance["sink lift d1"].astype(str).str.fullmatch(r"0\.000").any()  # ratios with 2 decimals, no raw mass
     info = next(f for f in frames if "flags" in f.columns)  # full identity, under Details
     assert sorted(info["series"]) == sorted(SERIES)
     assert {"layout", "flags", "overrides", "variant"} <= set(info.columns)

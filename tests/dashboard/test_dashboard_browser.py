@@ -28,7 +28,7 @@ CHROMIUM = os.environ.get("DRIFTTOOL_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 # (url path, page title, minimum plotly charts, minimum data grids drawn on that page; folded expanders draw none)
-PAGES = [("", "Overview", 0, 2), ("depth", "Depth", 4, 0), ("heads", "Heads", 2, 0),
+PAGES = [("", "Overview", 0, 2), ("depth", "Depth", 5, 0), ("heads", "Heads", 2, 0),
          ("context", "Context length", 2, 0), ("drilldown", "Prompt drill-down", 1, 0), ("magnitudes", "Magnitudes", 3, 0),
          ("rejection", "What predicts rejection", 2, 0)]
 READY = """([title, n, f]) => {
@@ -168,9 +168,13 @@ def _visit_pages(page, view: str, url: str | None, traces, tmp_path, problems: l
         timings[path or "overview"] = round(time.perf_counter() - t0, 2)
         assert page.locator("[data-testid='stException']").count() == 0, f"{view}: exception on page /{path}"
         assert page.locator("[data-testid='stAlertContentError']").count() == 0, f"{view}: error on page /{path}"
-        if not path:  # the Overview answers the question at 1400 px: the verdict, sink mass, no table cut off
+        if not path:  # the Overview answers the question at 1400 px: the verdict, sink lift, no table cut off
             text = page.locator("[data-testid='stMain']").inner_text()
-            assert "In short" in text and "sink d1" in page.content(), f"{view}: overview lacks verdict / sink mass"
+            assert "In short" in text and "sink lift d1" in page.content(), f"{view}: overview lacks verdict / sink lift"
+            # the drift verdict's words, in the answer and in the headline table
+            assert re.search(r"(drift:|no drift:|drift not established:|uniform attention:)", text), \
+                f"{view}: overview does not state a drift verdict"
+            assert "own/recent" in page.content(), f"{view}: the headline table lacks the recency-matched ratio"
             # its first sentence is the answer in words: does EAGLE-3 drift, does EAGLE-3.1 change it
             first = text[text.index("The answer"):]
             assert re.search(r"The answer\s+Does \S*eagle3 drift\? fed-back RMS (grows|shrinks|stays flat)", first), \

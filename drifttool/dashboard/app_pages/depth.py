@@ -23,6 +23,10 @@ if v.info["trace"].nunique() > 1:  # several traces: small multiples, one panel 
                      key="depth_facet_metric")
     lib.chart(plots.metric_by_trace(per_depth, m), "depth by trace")
 lib.chart(plots.acceptance_length_bars(v.summary), "mean acceptance length")
+lib.chart(plots.recency_profile(per_depth), "recency profile")
+st.caption("The drift verdict's quantity: attention on the j most recent keys — the depth-1 query's on prompt tokens "
+           "(dotted: what recency alone gives) against the depth-(j+1) query's on its own j drafted slots (diamonds). "
+           "Own drafts above the dotted line: drift; on it: recency, not drift.")
 if READ == "mass":
     lib.chart(plots.depth_curves(per_depth, scale="unit" if scale == "full 0-1" else "auto"), "depth curves")
 else:

@@ -14,9 +14,10 @@ answer = v.answer
 if answer:  # the answer first: does EAGLE-3 drift, does the other drafter change it
     st.subheader("The answer")
     st.markdown("\n".join(f"- {x}" for x in answer))
-    st.caption("lift = attention mass / the share uniform attention over the keys the query saw would give it (1.0 = "
-               "no more than uniform); self lift trend = self lift at depth K / depth 2 over the same rounds (> 1: "
-               "drift). Paired over groups (source documents); 95% CIs from a group bootstrap.")
+    st.caption("The drift verdict: own drafts at depth K against what equally recent prompt tokens drew at depth 1 "
+               "(the recency-matched ratio; > 1: drift). lift = attention mass / the share uniform attention over the "
+               "keys the query saw would give it (1.0 = no more than uniform). Every word and p from a paired test "
+               "over groups (source documents); 95% CIs from a group bootstrap.")
 lines = v.verdict
 if lines:
     st.subheader("In short")
@@ -25,13 +26,12 @@ if lines:
                "test and its minimum detectable effect; depth trends with the same statistics are on the Depth page.")
 st.subheader("At a glance")
 g = v.glance
-fmt = {c: st.column_config.NumberColumn(c, format="%.3f") for c in g.columns
-       if c not in ("series", "AL [95% CI]", "groups")}
-lib.table(g, "at a glance", column_config=fmt)
-st.caption("AL: mean acceptance length (tokens per round). Means over rounds, by depth (d1, dK): sink = attention "
-           "mass on the sink positions; self = on the chain's own drafted slots; RMS = the drafter layer's input "
-           "(depth 1: fc of the target features; deeper: the fed-back hidden, which EAGLE-3 leaves un-normalised). "
-           "No CI below 6 groups.")
+lib.table(g, "at a glance")
+st.caption("verdict: drift / no drift / not established / uniform. AL: mean acceptance length (tokens per round). "
+           "own/recent: attention on the drafter's own slots at depth K over what equally recent prompt tokens got at "
+           "depth 1 (> 1: drift). sink lift d1: depth-1 sink mass x uniform (above 1: a sink to lose); sink kept: sink "
+           "mass at depth K / depth 1. RMS dK/d1: the fed-back layer input's growth (EAGLE-3 leaves it "
+           "un-normalised). Ratios pooled over rounds, [95% CI] over groups; none below 6 groups.")
 st.subheader("Series")
 info = v.info
 short = info[[c for c in ("series", "variant", "flags_on", "layout", "overrides", "status", "mode") if c in info]]
@@ -39,8 +39,9 @@ lib.table(short, "series")
 with st.expander("Details: checkpoints, every flag, assumptions, all acceptance definitions"):
     lib.table(info.drop(columns=["path"]), "series details")
     st.caption("lift = mass / its uniform share (1.0 = no more than uniform attention over the keys seen); "
-               "self_lift = mean self lift over depths 2..K; self_lift_trend = self lift at depth K / depth 2 (> 1: "
-               "drift); sink_lift_d1 = depth-1 sink lift; feature growth = RMS(layer input) at depth K / depth 1; "
+               "recency_ratio = own drafts at depth K / equally recent prompt tokens at depth 1 (the drift verdict's "
+               "quantity); self_lift / self_lift_trend: descriptive only (their null is uniform attention); "
+               "sink_lift_d1 = depth-1 sink lift; feature growth = RMS(layer input) at depth K / depth 1; "
                "sink retention = sink mass at depth K / depth 1, left empty when the depth-1 sink mass is below "
                "0.001 (no sink to retain).")
     lib.table(v.summary, "summary")

@@ -27,11 +27,11 @@ metric = c1.selectbox("Metric", opts, index=opts.index("acceptance_rate"), forma
 depths = sorted(int(d) for d in curves["depth"].unique())
 depth = c2.select_slider("Depth", depths, value=depths[0], key="train_depth")
 lib.chart(plots.training_curves(curves, metric, depth), "across training")
-lib.chart(plots.training_curves(curves, "sink_mass", 1), "sink mass across training")
-lib.chart(plots.training_curves(curves, "self_mass", depths[-1]), "self mass across training")
+lib.chart(plots.training_curves(curves, "sink_lift", 1), "sink lift across training")
+lib.chart(plots.training_curves(curves, "self_lift", depths[-1]), "self lift across training")
 lib.chart(plots.training_curves(curves, "rms_in", depths[-1]), "fed-back rms across training")
 st.caption("One point per checkpoint: means over all its rounds (hover for n). Acceptance: vLLM's per-position "
-           "rate at the depth; sink mass at depth 1 (does the drafter learn the target's sink, and when); self mass and "
-           "layer-input RMS at the deepest depth.")
+           "rate at the depth; sink lift at depth 1 (x uniform: does the drafter learn the target's sink, and when); "
+           "self lift and layer-input RMS at the deepest depth (raw masses: the Metric box).")
 with st.expander("Per checkpoint and depth"):
     lib.table(curves, "training curves")
