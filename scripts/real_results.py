@@ -537,32 +537,40 @@ def template_perturbation(root: Path) -> None:
             for r in b.itertuples()) + ".")
 
 
-def seed_panel(root: Path) -> None:
-    """The seed panel (scripts/train_seed_panel.sh, capture_seed_panel.sh): EAGLE-3.1 - EAGLE-3 per seed and over
-    seeds (analysis.seeds), the architecture claim kept apart from the shipped checkpoints' one."""
-    from drifttool.analysis.seeds import QUANTITIES, differences, over_seeds, per_group, sentence
+PANELS = {"seeds": ("trained from scratch", "`scripts/train_seed_panel.sh`, `scripts/capture_seed_panel.sh`"),
+          "sink_seeds": ("whose decoder layer starts as SmolLM2's layer 15 (a sink layer; docs/real_target.md)",
+                         "`scripts/train_sink_panel.sh`, `scripts/capture_sink_panel.sh`")}
 
-    paths = sorted((root / "seeds").glob("smollm2-long_code-s*.drift"))
-    if not paths:
-        return
-    traces = [read_trace(p) for p in paths]
-    cmp = Comparison.of(traces)
-    rows = per_group(cmp)
-    t = over_seeds(differences(rows))
-    print(f"\n**Seed panel** ({len(paths)} seeds, each an EAGLE-3 and an EAGLE-3.1 drafter trained from scratch on the "
-          "same cached features, a seed changing initial weights, batch order and scored slots; long-code suite, first "
-          "cut of 24 held-out stdlib modules, greedy, depth 8; `scripts/train_seed_panel.sh`, "
-          "`scripts/capture_seed_panel.sh`). EAGLE-3.1 − EAGLE-3 per seed (mean over groups) and over seeds "
-          "(two-level bootstrap over seeds and groups):\n")
-    print("| quantity | per seed | over seeds [95% interval] | seeds agreeing | groups |")
-    print("|---|---|---|---|---|")
-    for r in t.itertuples():
-        print(f"| {QUANTITIES[r.quantity]} | {', '.join(f'{x:+.3f}' for x in r.per_seed)} | {r.estimate:+.3f} "
-              f"[{r.lo:+.3f}, {r.hi:+.3f}] | {r.seeds_agreeing}/{r.seeds} | {r.groups} |")
-    al = rows.groupby(["seed", "variant"])["acceptance_length"].mean().unstack()
-    print("\nMean acceptance length per seed (mean over groups): " + "; ".join(
-        f"seed {int(s)}: EAGLE-3 {r['eagle3']:.3f}, EAGLE-3.1 {r['eagle3.1']:.3f}" for s, r in al.iterrows()) + ".")
-    print("\n- " + sentence(t) + " The shipped drafters' comparison above is about those two checkpoints.")
+
+def seed_panel(root: Path) -> None:
+    """The seed panels (scratch and sink-initialised): EAGLE-3.1 - EAGLE-3 per seed and over seeds (analysis.seeds:
+    a t-interval over seed means and a sign test over seeds), the architecture claim kept apart from the shipped
+    checkpoints' one."""
+    from drifttool.analysis.seeds import QUANTITIES, differences, fmt, over_seeds, per_group, sentence
+
+    for folder, (recipe, scripts) in PANELS.items():
+        paths = sorted((root / folder).glob("smollm2-long_code-s*.drift"))
+        if not paths:
+            continue
+        cmp = Comparison.of([read_trace(p) for p in paths])
+        rows = per_group(cmp)
+        t = over_seeds(differences(rows))
+        print(f"\n**Seed panel, {recipe}** ({len(paths)} seeds, each an EAGLE-3 and an EAGLE-3.1 drafter trained on "
+              "the same cached features and batches, a seed changing the batch order and scored slots (and, from "
+              "scratch, the initial weights); long-code suite, first cut of 24 held-out stdlib modules, greedy, depth "
+              f"8; {scripts}). EAGLE-3.1 − EAGLE-3 per seed (mean over groups; ratios as factors) and over seeds "
+              "(t-interval over seed means, sign test over seeds):\n")
+        print("| quantity | per seed | over seeds [95% t-interval] | seeds agreeing | sign test p | groups |")
+        print("|---|---|---|---|---|---|")
+        for r in t.itertuples():
+            per = ", ".join(fmt(r, x) if x == x else "-" for x in r.per_seed)
+            ci = "-" if r.lo != r.lo else f"{fmt(r, r.estimate)} [{fmt(r, r.lo)}, {fmt(r, r.hi)}]"
+            print(f"| {QUANTITIES[r.quantity]} | {per} | {ci} | {r.seeds_agreeing}/{r.seeds} | {r.sign_p:.3g} | "
+                  f"{r.groups} |")
+        al = rows.groupby(["seed", "variant"])["acceptance_length"].mean().unstack()
+        print("\nMean acceptance length per seed (mean over groups): " + "; ".join(
+            f"seed {int(s)}: EAGLE-3 {r['eagle3']:.3f}, EAGLE-3.1 {r['eagle3.1']:.3f}" for s, r in al.iterrows()) + ".")
+        print("\n- " + sentence(t) + " The shipped drafters' comparison above is about those two checkpoints.")
 
 
 def main(root: str = "sample_traces") -> None:

@@ -48,8 +48,25 @@ def test_per_seed_and_over_seeds(panel):
     al = t.loc["acceptance_length"]
     assert al.per_seed == [1.0, 2.0, -1.0]
     assert al.estimate == pytest.approx(2 / 3)
-    assert al.seeds_agreeing == 2 and al.min_sign_p == pytest.approx(0.25)
-    assert al.lo <= al.estimate <= al.hi and al.lo < 0  # one seed of three reverses: the interval reaches below 0
-    assert t.loc["rms_growth", "estimate"] == pytest.approx(1.0 - 3.0)
+    assert al.seeds_agreeing == 2 and al.min_sign_p == pytest.approx(0.25) and al.sign_p == pytest.approx(1.0)
+    # a t-interval over the 3 seed means: mean 2/3, sd 1.528, t(0.975, 2) = 4.303
+    half = 4.302652729911275 * np.std([1.0, 2.0, -1.0], ddof=1) / np.sqrt(3)
+    assert (al.lo, al.hi) == pytest.approx((2 / 3 - half, 2 / 3 + half), rel=1e-9)
+    assert t.loc["rms_growth", "estimate"] == pytest.approx(np.log(1.0 / 3.0))  # a factor, as a log difference
     text = sentence(over_seeds(diff))
-    assert "3 seeds x 8 groups" in text and "does not establish" in text and "cannot reach p < 0.05" in text
+    assert "3 seeds x 8 groups" in text and "no architecture verdict" in text and "cannot reach p < 0.05" in text
+
+
+def test_sign_test_and_the_six_seed_floor():
+    from drifttool.analysis.seeds import established, sign_test
+
+    assert sign_test(np.ones(5)) == pytest.approx(2 / 32) and sign_test(np.ones(6)) == pytest.approx(2 / 64)
+    assert sign_test(np.array([1, 1, 1, 1, 1, -1])) == pytest.approx(14 / 64)
+    import pandas as pd
+
+    diff = pd.DataFrame([{"seed": s, "group": g, "acceptance_length": 0.1 + 0.01 * s, "rms_growth": -0.5,
+                          "recency_ratio": 0.0, "sink_retention": 0.0} for s in range(8) for g in range(4)])
+    t = over_seeds(diff).set_index("quantity")
+    assert established(t.loc["acceptance_length"]) and "the architectures differ" in sentence(over_seeds(diff))
+    five = over_seeds(diff[diff.seed < 5]).set_index("quantity")
+    assert not established(five.loc["acceptance_length"])  # 5 agreeing seeds: p 0.0625, never < 0.05
