@@ -3,7 +3,7 @@
 **Decay.** Per series, acceptance length (AL = 1 + accepted drafts of a round) and the drift metrics as a
 function of context length, in power-of-two context buckets, and a least-squares trend fitted on the rounds:
 AL(L) = a + b * log2(L), so b is the change in AL per doubling of the context. Its uncertainty is over groups
-(source documents), not rounds: the fit is redone on 1,000 seeded resamples of whole groups (the chain's group
+(source documents), not rounds: the fit is redone on 10,000 seeded resamples of whole groups (the chain's group
 bootstrap weights), giving a 95% percentile CI and SE of b, none below 6 groups (metrics.MIN_CLUSTERS).
 
 **Break-even.** A round costs K drafter forward calls and one target verify forward and yields AL tokens;
@@ -66,7 +66,7 @@ def fit_log2(ctx: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -
     return out
 
 
-def group_slope_ci(x: np.ndarray, y: np.ndarray, groups: np.ndarray, n_boot: int = 1000, seed: int = 0,
+def group_slope_ci(x: np.ndarray, y: np.ndarray, groups: np.ndarray, n_boot: int = 10_000, seed: int = 0,
                    min_clusters: int = MIN_CLUSTERS) -> tuple[float, float, float]:
     """(SE, 2.5%, 97.5%) of the least-squares slope of y on x with whole groups resampled (the same seeded
     multinomial weights as bootstrap_ratio); nan below `min_clusters` groups. Each resample's fit is computed

@@ -40,7 +40,7 @@ DEFINITIONS = {
                  "n_entropy_prompts / n_entropy_groups: their prompts and groups (the entropy CI's clusters)",
     "n_alpha": "EAGLE n-alpha: acceptance at depth d among chains whose depths < d were accepted",
     "al_per_doubling": "least-squares slope of acceptance length vs log2(context length); _lo / _hi / _se: 95% CI "
-                       "and SD over 1,000 group-bootstrap refits (none below 6 groups)",
+                       "and SD over 10,000 group-bootstrap refits (none below 6 groups)",
     "breakeven_al": "1 + K * c, c = drafter step cost / target verify cost (rounds.draft_s / K over "
                     "rounds.verify_s); speculation pays while acceptance length exceeds it",
     "breakeven_context": "context length where the fitted acceptance-length trend crosses breakeven_al",

@@ -86,7 +86,7 @@ def _resample_weights(n: int, n_boot: int, seed: int) -> np.ndarray:
 MIN_CLUSTERS = 6
 
 
-def bootstrap_ratio(sums: np.ndarray, counts: np.ndarray, n_boot: int = 1000, seed: int = 0,
+def bootstrap_ratio(sums: np.ndarray, counts: np.ndarray, n_boot: int = 10_000, seed: int = 0,
                     min_clusters: int = MIN_CLUSTERS) -> tuple[float, float, float]:
     """Point estimate and 95% CI of sum(x)/sum(n) with clusters (groups of prompts) resampled with
     replacement; the CI is NaN below `min_clusters` clusters."""

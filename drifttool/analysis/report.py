@@ -142,7 +142,7 @@ def _slope_note(dt: pd.DataFrame) -> str:
     if few and len(few) == len(ns):
         return f"AL / doubling over {n}, too few for an interval (the group bootstrap needs {MIN_CLUSTERS} or more)."
     tail = f"; none for {', '.join(few)}: fewer than {MIN_CLUSTERS} groups" if few else ""
-    return f"AL / doubling: 95% CI from refits on 1,000 resamples of whole groups, {n}{tail}."
+    return f"AL / doubling: 95% CI from refits on 10,000 resamples of whole groups, {n}{tail}."
 
 
 def print_window(c: Console, cmp: Comparison) -> None:

@@ -66,7 +66,7 @@ def test_decay_slope_interval_is_over_groups(tmp_path):
     # naive: refit on each resample of whole documents (rounds repeated as often as their group is drawn)
     docs = sorted(f["group"].astype(str).unique())
     slopes = []
-    for w in _resample_weights(len(docs), 1000, 0):
+    for w in _resample_weights(len(docs), 10_000, 0):
         keep = np.repeat(np.arange(len(f)), [int(w[docs.index(g)]) for g in f["group"].astype(str)])
         slopes.append(np.polyfit(x[keep], y[keep], 1)[0])
     assert row["groups"] == 12 and row["al_per_doubling"] == pytest.approx(np.polyfit(x, y, 1)[0])

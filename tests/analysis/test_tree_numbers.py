@@ -63,7 +63,7 @@ def naive_group_bootstrap(sub: pd.DataFrame, m: str, by: str = "prompt_id") -> t
     x = [sub[sub[by] == key][m].to_numpy(np.float64) for key in keys]
     sums = np.array([np.nansum(v) for v in x])
     counts = np.array([np.isfinite(v).sum() for v in x], float)
-    w = np.random.default_rng(0).multinomial(k, np.full(k, 1 / k), size=1000)
+    w = np.random.default_rng(0).multinomial(k, np.full(k, 1 / k), size=10_000)
     stats = (w @ sums) / (w @ counts)
     return tuple(np.nanpercentile(stats, [2.5, 97.5]))
 

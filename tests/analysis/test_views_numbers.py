@@ -135,7 +135,7 @@ def close(got, want, what: str, atol: float = 1e-6) -> None:
     )
 
 
-def bootstrap(df: pd.DataFrame, col: str, n_boot: int = 1000) -> tuple[float, float, float]:
+def bootstrap(df: pd.DataFrame, col: str, n_boot: int = 10_000) -> tuple[float, float, float]:
     """Mean of `col` and its 95% interval with the selected prompts resampled (the seeded multinomial draw the
     package documents: seed 0, prompts in sorted order; none from one prompt)."""
     g = df.groupby(df.prompt_id.astype(str))[col].agg(["sum", "count"]).sort_index()  # groups = prompt ids here
