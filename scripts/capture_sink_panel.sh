@@ -29,14 +29,14 @@ cap() {  # out, drafter args...
     --depth 8 --max-new-tokens 32 --keep-rows 0 --seed 0 --sink target --quiet --out "$out" $r
 }
 I=runs/sink/s0/drafters/steps/step-000000
-if [ -d "$I/eagle3" ] && [ ! -e "$OUT/init/.done" ]; then
+if [ -d "$I/eagle3" ] && [ ! -e runs/sink/captured-init ]; then
   cap "$OUT/init/smollm2-long_code-init.drift" --drafter "eagle3-init=$I/eagle3" --drafter "eagle3.1-init=$I/eagle3.1"
-  touch "$OUT/init/.done"
+  touch runs/sink/captured-init
 fi
 for s in $SEEDS; do
   [ -e "runs/sink/s$s/done" ] || { echo "capture_sink_panel: seed $s still training; skipped (rerun later)" >&2; continue; }
-  [ -e "$OUT/.s$s.done" ] && continue
+  [ -e "runs/sink/captured-s$s" ] && continue
   cap "$OUT/smollm2-long_code-s$s.drift" --drafter "eagle3-s$s=runs/sink/s$s/drafters/eagle3" \
     --drafter "eagle3.1-s$s=runs/sink/s$s/drafters/eagle3.1"
-  touch "$OUT/.s$s.done"
+  touch "runs/sink/captured-s$s"
 done

@@ -341,7 +341,37 @@ def _block(text: str, name: str, fn, root: Path) -> str:
     return text[:a] + "\n" + buf.getvalue().strip() + "\n" + text[b:]
 
 
-DOCS = {"results": "docs/results.md", "trees": "docs/draft_trees.md", "answer": "README.md"}
+DOCS = {"results": "docs/results.md", "trees": "docs/draft_trees.md", "answer": "README.md",
+        "sink": "docs/real_target.md"}
+
+
+def sink_experiment(root: Path) -> None:
+    """The sink-inheritance experiment (docs/real_target.md): the sink-initialised pair at initialisation and after
+    training (seed 0), per variant, on the held-out long-code cuts: depth-1 sink lift, sink retention to depth K,
+    the recency-matched ratio, acceptance, the verdict; beside the scratch recipe's seed 0 on the same prompts."""
+    from drifttool.analysis.answer import has_sink
+    from drifttool.styles import drafter_kind
+
+    runs = [("at initialisation", root / "sink_seeds" / "init" / "smollm2-long_code-init.drift"),
+            ("after training (seed 0)", root / "sink_seeds" / "smollm2-long_code-s0.drift"),
+            ("scratch recipe, seed 0 (for contrast)", root / "seeds" / "smollm2-long_code-s0.drift")]
+    runs = [(w, p) for w, p in runs if p.is_dir()]
+    if not runs:
+        print("(no sink-initialised traces yet: `bash scripts/train_sink_panel.sh && bash scripts/capture_sink_panel.sh`)")
+        return
+    print("| drafters | variant | depth-1 sink lift [95% CI] | sink kept at depth 8 [CI], p | own/recent at depth 8 "
+          "[CI], p | acceptance length [CI] | verdict | groups |")
+    print("|---|---|---|---|---|---|---|---|")
+    for what, p in runs:
+        s = Comparison.of([read_trace(p)]).summary()
+        for r in s.itertuples():
+            kept = "- (no sink)" if r.sink_retention != r.sink_retention or not has_sink(r) else \
+                f"x{_ci(r.sink_retention, r.sink_retention_lo, r.sink_retention_hi)}, p {_p(r.sink_retention_p)}"
+            rm = "not recorded" if r.recency_ratio != r.recency_ratio else \
+                f"x{_ci(r.recency_ratio, r.recency_ratio_lo, r.recency_ratio_hi)}, p {_p(r.recency_ratio_p)}"
+            print(f"| {what} | {drafter_kind(r.series)} | {_ci(r.sink_lift_d1, r.sink_lift_d1_lo, r.sink_lift_d1_hi, 1)} "
+                  f"| {kept} | {rm} | {_ci(r.mean_acceptance_length, r.al_lo, r.al_hi)} | {r.drift_verdict} | "
+                  f"{r.groups} |")
 
 
 def _halves(suite: str, cmp: Comparison) -> list[str]:
@@ -398,7 +428,7 @@ def landing(root: Path) -> None:
 def readme(root: Path, repo: Path) -> None:
     """Replace the generated blocks (results and trees in docs/, the answer in the README) between their markers
     with this script's output."""
-    fns = {"results": lambda r: main(str(r)), "trees": trees, "answer": landing}
+    fns = {"results": lambda r: main(str(r)), "trees": trees, "answer": landing, "sink": sink_experiment}
     for name, rel in DOCS.items():
         out = repo / rel
         out.write_text(_block(out.read_text(), name, fns[name], root))

@@ -29,14 +29,18 @@ from .drafter import Eagle3Drafter
 
 @torch.no_grad()
 def plant(d: Eagle3Drafter, *, recency: float = 0.0, sink: float = 0.0, drift: float = 0.0,
-          sink_token: int | None = None) -> Eagle3Drafter:
+          sink_token: int | None = None, keep_attention: bool = False) -> Eagle3Drafter:
     """Edit `d` in place (module doc) and return it. Scales are logit weights per rotary pair (x the normalised
-    channel values, ~1): recency 2-4 gives a clear recency profile, sink 4-8 a sink, drift 1-4 weak to strong."""
+    channel values, ~1): recency 2-4 gives a clear recency profile, sink 4-8 a sink, drift 1-4 weak to strong.
+    keep_attention: keep the drafter's own attention (q/k and embeddings untouched) and add only the drift marker
+    (its lowest-frequency rotary pair taken over): a real drafter with drift planted on top."""
     cfg = d.config
     if cfg.mla is not None or cfg.num_aux == 0:
         raise ValueError("controls: plain GQA EAGLE-3 drafters only")
     if sink and sink_token is None:
         raise ValueError("controls: a planted sink needs its sink_token")
+    if keep_attention and (recency or sink):
+        raise ValueError("controls: keep_attention plants drift only")
     h = cfg.hidden_size
     lay = d.layers[0]
     att = lay.self_attn
@@ -45,6 +49,9 @@ def plant(d: Eagle3Drafter, *, recency: float = 0.0, sink: float = 0.0, drift: f
         raise ValueError("controls: full rotary heads of at least 8 dims only")
     marker, const, flag = h - 1, h - 2, h - 3
     half = hd // 2
+    if keep_attention:
+        _marker(d, marker, half, drift)
+        return d
     # one RMS for every embedding row, then the constant and sink-flag channels (equal norm: equal channel value)
     e = d.embed_tokens.weight
     e[:, [const, flag]] = 0.0
@@ -71,12 +78,27 @@ def plant(d: Eagle3Drafter, *, recency: float = 0.0, sink: float = 0.0, drift: f
     if sink:
         write(half - 2, const, flag, sink * hd ** 0.5)
     if drift:
-        d.fc.weight[marker] = 0.0  # prompt slots: marker exactly 0
-        att.o_proj.weight[marker] = 0.0
-        mlp = lay.mlp
-        units = list(range(min(16, mlp.up_proj.weight.shape[0])))  # several units: a steadier marker
-        mlp.up_proj.weight[units] = mlp.gate_proj.weight[units]
-        mlp.down_proj.weight[marker] = 0.0
-        mlp.down_proj.weight[marker, units] = 1.0 / len(units)  # mean of g^2 sigmoid(g) >= 0 into the marker
-        write(half - 1, h + marker, h + marker, drift * hd ** 0.5)
+        _marker(d, marker, half, drift)
     return d
+
+
+@torch.no_grad()
+def _marker(d: Eagle3Drafter, marker: int, half: int, drift: float) -> None:
+    """The drift term (module doc): marker channel 0 on prompt slots, > 0 on fed-back slots, read by q and k on
+    every head's lowest-frequency rotary pair (those q/k rows replaced)."""
+    lay, h = d.layers[0], d.config.hidden_size
+    att = lay.self_attn
+    hd = att.hd
+    d.fc.weight[marker] = 0.0  # prompt slots: marker exactly 0
+    att.o_proj.weight[marker] = 0.0
+    lay.hidden_norm.weight[marker] = 1.0
+    mlp = lay.mlp
+    units = list(range(min(16, mlp.up_proj.weight.shape[0])))  # several units: a steadier marker
+    mlp.up_proj.weight[units] = mlp.gate_proj.weight[units]
+    mlp.down_proj.weight[marker] = 0.0
+    mlp.down_proj.weight[marker, units] = 1.0 / len(units)  # mean of g^2 sigmoid(g) >= 0 into the marker
+    w = (drift * hd ** 0.5) ** 0.5
+    for rows, n in ((att.q_proj.weight, att.nh), (att.k_proj.weight, att.nkv)):
+        for i in range(n):
+            rows[i * hd + half - 1] = 0.0
+            rows[i * hd + half - 1, h + marker] = w
