@@ -8,7 +8,7 @@ head's lowest-frequency rotary pair), so its queries at depth >= 2 score its own
 moves from the target's sink onto its own drafts with depth. Both are saved (speculators layout, bf16) under OUT and
 captured side by side on the long-code first cuts into sample_traces/controls/.
 
-    python scripts/make_positive_control.py [--drift 16] [--out runs/control] [--limit N]
+    python scripts/make_positive_control.py [--drift 256] [--out runs/control] [--limit N]
 
 Labelled as constructed everywhere it appears (drafter names `control-base` / `control-planted-drift`)."""
 
@@ -50,7 +50,7 @@ def build(target: Path, drift: float) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--drift", type=float, default=16.0, help="the planted term's logit scale")
+    p.add_argument("--drift", type=float, default=256.0, help="the planted term's logit scale")
     p.add_argument("--out", default="runs/control")
     p.add_argument("--trace", default="sample_traces/controls/smollm2-long_code-control.drift")
     p.add_argument("--limit", type=int, default=0, help="capture only the first N prompts (a quick look)")
