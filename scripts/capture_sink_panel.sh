@@ -5,18 +5,19 @@
 # tokens, sink rule `target` (SmolLM2's own sink, position 0), no sampled rows, into
 # sample_traces/sink_seeds/smollm2-long_code-sS.drift. Seed 0's drafters at initialisation (runs/sink/s0/drafters/
 # steps/step-000000) go to sample_traces/sink_seeds/init/smollm2-long_code-init.drift: the sink-inheritance
-# experiment's "before". Only seeds whose training finished are captured; a seed that never trained and is not
-# training now: one line, exit 2, before anything is captured. A trace already started resumes.
+# experiment's "before". SEEDS (default: every seed whose training started): only those whose training finished
+# are captured, the others skipped with a line; a seed that never started training: one line, exit 2, before
+# anything is captured. A trace already started resumes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DT=${DT:-.venv/bin/drifttool}
-SEEDS=${SEEDS:-0 1 2 3 4 5 6 7}
+# default: every seed whose training has started (runs/sink/sS/)
+SEEDS=${SEEDS:-$(ls -d runs/sink/s*/ 2>/dev/null | sed 's|runs/sink/s||; s|/$||' | sort -n | tr '\n' ' ')}
 OUT=sample_traces/sink_seeds
 for s in $SEEDS; do
-  if [ ! -e "runs/sink/s$s/done" ] && ! pgrep -f "training[.]train_real .*--work runs/sink/s$s/" >/dev/null \
-     && ! pgrep -f 'train_sink_panel[.]sh' >/dev/null; then
-    echo "capture_sink_panel: seed $s never trained: no runs/sink/s$s/done and no training for it running;" \
-      "train it first (SEEDS=\"$s\" bash scripts/train_sink_panel.sh)" >&2
+  if [ ! -d "runs/sink/s$s" ]; then
+    echo "capture_sink_panel: seed $s never trained: no runs/sink/s$s/; train it first" \
+      "(SEEDS=\"$s\" bash scripts/train_sink_panel.sh)" >&2
     exit 2
   fi
 done
