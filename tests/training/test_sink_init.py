@@ -51,7 +51,7 @@ def test_depth1_attention_is_the_target_layers(target):
     for v, m in models.items():
         m.set_attn_impl("eager")
         probs = []
-        h = m.layer.self_attn.hook_probs.register_forward_hook(lambda _m, _i, o: probs.append(o[0]))
+        h = m.layer.self_attn.hook_probs.register_forward_hook(lambda _m, _i, o, got=probs: got.append(o[0]))
         try:
             st = m(ids, feats, torch.arange(30)[None], m.new_cache(), True)
         finally:
