@@ -17,8 +17,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 from _common import median, print_table
 
+from drifttool.run.attention_stats import key_counts
 from drifttool.run.hooks import HEAD_FIELDS, RoundCapture
 from drifttool.run.loop import RoundRecord
 from drifttool.run.records import prompt_tables
@@ -39,9 +41,11 @@ def depths_shard(rounds: int, seed: int = 0):
                                 input_ids=ids[K:]))
         heads = rng.random((K, 1, len(HEAD_FIELDS)), dtype=np.float32)
         heads[..., :3] /= 3  # sink, draft, own: a distribution's masses (sum <= 1), as the reader checks
-        caps.append(RoundCapture(round=r, context_len=512 + 2 * r, heads=heads,
+        n = 512 + 2 * r  # key counts that agree with each other (the reader checks them): 4 sinks, 32 recent
+        sets = [torch.arange(4), torch.arange(n - 32, n), torch.zeros(0, dtype=torch.long)]
+        caps.append(RoundCapture(round=r, context_len=n, heads=heads,
                                  hidden=rng.random((K, 7), dtype=np.float32),
-                                 aux=rng.random((3, 3), dtype=np.float32)))
+                                 aux=rng.random((3, 3), dtype=np.float32), counts=key_counts(n, K, sets)))
     return prompt_tables("eagle3", "p", recs, caps, [1, 2, 3], 2048)["depths"]
 
 

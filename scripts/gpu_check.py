@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -32,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from drifttool.model.checkpoint import load_drafter, save_drafter  # noqa: E402
 from drifttool.model.config import DrafterConfig  # noqa: E402
 from drifttool.model.drafter import Eagle3Drafter  # noqa: E402
-from drifttool.run.attention_stats import MASS_IDX  # noqa: E402
+from drifttool.run.attention_stats import CHECKED_FULL, CHECKED_LSE, MASS_IDX  # noqa: E402
 from drifttool.run.hooks import Capture  # noqa: E402
 from drifttool.run.loop import RoundRecord, draft_chain, refresh  # noqa: E402
 
@@ -315,8 +316,10 @@ def check_lse(d: Eagle3Drafter, s: Scale, tol: float) -> Row:
     if got.full:  # no lse from the kernel: the round was computed from full rows
         return Row(f"lse_masses_vs_full ({s.ctx} ctx)", None, "kernel gave no lse: full rows every round",
                    "lse available")
-    idx = list(MASS_IDX)  # sink, draft, own, recent
-    diff = float(abs(got.heads[..., idx] - want.heads[..., idx]).max())
+    idx = list(MASS_IDX)  # every mass the lse path computes (sink, draft, own, recent, ..., matched, window)
+    a, b = got.heads[..., idx], want.heads[..., idx]
+    same_nan = bool((np.isnan(a) == np.isnan(b)).all())  # the matched mass: NaN at depth 1 on both paths
+    diff = float(np.nanmax(abs(a - b))) if same_nan else float("nan")
     same_counts = bool((got.counts == want.counts).all())
     return Row(f"lse_masses_vs_full ({s.ctx} ctx, sink/draft/own/recent, every depth x head; key counts)",
                diff < tol and same_counts, f"max |diff| {diff:.2e}, counts {'equal' if same_counts else 'DIFFER'}",
@@ -335,7 +338,7 @@ def check_long(d: Eagle3Drafter, s: Scale, device: str) -> Row:
         torch.cuda.synchronize()
     wall = time.perf_counter() - t0
     mem = f", peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if device.startswith("cuda") else ""
-    heads = cap.rounds[0].heads
+    heads = cap.rounds[0].heads[..., list(CHECKED_FULL if cap.rounds[0].full else CHECKED_LSE)]  # NaN by design: out
     ok = bool(torch.isfinite(logits).all()) and bool(torch.isfinite(torch.as_tensor(heads)).all())
     return Row(
         f"long_context ({s.ctx} ctx, K={s.depth}, capture on)",

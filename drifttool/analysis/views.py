@@ -277,7 +277,8 @@ class View:
     def glance(self) -> pd.DataFrame:
         """The Overview's headline, one row per series from the summary: the drift verdict, acceptance length (AL)
         with its CI, the recency-matched ratio at depth K (own drafts against equally recent prompt tokens), the
-        depth-1 sink lift and the sink kept by K, the fed-back RMS growth — each a ratio to 1 with two decimals.
+        depth-1 sink lift and the sink kept by K (with CIs), the fed-back RMS growth — each a ratio to 1 with two
+        decimals.
         Short column names: the table fits the page beside the sidebar."""
         s = self.summary
         if s.empty:
@@ -296,7 +297,7 @@ class View:
             rows.append({"series": r["series"], "verdict": r.get("drift_verdict", "-"), "AL [95% CI]": al,
                          "groups": int(r["groups"]), f"own/recent d{k}": ci(r, "recency_ratio", "x"),
                          "sink lift d1": ci(r, "sink_lift_d1"), f"sink kept d{k}": ci(r, "sink_retention", "x"),
-                         f"RMS d{k}/d1": ci(r, "rms_growth", "x")})
+                         f"RMS d{k}/d1": "-" if r["rms_growth"] != r["rms_growth"] else f"x{r['rms_growth']:.2f}"})
         return pd.DataFrame(rows)
 
     @cached_property
