@@ -64,6 +64,10 @@ def fill_added(table: str, tbl: pa.Table, manifest: dict[str, Any], wanted: list
         derived = derived_counts(tbl.column("context_len").to_numpy(zero_copy_only=False),
                                  tbl.column("position").to_numpy(zero_copy_only=False), ws,
                                  SinkSpec.from_dict((manifest.get("capture") or {}).get("sink")))
-    for c in missing:
-        tbl = tbl.append_column(c, pa.array(derived.get(c, np.full(tbl.num_rows, np.nan)), pa.float64()))
+    from .metric_table import measured_masses
+
+    masses = set(measured_masses())
+    for c in missing:  # a mass as the capture stores it (float32): tables of old and new traces concatenate alike
+        kind = pa.float32() if c in masses and c not in derived else pa.float64()
+        tbl = tbl.append_column(c, pa.array(derived.get(c, np.full(tbl.num_rows, np.nan)), kind))
     return tbl
