@@ -405,8 +405,19 @@ class Comparison:
 
         keep = self.paired_with_baseline()
         b = self.depths[self.depths.series == self.baseline]
-        rows = [dict(r, series=x, baseline=self.baseline) for x in keep if x != self.baseline
-                for r in contrast(self.depths[self.depths.series == x], b, self.depth)]
+
+        def no_sink(d: pd.DataFrame) -> bool:  # the summary's rule: below NEAR_ZERO at depth 1 there is none to keep
+            return not (d.loc[d.depth == 1, "sink_mass"].astype(np.float64).mean() >= NEAR_ZERO)
+
+        rows = []
+        for x in keep:
+            if x == self.baseline:
+                continue
+            d = self.depths[self.depths.series == x]
+            for r in contrast(d, b, self.depth):
+                if r["quantity"] == "sink_retention" and (no_sink(d) or no_sink(b)):
+                    r.update(factor=np.nan, factor_lo=np.nan, factor_hi=np.nan, p=np.nan)
+                rows.append(dict(r, series=x, baseline=self.baseline))
         return pd.DataFrame(rows)
 
     def by_context(self) -> pd.DataFrame:

@@ -166,3 +166,17 @@ def test_the_constructions_are_what_they_claim_on_eager_rows():
     sink1 = sum(float(r[0][:, 0].sum()) for r in rounds)
     sink_k = sum(float(r[K - 1][:, 0].sum()) for r in rounds)
     assert own > 2 * matched and sink_k < 0.95 * sink1
+
+
+
+def test_no_sink_retention_contrast_without_a_sink(tmp_path):
+    """A sink-retention factor between two drafters is NaN where either has no depth-1 sink mass (noise / noise)."""
+    from drifttool.trace.synthetic import write_trace
+
+    rounds = {"accepted": [3] * 12, "prompt": [f"d{i % 6}" for i in range(12)]}
+    sinkless = dict(rounds, sink_mass=np.tile(np.linspace(1e-5, 4e-5, 4), (12, 1)))
+    withsink = dict(rounds, sink_mass=np.tile(np.linspace(0.5, 0.2, 4), (12, 1)))
+    t = write_trace(tmp_path / "t.drift", {"eagle3": sinkless, "eagle3.1": withsink}, 4)
+    ct = Comparison.of([read_trace(t)]).contrasts().set_index("quantity")
+    assert ct.loc["sink_retention", "factor"] != ct.loc["sink_retention", "factor"]  # NaN: eagle3 has no sink
+    assert np.isfinite(ct.loc["rms_growth", "factor"])
