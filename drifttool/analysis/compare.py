@@ -58,6 +58,11 @@ def lift_trend(d: pd.DataFrame, metric: str, d_from: int, d_to: int) -> tuple[fl
     return bootstrap_ratio(g["to"].to_numpy(), g[metric].to_numpy())
 
 
+def no_sink(d: pd.DataFrame) -> bool:
+    """One series' depths rows hold no depth-1 sink mass to keep (mean below NEAR_ZERO): its sink retention is noise."""
+    return not (d.loc[d.depth == 1, "sink_mass"].astype(np.float64).mean() >= NEAR_ZERO)
+
+
 def ratio(num: float, den: float, floor: float = NEAR_ZERO) -> float:
     """num / den, or NaN when den (or both) is below `floor` (sink retention of two ~0 sink masses is not 1254)."""
     if not (np.isfinite(num) and np.isfinite(den)) or abs(den) < floor:
@@ -382,7 +387,7 @@ class Comparison:
 
         recorded = "matched_mass" in d and bool(d.loc[d.depth >= 2, "matched_mass"].notna().any())
         out = summary_columns(d, k, recorded)
-        if not (d.loc[d.depth == 1, "sink_mass"].astype(np.float64).mean() >= NEAR_ZERO):  # no sink: noise / noise
+        if no_sink(d):  # noise / noise
             out.update({c: np.nan for c in out if c.startswith("sink_retention") and not c.endswith("_n")})
         if not recorded and out["drift_verdict"] == "not established" and k >= 2 and len(d):
             v = s.trace.manifest.get("drifttool_version", "an earlier version")
@@ -405,10 +410,6 @@ class Comparison:
 
         keep = self.paired_with_baseline()
         b = self.depths[self.depths.series == self.baseline]
-
-        def no_sink(d: pd.DataFrame) -> bool:  # the summary's rule: below NEAR_ZERO at depth 1 there is none to keep
-            return not (d.loc[d.depth == 1, "sink_mass"].astype(np.float64).mean() >= NEAR_ZERO)
-
         rows = []
         for x in keep:
             if x == self.baseline:
