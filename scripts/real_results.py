@@ -405,7 +405,8 @@ def _halves(suite: str, cmp: Comparison) -> list[str]:
         sink = ("neither drafter attends the target's sink (depth-1 sink lift not above uniform), so the sink half "
                 "of the story cannot be tested on them")
     att = f"attention: {verdict('EAGLE-3', e3)}; {verdict('EAGLE-3.1', e31)}; {sink}"
-    return [f"- **{suite}, in plain words**: the hidden state: {hidden}. The {att}."]
+    return [f"- **{suite}, in plain words** (these two checkpoints, one per variant): the hidden state: {hidden}. "
+            f"The {att}."]
 
 
 def landing(root: Path) -> None:
