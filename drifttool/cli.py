@@ -30,11 +30,11 @@ def _suite(probes: str) -> str:
 
     found = bundled_suite(probes)
     if found is None and not probes.endswith(".jsonl"):  # a name, mistyped? (a missing .jsonl path: load_suite)
-        import difflib
+        from .suggest import closest
 
         names = bundled_names()
-        close = difflib.get_close_matches(probes, names, n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        close = closest(probes, names)
+        hint = f"did you mean {close!r}? " if close else ""
         raise DriftError(f"--probes {probes!r}: no such file and no bundled suite of that name; {hint}bundled: "
                          f"{', '.join(n for n in names if n.count('/') < 2)}, ... (or a JSONL path)")
     return str(found or probes)
@@ -291,6 +291,13 @@ def report(
     from .trace.reader import read_trace
 
     p = output_file(out, overwrite, "-o")  # checked before any work: a trace's own files are never replaced
+    if images is not None:
+        from .plots.images import FORMATS
+
+        if image_format not in FORMATS:
+            raise DriftError(f"--image-format {image_format!r}: expected one of {', '.join(FORMATS)}")
+        if Path(images).exists() and not Path(images).is_dir():
+            raise DriftError(f"--images {images}: is a file; expected a folder for the charts")
     data = [read_trace(t) for t in traces]
     text = html_report(data, title)
     try:
@@ -311,6 +318,12 @@ def output_file(out: str, overwrite: bool, flag: str) -> Path:
     not by its name: links resolved, and a folder is a trace's when it is named NAME.drift or holds a trace's
     manifest.json (a renamed trace, a link into one)."""
     p = Path(out)
+    if not p.parent.is_dir():  # before any rendering: a report used to be built, then refused
+        from .suggest import path_hint
+
+        what = "is not a folder" if p.parent.exists() else "does not exist"
+        raise DriftError(f"{flag} {out}: the folder {p.parent} {what}{path_hint(p.parent)}; create it or write "
+                         "the file elsewhere")
     real = p.resolve()  # where the write lands: every link on the way followed
     inside = next((q for q in (p, *p.parents, real, *real.parents) if _is_trace_folder(q)), None)
     if inside is not None:
@@ -387,9 +400,28 @@ def demo(
     from .trace.reader import read_trace
 
     _no_hf_progress_bars()
+    _demo_checks(out, specimen, suite)  # before the target is fetched or anything loads
     path = run_demo(out, specimen, suite, depth, max_new_tokens, progress=not quiet)
     print_comparison(_console(), Comparison.of([read_trace(path)]), context=True)
     typer.echo(f"trace: {path}\nopen the dashboard: drifttool dashboard {path}")
+
+
+def _demo_checks(out: str, specimen: str, suite: str) -> None:
+    """The demo's names and output checked at the call: a mistyped specimen or suite gets the closest name."""
+    from .demo import REAL, SPECIMENS, probes_dir
+    from .run.preflight import check_out
+    from .suggest import did_you_mean
+
+    if specimen not in SPECIMENS:
+        raise DriftError(f"--specimen {specimen!r}: expected one of {', '.join(SPECIMENS)}"
+                         f"{did_you_mean(specimen, SPECIMENS)}")
+    root = probes_dir() / ("real" if specimen == REAL else "")
+    names = sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.jsonl"))
+    if suite not in names:
+        shown = [n for n in names if "/" not in n]
+        raise DriftError(f"--suite {suite!r}: no such bundled suite{did_you_mean(suite, names)}; expected one of "
+                         f"{', '.join(shown)}" + (", ..." if len(shown) < len(names) else ""))
+    check_out(out, overwrite=True)  # the demo replaces its own trace
 
 
 @app.command()

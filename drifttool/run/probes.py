@@ -157,7 +157,9 @@ def check_text_length(probe: Probe, target, extra: int) -> None:
 def load_suite(path) -> list[Probe]:
     p = Path(path)
     if not p.is_file():
-        raise DriftError(f"{p}: probe suite not found (expected a JSONL file)")
+        from ..suggest import path_hint
+
+        raise DriftError(f"{p}: probe suite not found (expected a JSONL file){path_hint(p)}")
     probes: list[Probe] = []
     try:
         lines = p.read_text(encoding="utf-8").splitlines()

@@ -134,11 +134,17 @@ def settings_of(settings: RunSettings | None, settings_kw: dict[str, Any], who: 
 
 
 def begin(settings: RunSettings | None, settings_kw: dict[str, Any], drafters: list[DrafterSpec], probes: str,
-          who: str) -> tuple[RunSettings, list[Probe]]:
+          who: str, *, target: Any = None, out: Any = None, resume: bool = False,
+          overwrite: bool = False) -> tuple[RunSettings, list[Probe]]:
     """What every engine's run does first, before anything is loaded or written: the settings checked once, the
-    drafter specs checked as a set, the probe suite read (and cut to `limit`)."""
+    drafter specs checked as a set, every location checked (the output folder, the target and drafter folders:
+    preflight), the probe suite read (and cut to `limit`)."""
     st = settings_of(settings, settings_kw, who)
     check_drafters(drafters)
+    if out is not None:
+        from .preflight import check_locations
+
+        check_locations(target, drafters, out, resume, overwrite)
     suite = load_suite(probes)
     return st, suite[:st.limit] if st.limit is not None else suite
 

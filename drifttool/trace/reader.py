@@ -41,7 +41,9 @@ __all__ = ["TraceData", "member", "read_manifest", "read_table", "read_trace", "
 def read_manifest(path) -> dict[str, Any]:
     p = Path(path)
     if not p.exists():
-        raise DriftError(f"{p}: trace not found")
+        from ..suggest import path_hint
+
+        raise DriftError(f"{p}: trace not found{path_hint(p)}")
     if not p.is_dir():
         raise DriftError(f"{p}: not a trace folder (expected NAME.drift/ with manifest.json)")
     mf = p / "manifest.json"

@@ -1,7 +1,7 @@
 """The package's stages import only downward and no module imports itself back through others: every import
 statement counts, deferred (inside a function) and TYPE_CHECKING ones included, read from the source with ast.
 
-Stages, lowest first: base (errors, jsonfile, dtypes, version, styles) -> model -> zoo | trace -> run | analysis
+Stages, lowest first: base (errors, jsonfile, dtypes, version, styles, suggest) -> model -> zoo | trace -> run | analysis
 -> plots -> dashboard -> faces (api, cli, demo, the package's public names). Stages on one level are siblings and
 do not import each other."""
 
@@ -16,7 +16,7 @@ PKG = Path(__file__).resolve().parents[2] / "drifttool"
 LEVEL = {"base": 0, "model": 1, "zoo": 2, "trace": 2, "run": 3, "analysis": 3, "plots": 4, "monitor": 4,
          "dashboard": 5,
          "faces": 6}
-TOP = {"errors": "base", "jsonfile": "base", "dtypes": "base", "version": "base", "styles": "base",
+TOP = {"errors": "base", "jsonfile": "base", "dtypes": "base", "version": "base", "styles": "base", "suggest": "base",
        "api": "faces", "cli": "faces", "demo": "faces", "": "faces"}
 
 

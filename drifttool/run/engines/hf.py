@@ -210,7 +210,8 @@ def run_capture(
     drafters then run on its last device. `tree` (run/tree.py: static rank paths or dynamic:top_k=..,depth=..,
     total=..): draft trees instead of chains; the depth is then the tree's depth bound. `compact`: merge the
     shards into one file per table when the capture finishes (trace.compact)."""
-    st, suite = begin(settings, settings_kw, drafters, probes, "run_capture")  # before anything is loaded
+    st, suite = begin(settings, settings_kw, drafters, probes, "run_capture", target=target, out=out,
+                      resume=resume, overwrite=overwrite)  # before anything is loaded
     tree, st = _tree_settings(tree, st)
     from ...model.hub import resolve
 

@@ -343,7 +343,8 @@ def run_capture_vllm(
     shards are keyed `DRAFTER:PROMPT`. `dtype` applies to vLLM and to the replay drafter, `device` to the replay
     drafter. `vllm_kwargs` (or `engine_args`, `--vllm-arg` strings KEY=VALUE) go to `vllm.LLM` (they may not
     contradict launch.REQUIRED_ARGS)."""
-    st, suite = begin(settings, settings_kw, drafters, probes, "run_capture_vllm")
+    st, suite = begin(settings, settings_kw, drafters, probes, "run_capture_vllm", target=target,
+                      out=out, resume=resume, overwrite=overwrite)
     st, sink_rule = vllm_sink(st)
     llm_kwargs = {**parse_vllm_args(engine_args or []), **(vllm_kwargs or {})}
     check_vllm_settings(st, target)
