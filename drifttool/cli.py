@@ -13,7 +13,39 @@ from .errors import DriftError
 from .run.engines import ENGINES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None,  # plain help: readable at 80 columns and when piped (issue 53)
                   help="Measure attention drift in EAGLE-3 / EAGLE-3.1 drafters.")
+
+
+class HelpSections(typer.core.TyperCommand):
+    """Plain --help with the options grouped under their `rich_help_panel` heading (the first one seen first),
+    and a short metavar where none is given (TRACE, N, TEXT; never typer's `<str>` / `<list[str]>`)."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        for param in self.params:
+            if param.metavar is not None or getattr(param, "is_flag", False):
+                continue
+            if param.param_type_name == "argument":
+                param.metavar = param.name.upper()
+            else:
+                kind = param.bare_type() if hasattr(param, "bare_type") else ""
+                param.metavar = {"int": "N", "float": "X"}.get(kind.removeprefix("list[").rstrip("]"), "TEXT")
+
+    def format_options(self, ctx, formatter) -> None:
+        groups: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            row = param.get_help_record(ctx)
+            if row is None:
+                continue
+            if param.param_type_name == "argument":  # TRACES..., not typer's `traces... <list[str]>`
+                groups.setdefault("Arguments", []).append((param.metavar + ("..." if param.nargs != 1 else ""),
+                                                           row[1]))
+            else:
+                groups.setdefault(getattr(param, "rich_help_panel", None) or "Options", []).append(row)
+        for name, rows in groups.items():
+            with formatter.section(name):
+                formatter.write_dl(rows)
 
 
 def _console():
@@ -52,61 +84,94 @@ def _no_hf_progress_bars() -> None:
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
-@app.command()
+CAPTURE_EXAMPLE = """\b
+Example (the bundled SmolLM2 drafters; `drifttool zoo fetch smollm2` once):
+  drifttool capture --target ~/.cache/drifttool/smollm2-135m-instruct \\
+    --drafter eagle3=drifttool/zoo/models/smollm2/eagle3 \\
+    --drafter eagle3.1=drifttool/zoo/models/smollm2/eagle3.1 \\
+    --probes real/long_code --out runs/long_code.drift
+Options: docs/cli.md; settings explained: docs/metrics.md"""
+IN, OUT, DEC, MEAS, ENG = "Inputs", "Output", "Decoding", "Measurement", "Engine and device"
+JSON_HELP = "print JSON instead of text"
+
+
+@app.command(cls=HelpSections, epilog=CAPTURE_EXAMPLE,
+             short_help="Capture target + drafters over a probe suite into a trace.")
 # long: one typer option per line (the CLI's declaration), no logic
 def capture(
-    target: str = typer.Option(..., "--target", help="HF target model folder"),
-    drafter: list[str] = typer.Option([], "--drafter", help="[NAME=]DIR[?flag=value&...]; repeat for several"),
+    target: str | None = typer.Option(None, "--target", metavar="DIR", rich_help_panel=IN,
+                                      help="target model folder (or hub id org/name)  [required]"),
+    drafter: list[str] = typer.Option([], "--drafter", metavar="[NAME=]DIR", rich_help_panel=IN,
+                                      help="drafter folder, optional ?flag=value&...; repeatable  [required, or "
+                                           "--drafter-series]"),
     drafter_series: list[str] = typer.Option(
-        [], "--drafter-series", help="a folder of step-N checkpoints (step-N/, checkpoint-N/, epoch_E_step_N/; one "
-                                     "drafter or one folder per variant each): one drafter per checkpoint, named "
-                                     "VARIANT@STEP, for drift across training"),
-    series_keep: int | None = typer.Option(None, "--series-keep", min=2,
-                                           help="at most this many evenly spaced checkpoints per variant"),
-    probes: str = typer.Option(..., "--probes", help="probe suite (JSONL), or a bundled suite by name: long_code, "
-                                                     "agent_traces, doc_qa, short_chat, quick, real/long_code, ..."),
-    out: str = typer.Option(..., "--out", help="trace folder NAME.drift"),
-    depth: int = typer.Option(8, "--depth", help="speculation depth K"),
-    mode: str = typer.Option("generate", "--mode", help="generate | teacher-forced"),
-    override: list[str] = typer.Option([], "--override", help="flag=value applied to every drafter (each flag once; a "
-                                                                  "drafter's own ?flag=value wins)"),
+        [], "--drafter-series", metavar="DIR", rich_help_panel=IN,
+        help="a folder of step-N checkpoints: one drafter per checkpoint, named VARIANT@STEP "
+             "(docs/training_drift.md)"),
+    series_keep: int | None = typer.Option(None, "--series-keep", min=2, metavar="N", rich_help_panel=IN,
+                                           help="at most N evenly spaced checkpoints per variant"),
+    probes: str | None = typer.Option(None, "--probes", metavar="SUITE", rich_help_panel=IN,
+                                      help="JSONL file, or a bundled suite: long_code, quick, real/long_code, ... "
+                                           " [required]"),
+    limit: int | None = typer.Option(None, "--limit", metavar="N", rich_help_panel=IN,
+                                     help="only the first N prompts"),
+    out: str | None = typer.Option(None, "--out", metavar="NAME.drift", rich_help_panel=OUT,
+                                   help="the trace folder to write  [required]"),
+    resume: bool = typer.Option(False, "--resume", rich_help_panel=OUT,
+                                help="continue the partial trace at --out (same settings)"),
+    overwrite: bool = typer.Option(False, "--overwrite", rich_help_panel=OUT,
+                                   help="replace the trace at --out"),
+    no_compact: bool = typer.Option(False, "--no-compact", rich_help_panel=OUT,
+                                    help="keep one shard per prompt (skip the final merge)"),
+    quiet: bool = typer.Option(False, "--quiet", rich_help_panel=OUT, help="no progress display"),
+    depth: int = typer.Option(8, "--depth", metavar="K", rich_help_panel=DEC, help="speculation depth"),
+    mode: str = typer.Option("generate", "--mode", metavar="MODE", rich_help_panel=DEC,
+                             help="generate | teacher-forced"),
     max_new_tokens: int | None = typer.Option(
-        None, "--max-new-tokens", help="new tokens per prompt; when given it wins over every probe's max_new_tokens "
-                                       "(default: the probe's, else 64)"),
-    device: str = typer.Option("cpu", "--device"),
-    device_map: str | None = typer.Option(None, "--device-map",
-                                          help="auto | balanced | sequential: spread the target over GPUs (hf "
-                                               "engine; the drafter runs on the target's last device)"),
-    dtype: str = typer.Option("float32", "--dtype", help="float32 | bfloat16 | float16 (target and drafters)"),
-    sink: str = typer.Option("auto", "--sink", help="auto (the target's own sink where the hf engine finds one, "
-                                                     "else the first 4 positions) | target | first:N | pos:i,j | "
-                                                     "tok:id,... (';' to combine; a repeated pos: or tok: merges, a "
-                                                     "repeated first: or an empty list is refused)"),
-    recent: int = typer.Option(32, "--recent", help="the recent mass's key set: the last R context slots (sinks "
-                                                     "excluded)"),
-    seed: int = typer.Option(0, "--seed"),
-    keep_rows: int = typer.Option(2, "--keep-rows", help="full attention rows sampled per prompt and drafter"),
-    full_every: int = typer.Option(16, "--full-every",
-                                   help="entropy and head maxima (full attention rows) every Nth round of a prompt; "
-                                        "1 = every round (the reference path), 0 = sampled rows only"),
-    temperature: float = typer.Option(0.0, "--temperature"),
-    draft_sampling: str = typer.Option("greedy", "--draft-sampling",
-                                       help="temperature > 0: greedy (vLLM's default) | probabilistic"),
-    limit: int | None = typer.Option(None, "--limit", help="only the first N prompts"),
-    resume: bool = typer.Option(False, "--resume"),
-    overwrite: bool = typer.Option(False, "--overwrite"),
-    quiet: bool = typer.Option(False, "--quiet"),
-    engine: str = typer.Option("hf", "--engine", help=" | ".join(f"{e.name} ({e.summary})" for e in ENGINES.values())),
-    vllm_arg: list[str] = typer.Option([], "--vllm-arg", help="key=value passed to vllm.LLM (--engine vllm)"),
-    no_compact: bool = typer.Option(False, "--no-compact", help="keep one shard per prompt (skip the final merge)"),
-    tree: str | None = typer.Option(None, "--tree", help="draft trees: 'dynamic:top_k=K,depth=D,total=N' (EAGLE) "
-                                                         "or rank paths '[(0,),(1,),(0,0)]' (vLLM); see docs/trees.md"),
+        None, "--max-new-tokens", metavar="N", rich_help_panel=DEC,
+        help="new tokens per prompt, for every probe (default: the probe's, else 64)"),
+    temperature: float = typer.Option(0.0, "--temperature", metavar="T", rich_help_panel=DEC,
+                                      help="target sampling temperature (0: greedy)"),
+    draft_sampling: str = typer.Option("greedy", "--draft-sampling", metavar="RULE", rich_help_panel=DEC,
+                                       help="with --temperature > 0: greedy (vLLM's default) | probabilistic"),
+    seed: int = typer.Option(0, "--seed", metavar="N", rich_help_panel=DEC, help="seed of sampling and row choice"),
+    override: list[str] = typer.Option([], "--override", metavar="FLAG=V", rich_help_panel=DEC,
+                                       help="a drafter flag set on every drafter (its own ?flag=value wins)"),
+    tree: str | None = typer.Option(None, "--tree", metavar="SPEC", rich_help_panel=DEC,
+                                    help="draft trees: dynamic:top_k=K,depth=D,total=N or rank paths "
+                                         "(docs/trees.md)"),
+    sink: str = typer.Option("auto", "--sink", metavar="RULE", rich_help_panel=MEAS,
+                             help="auto (the target's own sink, else the first 4 positions) | target | first:N | "
+                                  "pos:i,j | tok:id,...; ';' combines"),
+    recent: int = typer.Option(32, "--recent", metavar="R", rich_help_panel=MEAS,
+                               help="the recent mass: the last R context slots (sinks excluded)"),
+    keep_rows: int = typer.Option(2, "--keep-rows", metavar="N", rich_help_panel=MEAS,
+                                  help="full attention rows kept per prompt and drafter"),
+    full_every: int = typer.Option(16, "--full-every", metavar="N", rich_help_panel=MEAS,
+                                   help="entropy and head maxima every Nth round (1: every round, 0: sampled "
+                                        "rows only)"),
+    engine: str = typer.Option("hf", "--engine", metavar="NAME", rich_help_panel=ENG,
+                               help=" | ".join(ENGINES) + " (hf: drifttool's own loop; vllm: a real vLLM run, "
+                                    "replayed; docs/vllm.md)"),
+    vllm_arg: list[str] = typer.Option([], "--vllm-arg", metavar="KEY=V", rich_help_panel=ENG,
+                                       help="passed to vllm.LLM (--engine vllm)"),
+    device: str = typer.Option("cpu", "--device", metavar="DEV", rich_help_panel=ENG, help="cpu | cuda[:N] | mps"),
+    device_map: str | None = typer.Option(None, "--device-map", metavar="MAP", rich_help_panel=ENG,
+                                          help="auto | balanced | sequential: the target over several GPUs (hf)"),
+    dtype: str = typer.Option("float32", "--dtype", metavar="DTYPE", rich_help_panel=ENG,
+                              help="float32 | bfloat16 | float16 (target and drafters)"),
 ):
     """Run target + drafters over a probe suite with capture hooks and write a trace."""
     from .run.drafters import DrafterSpec, parse_overrides
     from .run.engines import engine as engine_named
     from .trace.sinks import SinkSpec
 
+    missing = [flag for flag, given in (("--target", target), ("--drafter (or --drafter-series)",
+                                                               drafter or drafter_series),
+                                          ("--probes", probes), ("--out", out)) if not given]
+    if missing:  # every one named at once (click stops at the first)
+        raise DriftError(f"capture: missing {', '.join(missing)}; e.g. drifttool capture --target DIR "
+                         "--drafter DIR --probes long_code --out runs/x.drift (drifttool capture --help)")
     _no_hf_progress_bars()
 
     common = parse_overrides(override)
@@ -130,8 +195,8 @@ def capture(
     typer.echo(f"trace written: {path}")
 
 
-@app.command()
-def info(trace: str = typer.Argument(..., help="NAME.drift folder"), as_json: bool = typer.Option(False, "--json")):
+@app.command(cls=HelpSections, short_help="Describe a trace and check that its files read.")
+def info(trace: str = typer.Argument(..., help="NAME.drift folder"), as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Describe a trace: status, target, drafters and their flags, capture settings, counts."""
     from .trace.reader import read_trace
 
@@ -187,7 +252,7 @@ def info(trace: str = typer.Argument(..., help="NAME.drift folder"), as_json: bo
     c.print(f"tables: all listed shards readable and valid; {n_rows} sampled attention rows readable")
 
 
-@app.command()
+@app.command(cls=HelpSections, short_help="Merge a trace's shards into one file per table.")
 def compact(traces: list[str] = typer.Argument(..., help="NAME.drift folders to rewrite in the compact form")):
     """Merge a trace's shards into one file per table and migrate an old schema (in place, crash-safe)."""
     from .trace.compact import compact_trace
@@ -199,10 +264,10 @@ def compact(traces: list[str] = typer.Argument(..., help="NAME.drift folders to 
                    f"in {r['files_after']} files (schema {r['schema_version']}, {r['shards']} shards)")
 
 
-@app.command()
+@app.command(cls=HelpSections, short_help="EAGLE-3 vs 3.1: the answer in words, then the tables.")
 def compare(
     traces: list[str] = typer.Argument(..., help="two or more NAME.drift folders (or one with several drafters)"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     bins: int = typer.Option(4, "--bins", help="quantile bins for the rejection predictors"),
     breakeven: float | None = typer.Option(None, "--breakeven",
                                            help="break-even acceptance length (default 1 + K*c from measured timing)"),
@@ -239,24 +304,24 @@ def compare(
     print_comparison(_console(), cmp, bins, breakeven=breakeven)
 
 
-@app.command()
+@app.command(cls=HelpSections, short_help="Does an engine run this drafter as it was trained?")
 def conform(
     drafter: str = typer.Argument(..., help="drafter checkpoint folder"),
     target: str = typer.Option(..., "--target", help="target folder (or hub id in the local cache)"),
     probes: str = typer.Option("quick", "--probes", help="probe suite (JSONL) or a bundled one by name"),
     engine: str = typer.Option("hf", "--engine", help=" | ".join(ENGINES)),
-    depth: int = typer.Option(4, "--depth"),
-    max_new_tokens: int = typer.Option(32, "--max-new-tokens"),
+    depth: int = typer.Option(4, "--depth", metavar="K", help="speculation depth"),
+    max_new_tokens: int = typer.Option(32, "--max-new-tokens", help="new tokens per prompt"),
     limit: int | None = typer.Option(4, "--limit", help="only the first N prompts"),
     engine_override: list[str] = typer.Option([], "--engine-override",
                                               help="flag=value: load the checkpoint differently on the engine side "
                                                    "(a planted misread; hf engine)"),
     vllm_arg: list[str] = typer.Option([], "--vllm-arg", help="key=value passed to vllm.LLM (--engine vllm)"),
     out: str | None = typer.Option(None, "--out", help="keep the engine's trace here"),
-    dtype: str = typer.Option("float32", "--dtype"),
-    device: str = typer.Option("cpu", "--device"),
+    dtype: str = typer.Option("float32", "--dtype", metavar="DTYPE", help="float32 | bfloat16 | float16"),
+    device: str = typer.Option("cpu", "--device", metavar="DEV", help="cpu | cuda[:N] | mps"),
     diagnose: bool = typer.Option(True, "--diagnose/--no-diagnose", help="on disagreement, find the reading that reproduces the engine"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ):
     """Is the engine running this drafter as it was trained? Static checks of config against weights, the
     engine's drafts against drifttool's reference per depth, a diagnosis of the misread. Exit 1 when not
@@ -276,11 +341,11 @@ def conform(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(cls=HelpSections, short_help="One offline HTML file: the verdict, charts and tables.")
 def report(
     traces: list[str] = typer.Argument(..., help="NAME.drift folder(s)"),
     out: str = typer.Option("report.html", "-o", "--out", help="the HTML file to write"),
-    title: str = typer.Option("drifttool report", "--title"),
+    title: str = typer.Option("drifttool report", "--title", help="the page's title"),
     images: str = typer.Option(None, "--images", help="also write each chart as a file into this folder "
                                "(needs the export extra: kaleido)"),
     image_format: str = typer.Option("png", "--image-format", help="png or svg"),
@@ -350,14 +415,14 @@ def _is_trace_folder(q: Path) -> bool:
     return isinstance(m, dict) and "schema_version" in m
 
 
-@app.command()
+@app.command(cls=HelpSections, short_help="How many groups would detect an effect of a given size.")
 def plan(
     traces: list[str] = typer.Argument(..., help="pilot NAME.drift folder(s)"),
     metric: str = typer.Option(..., "--metric", help="a depth trend METRIC@depthN-depthM (e.g. "
                                                      "sink_mass@depth8-depth1) or acceptance_length"),
     effect: float = typer.Option(..., "--effect", help="the effect to detect, in the metric's units"),
     population: str = typer.Option("all", "--population", help="all | prefix_correct (trends only)"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ):
     """How many groups (source documents) would detect an effect of this size, from a pilot trace's variance."""
     from .analysis.plan import plan_study
@@ -382,15 +447,15 @@ def plan(
                       if need is not None and r["n_groups"] < 6 else ""))
 
 
-@app.command()
+@app.command(cls=HelpSections, short_help="Run the bundled drafters and print the comparison.")
 def demo(
-    out: str = typer.Option("runs/demo.drift", "--out"),
+    out: str = typer.Option("runs/demo.drift", "--out", metavar="NAME.drift", help="the trace folder to write"),
     specimen: str = typer.Option("smollm2", "--specimen",
                                  help="smollm2 (the real pretrained target, natural sink) | sink | plain (tiny test models)"),
     suite: str = typer.Option("quick", "--suite", help="probe suite under probes/ (quick, long_code, ...)"),
-    depth: int = typer.Option(8, "--depth"),
-    max_new_tokens: int = typer.Option(32, "--max-new-tokens"),
-    quiet: bool = typer.Option(False, "--quiet"),
+    depth: int = typer.Option(8, "--depth", metavar="K", help="speculation depth"),
+    max_new_tokens: int = typer.Option(32, "--max-new-tokens", help="new tokens per prompt"),
+    quiet: bool = typer.Option(False, "--quiet", help="no progress display"),
 ):
     """Capture EAGLE-3, EAGLE-3.1 and EAGLE-3 + norm_output on the bundled drafters (default: the real target
     SmolLM2-135M-Instruct, converted once on first use); print the comparison."""
@@ -424,7 +489,7 @@ def _demo_checks(out: str, specimen: str, suite: str) -> None:
     check_out(out, overwrite=True)  # the demo replaces its own trace
 
 
-@app.command()
+@app.command(cls=HelpSections, short_help="Regression gate: exit 1 when a rule fails.")
 def check(
     trace: str = typer.Argument(..., help="NAME.drift folder to gate"),
     rule: list[str] = typer.Option([], "--rule", help="METRIC[@depthN] OP NUMBER, e.g. 'acceptance_length>=2.0'"),
@@ -433,7 +498,7 @@ def check(
     baseline_metric: list[str] = typer.Option([], "--baseline-metric",
                                               help="metric compared with --baseline (default mean_acceptance_length)"),
     drafter: str | None = typer.Option(None, "--drafter", help="only this drafter of the trace"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ):
     """Regression gate: exit 0 when every rule (and the baseline comparison) passes, 1 when any fails."""
     from .analysis.check import print_check, run_check
@@ -449,7 +514,7 @@ def check(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(cls=HelpSections, short_help="Open the Streamlit dashboard on traces.")
 def dashboard(
     traces: list[str] = typer.Argument(None, help="NAME.drift folders (default: the sample traces; an installed "
                                                   "wheel captures a demo trace on first use)"),
@@ -513,8 +578,8 @@ and scripts/train_real_drafters.sh (the SmolLM2 drafters).
 """
 
 
-@app.command(name="zoo", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
-                                          "help_option_names": []})
+@app.command(name="zoo", short_help="Install the real target once: zoo fetch smollm2.",
+             context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
 def zoo(ctx: typer.Context, action: str = typer.Argument(None, help="fetch")):
     """`zoo fetch smollm2`: install + convert the real target (once, cached). Bare `zoo` (or `zoo --help`)
     prints this help."""
