@@ -38,17 +38,34 @@ def request_key(request_id: str) -> str:
     return "r" + hashlib.sha1(request_id.encode()).hexdigest()[:12]
 
 
-DROP_REASONS = ("queue_full", "spool_full", "spool_error", "record_error")
+DROP_REASONS = ("queue_full", "spool_full", "disk_full", "permission", "write_error", "record_error")
 
 
 def worker_counters(labels: dict[str, str]) -> Aggregates:
-    """The worker's counters, every series present from the start at 0 (an alert on a rate needs the series)."""
+    """The worker's counters and gauges, every series present from the start at 0 (an alert on a rate needs the
+    series)."""
     agg = Aggregates()
     agg.inc("samples", labels, 0)
     for reason in DROP_REASONS:
         agg.inc("samples_dropped", {**labels, "reason": reason}, 0)
     agg.inc("requests_skipped", {**labels, "reason": "no_prompt_ids"}, 0)
+    agg.set("last_spool_write_timestamp_seconds", {**labels, "process": "worker"}, 0)
+    agg.set("heartbeat_timestamp_seconds", {**labels, "process": "worker"}, time.time())
     return agg
+
+
+def base_labels(vllm_config, name: str) -> dict[str, str]:
+    """model_name, engine and drafter, as vLLM names its own series (engine: the data-parallel rank, vLLM's engine
+    index)."""
+    mc, spec = vllm_config.model_config, vllm_config.speculative_config
+    engine = getattr(getattr(vllm_config, "parallel_config", None), "data_parallel_rank", 0) or 0
+    return {"model_name": str(mc.served_model_name or mc.model), "engine": str(int(engine)),
+            "drafter": name or Path(str(spec.model)).name}
+
+
+def spooled(root: Path) -> int:
+    """Requests waiting in every run's spool under DIR/spool/ (an earlier run's leftovers count against the bound)."""
+    return sum(1 for _ in root.glob("*/job-*.meta.json"))
 
 
 @dataclass
@@ -86,9 +103,7 @@ class WorkerMonitor:
         self.run = os.environ.get(RUN_ENV) or f"{int(time.time())}-{os.getpid()}"
         self.spool = settings.dir / "spool" / self.run
         self.spool.mkdir(parents=True, exist_ok=True)
-        spec = vllm_config.speculative_config
-        self.labels = {"model": str(vllm_config.model_config.served_model_name or vllm_config.model_config.model),
-                       "drafter": settings.name or Path(str(spec.model)).name}
+        self.labels = base_labels(vllm_config, settings.name)
         self.agg, self.snapshot = worker_counters(self.labels), settings.dir / "metrics" / f"{self.run}-worker.json"
         self.q: queue.Queue[Finished] = queue.Queue(maxsize=settings.queue)
         self.rec = VllmRecorder(runner)
@@ -96,6 +111,7 @@ class WorkerMonitor:
         self.rec.on_error = self._record_error  # a recording error never reaches vLLM's step
         self.seq = 0
         self.child: subprocess.Popen | None = None
+        self.stopping = threading.Event()
 
     def start(self) -> WorkerMonitor:
         self.rec.attach()
@@ -103,7 +119,10 @@ class WorkerMonitor:
         self.runner._on_request_state_removed = self._removed_wrapper(orig)
         threading.Thread(target=self._spool_loop, name="drifttool-monitor-spool", daemon=True).start()
         self.child = subprocess.Popen(self._child_args(), stdin=subprocess.PIPE, start_new_session=True)
-        self.agg.write(self.snapshot)
+        try:
+            self.agg.write(self.snapshot)
+        except Exception as e:  # noqa: BLE001 - a full disk at start: the spool thread retries every second
+            self._tell(e)
         return self
 
     def _record_error(self, e: Exception) -> None:
@@ -117,7 +136,8 @@ class WorkerMonitor:
         spec, mc = self.cfg.speculative_config, self.cfg.model_config
         return [sys.executable, "-m", "drifttool.monitor.replay_worker", "--settings", self.s.to_env(),
                 "--run", self.run, "--target", str(mc.model), "--drafter", str(spec.model),
-                "--name", self.labels["drafter"], "--model", self.labels["model"],
+                "--name", self.labels["drafter"], "--model", self.labels["model_name"],
+                "--engine", self.labels["engine"],
                 "--depth", str(int(spec.num_speculative_tokens)), "--threads", str(self.s.threads)]
 
     def _removed_wrapper(self, orig):
@@ -150,35 +170,60 @@ class WorkerMonitor:
             self.agg.inc("samples_dropped", {**self.labels, "reason": "queue_full"})
 
     def _spool_loop(self) -> None:
+        """Forever: spool what finished, write the snapshot (the heartbeat) every second. Nothing that goes wrong
+        in one pass (a full disk, a library's own exception) ends the loop: it is counted and the next pass tries
+        again, so the monitor recovers by itself when the cause goes."""
         last = 0.0
-        while True:
+        while not self.stopping.is_set():
             try:
                 job = self.q.get(timeout=1.0)
             except queue.Empty:
                 job = None
-            if job is not None:
-                self._spool(job)
-            if time.time() - last > 1.0 or job is not None:
-                self.agg.write(self.snapshot)
-                last = time.time()
+            try:
+                if job is not None:
+                    self._spool(job)
+                if time.time() - last > 1.0 or job is not None:
+                    last = time.time()
+                    self.agg.set("heartbeat_timestamp_seconds", {**self.labels, "process": "worker"}, last)
+                    self.agg.write(self.snapshot)
+            except Exception as e:  # noqa: BLE001 - the snapshot could not be written: it is retried next second
+                self._tell(e)
+
+    def _tell(self, e: BaseException) -> None:
+        """One line per kind of failure, not one per request (a full disk would flood the server's log)."""
+        why = f"{type(e).__name__}: {e}"
+        if why != getattr(self, "_last_why", None):
+            self._last_why = why
+            print(f"drifttool monitor: spool write failed ({why}); counted in drifttool:samples_dropped_total, "
+                  "retried with the next request", file=sys.stderr, flush=True)
 
     def _spool(self, job: Finished) -> None:
         from ..run.engines.vllm.events import write_events
+        from .metrics import write_reason
 
-        if len(list(self.spool.glob("job-*.meta.json"))) >= self.s.spool:
+        if spooled(self.spool.parent) >= self.s.spool:
             self.agg.inc("samples_dropped", {**self.labels, "reason": "spool_full"})
             return
         self.seq += 1
         base = self.spool / f"job-{self.seq:09d}"
+        tmp = base.with_suffix(".meta.json.tmp")
         try:
+            self.spool.mkdir(parents=True, exist_ok=True)  # removed under a running server: made again
             write_events({job.key: job.events}, base)
             meta: dict[str, Any] = {"key": job.key, "prompt_ids": job.prompt_ids, "output_ids": job.output_ids,
                                     "t_end": job.t_end}
-            tmp = base.with_suffix(".meta.json.tmp")
             tmp.write_text(json.dumps(meta))
             os.replace(tmp, base.with_suffix(".meta.json"))
-        except OSError:
-            self.agg.inc("samples_dropped", {**self.labels, "reason": "spool_error"})
+        except Exception as e:  # noqa: BLE001 - any write error (safetensors raises its own) is counted, never fatal
+            for f in (tmp, base.with_suffix(".json"), base.with_suffix(".safetensors")):
+                try:
+                    f.unlink(missing_ok=True)  # no half-written job is left to fill the disk further
+                except OSError:
+                    pass
+            self.agg.inc("samples_dropped", {**self.labels, "reason": write_reason(e)})
+            self._tell(e)
+            return
+        self.agg.set("last_spool_write_timestamp_seconds", {**self.labels, "process": "worker"}, time.time())
 
 
 def attach(worker, settings: MonitorSettings) -> WorkerMonitor | None:

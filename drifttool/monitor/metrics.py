@@ -1,9 +1,14 @@
-"""The monitor's Prometheus metrics: the replay process and the worker keep `Aggregates` (counters and fixed-bucket
-histograms, labelled by model / drafter / depth, never by prompt content or request id) and write them as atomic
-JSON snapshots under DIR/metrics/; in the API server a `Collector` sums the current run's snapshots at scrape time,
-so drifttool's series appear on vLLM's own /metrics beside `vllm:spec_decode_*`. Per-depth values come from the
-very `depths` table a trace stores (lifts derived as the trace reader derives them), so a live series equals an
-offline capture of the same requests."""
+"""The monitor's Prometheus metrics: the replay process and the worker keep `Aggregates` (counters, gauges and
+fixed-bucket histograms, labelled by model_name / engine / drafter / depth / context bucket, never by prompt content
+or request id) and write them as atomic JSON snapshots under DIR/metrics/; in the API server a `Collector` sums the
+current run's snapshots at scrape time, so drifttool's series appear on vLLM's own /metrics beside
+`vllm:spec_decode_*`. Per-depth values come from the very `depths` table a trace stores (lifts derived as the trace
+reader derives them), so a live series equals an offline capture of the same requests.
+
+Which per-depth series exist is the metric table's decision (trace/metric_table.py, `Metric.live`): a metric marked
+"lift" is exported as a histogram of its lift, one marked "sum" as a counter of its summed mass per depth and
+context-length bucket (the recency-matched ratio and the sink retention are ratios of these sums, as the offline
+verdict computes them). The masses' own histograms are not exported: each duplicated its lift."""
 
 from __future__ import annotations
 
@@ -20,44 +25,112 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..trace import metric_table
+
 PREFIX = "drifttool:"
-MASS_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
-LIFT_BUCKETS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
-RMS_BUCKETS = (0.25, 0.5, 1.0, 1.5, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+BASE_LABELS = ("model_name", "engine", "drafter")  # vLLM's own label names for the model and the engine index
+LIFT_BUCKETS = tuple(2.0 ** i for i in range(-3, 9))  # 0.125 .. 256: below uniform to a sink's hundreds
+RMS_BUCKETS = tuple(round(0.5 * 1.3 ** i, 3) for i in range(17))  # 0.5 .. 33, steps of 30 % (EAGLE-3: 9-13)
 ENTROPY_BUCKETS = (0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
-LAG_BUCKETS = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
-# depths-table column -> (exported name, buckets, help): what the monitor reads against uniform first
-PER_DEPTH = {
-    "sink_lift": ("sink_lift", LIFT_BUCKETS, "attention on the sink positions / the uniform share (1 = uniform)"),
-    "self_lift": ("self_lift", LIFT_BUCKETS, "attention on the chain's own drafted slots / the uniform share"),
-    "template_lift": ("template_lift", LIFT_BUCKETS, "attention on the chat template's tokens / the uniform share"),
-    "recent_lift": ("recent_lift", LIFT_BUCKETS, "attention on the most recent context slots / the uniform share"),
-    "sink_mass": ("sink_mass", MASS_BUCKETS, "head-mean attention mass on the sink positions"),
-    "self_mass": ("self_mass", MASS_BUCKETS, "head-mean attention mass on the chain's own drafted slots"),
-    "template_mass": ("template_mass", MASS_BUCKETS, "head-mean attention mass on the chat template's tokens"),
-    "recent_mass": ("recent_mass", MASS_BUCKETS, "head-mean attention mass on the most recent context slots"),
-    "rms_in": ("fed_back_rms", RMS_BUCKETS, "RMS of the drafter layer's input (depth 1: fc of the target features; "
-               "deeper: the fed-back hidden state)"),
-    "entropy": ("attention_entropy", ENTROPY_BUCKETS, "head-mean attention entropy (nats; full rounds only)"),
-}
+LAG_BUCKETS = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0)
+CONTEXT_BUCKETS = (1024, 2048, 4096, 8192, 16384)  # upper bounds (tokens) of the context-length label's buckets
+
+
+def context_labels() -> tuple[str, ...]:
+    """The context label's values: "0-1k", "1k-2k", ..., "16k+" (bounded: one per bucket)."""
+    k = [b // 1024 for b in CONTEXT_BUCKETS]
+    return (f"0-{k[0]}k", *(f"{a}k-{b}k" for a, b in zip(k, k[1:])), f"{k[-1]}k+")
+
+
+def context_bucket(n: np.ndarray) -> np.ndarray:
+    """Each context length's label (a context of exactly 1024 tokens is in "0-1k")."""
+    idx = np.searchsorted(np.asarray(CONTEXT_BUCKETS), np.asarray(n, dtype=np.float64), side="left")
+    return np.asarray(context_labels(), dtype=object)[idx]
+
+
+CONTEXT_HELP = (f"The context label buckets the round's context length in tokens ({', '.join(context_labels())}); "
+                "compare it with the drafter's trained window (the segments' manifest).")
+
+
+def _lift_help(m: metric_table.Metric) -> str:
+    return (f"The {m.lift.replace('_', ' ')} per drafted token at this depth: {m.what}, over its uniform share "
+            "(1 = uniform attention).")
+
+
+def per_depth() -> dict[str, tuple[str, tuple[float, ...], str]]:
+    """depths-table column -> (exported histogram name, buckets, HELP), the lifts from the metric table."""
+    out = {m.lift: (m.lift, LIFT_BUCKETS, _lift_help(m)) for m in metric_table.METRICS if "lift" in m.live}
+    out["rms_in"] = ("fed_back_rms", RMS_BUCKETS, "The RMS of the drafter layer's input per drafted token: at depth 1 "
+                     "fc of the target's features, deeper the fed-back hidden state (EAGLE-3 feeds back the raw "
+                     "residual, EAGLE-3.1 the normalised one).")
+    out["entropy"] = ("attention_entropy", ENTROPY_BUCKETS, "The head-mean attention entropy in nats per drafted "
+                      "token (full rounds only).")
+    return out
+
+
+def summed() -> tuple[str, ...]:
+    """The masses exported as per-depth sums (`attention_mass_total{keys=...}`), from the metric table."""
+    return tuple(m.name for m in metric_table.METRICS if "sum" in m.live)
+
+
+PAIRED = ("self_mass", "matched_mass")  # summed over the same rows (both finite): their ratio is the verdict's RM(k)
 COUNTERS = {
-    "samples": "requests sampled for the monitor",
-    "samples_dropped": "sampled requests dropped (queue or spool full, recording error)",
-    "requests_skipped": "requests not sampled although chosen (prefix-cache hit, no prompt ids)",
-    "replayed": "sampled requests replayed",
-    "replay_errors": "sampled requests whose replay failed (the request itself was served)",
-    "replay_quarantined": "sampled requests that could not be replayed (meta, events, replay or shard), moved to "
-                          "DIR/spool/RUN/quarantine/ (kept, not deleted)",
-    "replay_lag_clamped": "replays whose request ended after the replay by the monitor's clock (the worker's clock "
-                          "ahead): lag observed as 0",
-    "replay_disagreements": "replays that did not reproduce vLLM's drafter within tolerance (segment flagged)",
-    "rounds": "drafted rounds of the replayed requests",
-    "drafts": "drafts at this depth in the replayed requests' rounds",
-    "draft_accepted": "drafts accepted at this depth (vLLM's verdict; equals vLLM's per-position count at sample=1)",
+    "samples": "Requests the monitor sampled (chosen by a hash of their id).",
+    "samples_dropped": "Sampled requests dropped before replay, by reason: queue_full, spool_full, disk_full, "
+                       "permission, write_error (any other write failure), record_error.",
+    "requests_skipped": "Requests sampled but not recordable (no prompt token ids, e.g. prompt embeddings).",
+    "replayed": "Sampled requests replayed into the trace segments.",
+    "leftovers_replayed": "Requests an earlier run of the server spooled but never replayed (a restart or SIGTERM), "
+                          "replayed at this start.",
+    "leftovers_dropped": "Requests an earlier run spooled beyond the spool bound, removed at this start unreplayed.",
+    "replay_errors": "Sampled requests whose replay failed (the request itself was served).",
+    "replay_quarantined": "Sampled requests that could not be replayed (meta, events, replay or shard), moved to "
+                          "DIR/spool/RUN/quarantine/ and kept.",
+    "replay_write_errors": "Segment or snapshot writes that failed, by reason (disk_full, permission, write_error); "
+                           "the request stays spooled and is retried when the cause goes.",
+    "replay_lag_clamped": "Replays whose request ended after the replay by the monitor's clock (the worker's clock "
+                          "ahead), so the lag was observed as 0.",
+    "replay_disagreements": "Replays that did not reproduce vLLM's drafter within tolerance (the segment is "
+                            "flagged).",
+    "rounds": "Drafted rounds of the replayed requests.",
+    "drafts": "Drafts at this depth in the replayed requests' rounds. " + CONTEXT_HELP,
+    "draft_accepted": "Drafts accepted at this depth by vLLM's verifier (at sample=1 the sum over context buckets "
+                      "equals vLLM's per-position count). " + CONTEXT_HELP,
+    "attention_mass": "Attention mass summed over the drafted tokens at this depth, per key set (keys=sink: the "
+                      "sink positions; keys=self: the chain's own drafted slots; keys=matched: the depth-1 query's "
+                      "mass on as many most recent prompt keys). self and matched are summed over the same rows "
+                      "(depth >= 2), so rate(self)/rate(matched) is the recency-matched ratio (> 1: drift); "
+                      "sink at depth K over sink at depth 1, each per draft, is the sink retention. " + CONTEXT_HELP,
 }
-SKIPPED_HELP = ("files in DIR/metrics/ skipped at this scrape: not a drifttool snapshot (not JSON, a list, wrong "
-                "fields, other buckets); the other files' series are still shown")
-OTHER_HISTOGRAMS = {"replay_lag_seconds": (LAG_BUCKETS, "seconds from a request's end to its replay's end")}
+GAUGES = {
+    "heartbeat_timestamp_seconds": "When the monitor's process last wrote its snapshot (unix seconds; process=worker "
+                                   "every second, process=replay every few seconds): an old value while vLLM serves "
+                                   "means the monitor stalled or died.",
+    "last_spool_write_timestamp_seconds": "When the worker last spooled a sampled request (unix seconds; 0: none "
+                                          "yet).",
+    "last_replay_timestamp_seconds": "When the replay last wrote a request into a segment (unix seconds; 0: none "
+                                     "yet).",
+}
+SKIPPED_HELP = ("Files in DIR/metrics/ skipped at this scrape because they are not drifttool snapshots (not JSON, "
+                "wrong fields, other buckets); the other files' series are still shown.")
+OTHER_HISTOGRAMS = {"replay_lag_seconds": (LAG_BUCKETS, "Seconds from a request's end to its replay's end (this "
+                                                        "run's requests; leftovers of earlier runs are not "
+                                                        "observed).")}
+PER_DEPTH_COUNTERS = ("drafts", "draft_accepted")
+REASON_COUNTERS = ("samples_dropped", "requests_skipped", "replay_write_errors")
+
+
+def write_reason(e: BaseException) -> str:
+    """A write failure's reason label: disk_full (ENOSPC, EDQUOT), permission (EACCES, EPERM, EROFS), else
+    write_error (another OSError, or a library's own exception such as safetensors')."""
+    import errno
+
+    code = getattr(e, "errno", None)
+    if code in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)) or "No space left" in str(e):
+        return "disk_full"
+    if code in (errno.EACCES, errno.EPERM, errno.EROFS) or "Permission denied" in str(e):
+        return "permission"
+    return "write_error"
 
 
 @dataclass
@@ -85,43 +158,84 @@ Labels = tuple[tuple[str, str], ...]
 
 @dataclass
 class Aggregates:
-    """Counters and histograms of one writer (the worker or the replay process), keyed by (name, labels)."""
+    """Counters, gauges and histograms of one writer (the worker or the replay process), keyed by (name, labels)."""
 
     counters: dict[tuple[str, Labels], float] = field(default_factory=dict)
+    gauges: dict[tuple[str, Labels], float] = field(default_factory=dict)
     histograms: dict[tuple[str, Labels], Histogram] = field(default_factory=dict)
 
     def inc(self, name: str, labels: dict[str, str], by: float = 1.0) -> None:
         key = (name, _labels(labels))
         self.counters[key] = self.counters.get(key, 0.0) + by
 
+    def set(self, name: str, labels: dict[str, str], value: float) -> None:
+        self.gauges[(name, _labels(labels))] = float(value)
+
     def observe(self, name: str, labels: dict[str, str], values, buckets: tuple[float, ...]) -> None:
         h = self.histograms.setdefault((name, _labels(labels)), Histogram(buckets))
         h.observe_many(np.atleast_1d(values))
 
+    def zero_depths(self, labels: dict[str, str], depth: int) -> None:
+        """Every per-depth series of depths 1..`depth` present at 0 (vLLM creates its per-position counters at 0
+        too: a rate() needs the series before the first increment)."""
+        for d in range(1, depth + 1):
+            lab = {**labels, "depth": str(d)}
+            for name, buckets, _ in per_depth().values():
+                self.observe(name, lab, [], buckets)
+            for ctx in context_labels():
+                c = {**lab, "context": ctx}
+                for name in PER_DEPTH_COUNTERS:
+                    self.inc(name, c, 0)
+                for mass in summed():
+                    self.inc("attention_mass", {**c, "keys": mass.removesuffix("_mass")}, 0)
+
     def add_request(self, depths: pd.DataFrame, labels: dict[str, str]) -> None:
-        """One replayed request's depth rows (the trace's `depths` table, lifts derived): per depth, every metric's
-        values into its histogram and the drafts / accepted counts."""
+        """One replayed request's depth rows (the trace's `depths` table, lifts derived): per depth, every exported
+        metric's values into its histogram; per depth and context bucket the drafts, accepted and summed masses."""
         depths = with_lifts(depths)
         self.inc("rounds", labels, float(depths["round"].nunique()) if len(depths) else 0.0)
+        if depths.empty:
+            return
+        ctx = context_bucket(depths["context_len"].to_numpy()) if "context_len" in depths else \
+            np.full(len(depths), context_labels()[0], dtype=object)
+        depths = depths.assign(_ctx=ctx)
+        paired = np.ones(len(depths), dtype=bool)
+        for col in PAIRED:
+            paired &= np.isfinite(depths[col].to_numpy(np.float64)) if col in depths else False
+        depths = depths.assign(_paired=paired)
         for d, rows in depths.groupby("depth"):
             lab = {**labels, "depth": str(int(d))}
-            self.inc("drafts", lab, float(len(rows)))
-            self.inc("draft_accepted", lab, float(rows["accepted"].astype(bool).sum()))
-            for col, (name, buckets, _) in PER_DEPTH.items():
+            for col, (name, buckets, _) in per_depth().items():
                 if col in rows:
                     self.observe(name, lab, rows[col].to_numpy(np.float64), buckets)
+            for c, part in rows.groupby("_ctx"):
+                cl = {**lab, "context": str(c)}
+                self.inc("drafts", cl, float(len(part)))
+                self.inc("draft_accepted", cl, float(part["accepted"].astype(bool).sum()))
+                for mass in summed():
+                    if mass not in part:
+                        continue
+                    use = part[part["_paired"]] if mass in PAIRED else part
+                    v = use[mass].to_numpy(np.float64)
+                    self.inc("attention_mass", {**cl, "keys": mass.removesuffix("_mass")},
+                             float(v[np.isfinite(v)].sum()))
 
     def to_json(self) -> dict:
         return {"counters": [{"name": n, "labels": dict(lab), "value": v} for (n, lab), v in self.counters.items()],
+                "gauges": [{"name": n, "labels": dict(lab), "value": v} for (n, lab), v in self.gauges.items()],
                 "histograms": [{"name": n, "labels": dict(lab), "buckets": list(h.buckets), "counts": h.counts,
                                 "sum": h.total, "count": h.n} for (n, lab), h in self.histograms.items()]}
 
     def write(self, path: Path) -> None:
-        """Atomically (a scrape never reads half a file)."""
+        """Atomically (a scrape never reads half a file); a failed write leaves no temporary file behind."""
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.to_json()))
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(json.dumps(self.to_json()))
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 def _labels(labels: dict[str, str]) -> Labels:
@@ -141,8 +255,9 @@ def with_lifts(depths: pd.DataFrame) -> pd.DataFrame:
 
 
 def merged(snapshots: Iterable[dict], bad: list | None = None) -> Aggregates:
-    """The sum of several writers' snapshots (same name and labels add up). A snapshot whose histogram has other
-    buckets than the same series so far is left out whole (appended to `bad`): adding its counts would mis-sum."""
+    """The sum of several writers' snapshots (same name and labels add up; a gauge takes the latest, i.e. the
+    largest). A snapshot whose histogram has other buckets than the same series so far is left out whole
+    (appended to `bad`): adding its counts would mis-sum."""
     out = Aggregates()
     for snap in snapshots:
         hs = snap.get("histograms", [])
@@ -153,6 +268,9 @@ def merged(snapshots: Iterable[dict], bad: list | None = None) -> Aggregates:
             continue
         for c in snap.get("counters", []):
             out.inc(c["name"], c["labels"], c["value"])
+        for g in snap.get("gauges", []):
+            key = (g["name"], _labels(g["labels"]))
+            out.gauges[key] = max(out.gauges.get(key, 0.0), float(g["value"]))
         for h in hs:
             mine = out.histograms.setdefault((h["name"], _labels(h["labels"])), Histogram(tuple(h["buckets"])))
             mine.counts = [a + b for a, b in zip(mine.counts, h["counts"])]
@@ -183,15 +301,18 @@ def _histogram_ok(h) -> bool:
 
 
 def snapshot_ok(snap) -> bool:
-    """A metrics snapshot as Aggregates.write writes it: an object of counters and histograms, every name and label
+    """A metrics snapshot as Aggregates.write writes it: an object of counters, gauges and histograms, every name and label
     a Prometheus name, every number finite and >= 0, every histogram's counts one per bucket and +Inf."""
     if not isinstance(snap, dict):
         return False
-    cs, hs = snap.get("counters", []), snap.get("histograms", [])
-    return (isinstance(cs, list) and isinstance(hs, list)
+    cs, gs, hs = snap.get("counters", []), snap.get("gauges", []), snap.get("histograms", [])
+    if not (isinstance(cs, list) and isinstance(gs, list) and isinstance(hs, list)
             and all(_series_ok(c) and _num(c.get("value")) for c in cs)
-            and all(_series_ok(h) and _histogram_ok(h) for h in hs)
-            and not {c["name"] for c in cs} & {h["name"] for h in hs})
+            and all(_series_ok(g) and _num(g.get("value")) for g in gs)
+            and all(_series_ok(h) and _histogram_ok(h) for h in hs)):
+        return False
+    names = [{e["name"] for e in group} for group in (cs, gs, hs)]
+    return not (names[0] & names[1] or names[0] & names[2] or names[1] & names[2])
 
 
 MAX_SNAPSHOT = 64 << 20  # bytes: a snapshot is a few KiB; a larger file is no snapshot
@@ -229,8 +350,9 @@ def read_snapshots(folder: Path, run: str = "", bad: list | None = None) -> list
 
 
 def helps() -> dict[str, str]:
-    out = {name: h for name, _, h in PER_DEPTH.values()}
+    out = {name: h for name, _, h in per_depth().values()}
     out.update(COUNTERS)
+    out.update(GAUGES)
     out.update({k: h for k, (_, h) in OTHER_HISTOGRAMS.items()})
     return out
 
@@ -259,13 +381,17 @@ class Collector:
         yield g
 
     def _families(self, agg: Aggregates) -> list:
-        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
         text = helps()
         fams: dict[str, object] = {}
         for (name, lab), v in sorted(agg.counters.items()):
             keys = [k for k, _ in lab]
             fam = fams.setdefault(name, CounterMetricFamily(PREFIX + name, text.get(name, name), labels=keys))
+            fam.add_metric([v_ for _, v_ in lab], v)
+        for (name, lab), v in sorted(agg.gauges.items()):
+            keys = [k for k, _ in lab]
+            fam = fams.setdefault(name, GaugeMetricFamily(PREFIX + name, text.get(name, name), labels=keys))
             fam.add_metric([v_ for _, v_ in lab], v)
         for (name, lab), h in sorted(agg.histograms.items()):
             keys = [k for k, _ in lab]
@@ -286,13 +412,16 @@ def exposition(folder: Path, run: str = "") -> str:
 
 def describe() -> list[dict[str, str]]:
     """Every exported series: its name as /metrics shows it, its type, labels and meaning (docs/monitor.md)."""
-    out = [{"series": f"{PREFIX}{name}", "type": "histogram", "labels": "model, drafter, depth", "what": h}
-           for name, _, h in PER_DEPTH.values()]
-    per_depth, reasons = {"drafts", "draft_accepted"}, {"samples_dropped", "requests_skipped"}
-    out += [{"series": f"{PREFIX}{name}_total", "type": "counter",
-             "labels": "model, drafter" + (", depth" if name in per_depth else ", reason" if name in reasons else ""),
-             "what": h} for name, h in COUNTERS.items()]
-    out += [{"series": f"{PREFIX}{name}", "type": "histogram", "labels": "model, drafter", "what": h}
+    base = ", ".join(BASE_LABELS)
+    out = [{"series": f"{PREFIX}{name}", "type": "histogram", "labels": f"{base}, depth", "what": h}
+           for name, _, h in per_depth().values()]
+    extra = {"drafts": ", depth, context", "draft_accepted": ", depth, context",
+             "attention_mass": ", depth, context, keys", **{r: ", reason" for r in REASON_COUNTERS}}
+    out += [{"series": f"{PREFIX}{name}_total", "type": "counter", "labels": base + extra.get(name, ""), "what": h}
+            for name, h in COUNTERS.items()]
+    out += [{"series": f"{PREFIX}{name}", "type": "gauge", "labels": base + ", process", "what": h}
+            for name, h in GAUGES.items()]
+    out += [{"series": f"{PREFIX}{name}", "type": "histogram", "labels": base, "what": h}
             for name, (_, h) in OTHER_HISTOGRAMS.items()]
     out.append({"series": f"{PREFIX}metrics_files_skipped", "type": "gauge", "labels": "-", "what": SKIPPED_HELP})
     return out

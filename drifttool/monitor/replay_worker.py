@@ -4,7 +4,10 @@ REPLAY_BATCH at a time), replays each through drifttool's drafter exactly as `ca
 (`replay_prompts`, the shard tables of `prompt_shard`), adds it to the rolling segments and the metrics, and
 writes the metrics snapshot. A request that cannot be replayed is counted (`drifttool:replay_errors_total`) and
 quarantined (DIR/spool/RUN/quarantine/, kept), never taking the batch's other requests with it; the served request
-never waits for any of this. It exits when its parent closes its stdin (the worker ended)."""
+never waits for any of this. A write that fails (a full disk, no permission) is counted and the request stays
+spooled, retried when the cause goes. It stops, after the batch in hand, when its parent closes its stdin (the worker
+ended), on SIGTERM, or when its parent dies (Linux: PR_SET_PDEATHSIG): what is still spooled stays on disk, and the
+next server start replays an earlier run's leftovers first (at most the spool bound, counted, then removed)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import json
 import math
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -153,7 +157,7 @@ class Replayer:
         self.drafter = self.models[args.name]
         self.info.set_aux_layer_ids(self.drafter.config.input_aux_layer_ids)
         self.settings = RunSettings.of(depth=args.depth, sink=SinkSpec(), dtype=args.dtype)
-        self.labels = {"model": args.model, "drafter": args.name}
+        self.labels = {"model_name": args.model, "engine": args.engine, "drafter": args.name}
         self.dir = folder  # the monitor's folder (its test-fault file)
 
     def manifest(self, sample: float) -> dict[str, Any]:
@@ -205,40 +209,161 @@ def _fault_file(folder: Path) -> str:
         return ""
 
 
-def serve(args: argparse.Namespace, stop: threading.Event) -> None:
-    """Replay spooled requests until `stop` (the parent's stdin closed) and the spool is empty."""
+LOCK = ".replaying"  # DIR/spool/RUN/.replaying: held (flock) by the run's replay process while it lives
+BACKOFF_S = 5.0  # after a failed segment write: wait before replaying again (the disk is full, say)
+
+
+def hold(spool: Path):
+    """Take this run's spool lock for the life of the process (another server's start sees the run as live)."""
+    import fcntl
+
+    spool.mkdir(parents=True, exist_ok=True)
+    fh = open(spool / LOCK, "a")  # noqa: SIM115 - held until the process exits
+    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fh
+
+
+def _dead(run: Path) -> bool:
+    """An earlier run's spool whose replay process is gone (its lock free, or never taken)."""
+    import fcntl
+
+    f = run / LOCK
+    if not f.exists():
+        return True
+    try:
+        with open(f, "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fh, fcntl.LOCK_UN)
+        return True
+    except OSError:
+        return False
+
+
+def leftover_runs(root: Path, run: str) -> list[Path]:
+    """Earlier runs' spool folders under DIR/spool/ (not this run's, not a live server's), oldest name first."""
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.name != run and p.is_dir() and not p.is_symlink() and _dead(p))
+
+
+def counters_at_zero(agg, labels: dict[str, str], depth: int) -> None:
+    """Every series the replay writes, present from the start at 0 (the reasons: metrics.write_reason's)."""
+    for name in ("replayed", "replay_errors", "replay_quarantined", "replay_disagreements", "rounds",
+                 "replay_lag_clamped", "leftovers_replayed", "leftovers_dropped"):
+        agg.inc(name, labels, 0)
+    for reason in ("disk_full", "permission", "write_error"):
+        agg.inc("replay_write_errors", {**labels, "reason": reason}, 0)
+    agg.zero_depths(labels, depth)
+    agg.set("last_replay_timestamp_seconds", {**labels, "process": "replay"}, 0)
+    agg.set("heartbeat_timestamp_seconds", {**labels, "process": "replay"}, time.time())
+
+
+class Snapshot:
+    """The replay's metrics snapshot, written with its heartbeat; a failed write is counted, never fatal."""
+
+    def __init__(self, agg, labels: dict[str, str], path: Path):
+        self.agg, self.labels, self.path, self.last = agg, labels, path, 0.0
+
+    def write(self) -> None:
+        from .metrics import write_reason
+
+        self.last = time.time()
+        self.agg.set("heartbeat_timestamp_seconds", {**self.labels, "process": "replay"}, self.last)
+        try:
+            self.agg.write(self.path)
+        except Exception as e:  # noqa: BLE001 - a full disk: the next write has the counts
+            self.agg.inc("replay_write_errors", {**self.labels, "reason": write_reason(e)})
+
+    def due(self) -> bool:
+        return time.time() - self.last >= SNAPSHOT_S
+
+
+def serve(args: argparse.Namespace, stop: threading.Event, drain: bool = False) -> None:
+    """Replay earlier runs' leftovers, then this run's spooled requests until `stop` (after the batch in hand; with
+    `drain`, only once the spool is empty too)."""
     from .metrics import Aggregates
     from .segments import SegmentWriter
     from .settings import MonitorSettings
 
-    s = MonitorSettings.parse(args.settings)
-    spool, snap = s.dir / "spool" / args.run, s.dir / "metrics" / f"{args.run}-replay.json"
+    s = MonitorSettings.parse(args.settings, probe=False)
+    spool, snap_path = s.dir / "spool" / args.run, s.dir / "metrics" / f"{args.run}-replay.json"
+    lock = hold(spool)  # noqa: F841 - held while this process lives
     rep = Replayer(args, s.dir)
     agg = Aggregates()
-    for name in ("replayed", "replay_errors", "replay_quarantined", "replay_disagreements", "rounds",
-                 "replay_lag_clamped"):  # present from the start, at 0
-        agg.inc(name, rep.labels, 0)
-    agg.write(snap)
+    counters_at_zero(agg, rep.labels, args.depth)
+    snap = Snapshot(agg, rep.labels, snap_path)
+    snap.write()
     segs = SegmentWriter(s.dir / "segments", rep.manifest(s.sample), s.segment_requests, s.keep_segments, s.max_bytes)
     try:
-        while True:
+        replay_leftovers(rep, segs, agg, snap, spool.parent, args.run, s.spool, threading.Event() if drain else stop)
+        while not (stop.is_set() and not drain):
             jobs = pending(spool, REPLAY_BATCH)
             if not jobs:
                 if stop.is_set():
                     return
+                if snap.due():
+                    snap.write()
                 time.sleep(POLL_S)
                 continue
-            one_batch(rep, segs, agg, jobs)
-            agg.write(snap)
+            if one_batch(rep, segs, agg, jobs) and not stop.is_set():
+                snap.write()
+                stop.wait(BACKOFF_S)
+            snap.write()
     finally:
-        segs.close()
-        agg.write(snap)
+        try:
+            segs.close()
+        except Exception as e:  # noqa: BLE001 - the open segment stays a partial trace, readable
+            print(f"drifttool monitor: the open segment was not finished ({_why(e)}); it stays a partial trace",
+                  file=sys.stderr, flush=True)
+        snap.write()
 
 
-def one_batch(rep: Replayer, segs, agg, jobs: list[Job]) -> None:
+def replay_leftovers(rep, segs, agg, snap, root: Path, run: str, bound: int, stop: threading.Event) -> None:
+    """Earlier runs' spooled requests (a restart, a SIGTERM that killed their replay): at most `bound` replayed
+    (counted as leftovers_replayed), the rest removed (leftovers_dropped), then each run's folder removed (one with
+    a quarantine is kept for a look, its pending jobs gone)."""
+    import shutil
+
+    budget = bound
+    for folder in leftover_runs(root, run):
+        jobs = pending(folder, sys.maxsize)
+        while jobs and budget > 0 and not stop.is_set():
+            batch, jobs = jobs[: min(REPLAY_BATCH, budget)], jobs[min(REPLAY_BATCH, budget):]
+            before = agg.counters.get(("replayed", _key(rep.labels)), 0.0)
+            if one_batch(rep, segs, agg, batch, leftover=True):
+                return  # segments cannot be written: the rest waits for the next start
+            budget -= len(batch)
+            agg.inc("leftovers_replayed", rep.labels, agg.counters.get(("replayed", _key(rep.labels)), 0.0) - before)
+            snap.write()
+        if stop.is_set():
+            return
+        for j in jobs:
+            j.remove()
+            agg.inc("leftovers_dropped", rep.labels)
+        for f in list(folder.iterdir()):  # what a kill left half-written: events without a meta, temporary files
+            if f.is_file() and f.name != LOCK:
+                f.unlink(missing_ok=True)
+        if not (folder / QUARANTINE).exists():
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            (folder / LOCK).unlink(missing_ok=True)
+    snap.write()
+
+
+def _key(labels: dict[str, str]):
+    from .metrics import _labels
+
+    return _labels(labels)
+
+
+def one_batch(rep: Replayer, segs, agg, jobs: list[Job], leftover: bool = False) -> bool:
     """Replay, write and count one batch, request by request: a request that cannot be replayed (its meta, its
     events, its replay, its shard) is counted as a replay error and quarantined; the others are replayed, written
-    and only then removed. Never raises."""
+    and only then removed. A shard that cannot be written for lack of space or permission leaves its request
+    spooled (counted under replay_write_errors, retried later): returns True then. Never raises."""
+    from .metrics import write_reason
+
+    blocked = False
     ready = []
     for j in jobs:
         why = meta_problem(j.meta) or load_events(j)
@@ -250,12 +375,22 @@ def one_batch(rep: Replayer, segs, agg, jobs: list[Job]) -> None:
         if isinstance(done, str):
             _fail(rep, agg, j, done)
             continue
+        if blocked:
+            continue  # the disk is full: the rest of the batch stays spooled too
         try:
-            _write(rep, segs, agg, j, *done)
+            _write(rep, segs, agg, j, *done, leftover=leftover)
         except Exception as e:  # noqa: BLE001 - the monitor must never stop on one request
+            reason = write_reason(e)
+            if reason in ("disk_full", "permission"):
+                agg.inc("replay_write_errors", {**rep.labels, "reason": reason})
+                print(f"drifttool monitor: {j.base.name}: segment not written ({_why(e)}); kept in the spool, "
+                      f"retried in {BACKOFF_S:g} s", file=sys.stderr, flush=True)
+                blocked = True
+                continue
             _fail(rep, agg, j, f"shard not written ({_why(e)})")
             continue
         j.remove()
+    return blocked
 
 
 def _why(e: BaseException) -> str:
@@ -275,15 +410,19 @@ def _replayed(rep: Replayer, jobs: list[Job]) -> list[tuple[Job, tuple | str]]:
     return [pair for j in jobs for pair in _replayed(rep, [j])]
 
 
-def _write(rep: Replayer, segs, agg, j: Job, tabs: dict, rows: dict, problem: str | None) -> None:
+def _write(rep: Replayer, segs, agg, j: Job, tabs: dict, rows: dict, problem: str | None,
+           leftover: bool = False) -> None:
     """One replayed request into its segment, then into the counts (the shard first: nothing is counted twice)."""
     from .metrics import OTHER_HISTOGRAMS
 
     segs.add(f"{rep.name}:{j.meta['key']}", tabs, rows, problem)
     agg.add_request(tabs["depths"], rep.labels)
     agg.inc("replayed", rep.labels)
+    agg.set("last_replay_timestamp_seconds", {**rep.labels, "process": "replay"}, time.time())
     if problem is not None:
         agg.inc("replay_disagreements", rep.labels)
+    if leftover:
+        return  # an earlier run's request: its lag is the restart's, not the replay's
     seconds, clamped = lag(j.meta["t_end"], time.time())
     if clamped:
         agg.inc("replay_lag_clamped", rep.labels)
@@ -300,18 +439,34 @@ def _fail(rep: Replayer, agg, j: Job, why: str) -> None:
 
 
 def _watch_stdin(stop: threading.Event) -> None:
-    try:
-        while sys.stdin.buffer.read(1):
+    try:  # os.read, not sys.stdin: a daemon thread blocked in a buffered read aborts the interpreter's exit
+        fd = sys.stdin.fileno()
+        while os.read(fd, 1):
             pass
     except (OSError, ValueError):
         pass
     stop.set()
 
 
+def _die_with_parent() -> None:
+    """Linux: SIGTERM when the worker that started us dies, however it dies (kill -9 included), so the replay
+    never outlives its server; elsewhere the closed stdin does it."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the parent died before the call
+            os.kill(os.getpid(), signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m drifttool.monitor.replay_worker")
     for name in ("--settings", "--run", "--target", "--drafter", "--name", "--model"):
         ap.add_argument(name, required=True)
+    ap.add_argument("--engine", default="0", help="vLLM's engine index (the engine label)")
     ap.add_argument("--depth", type=int, required=True)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=1)
@@ -324,9 +479,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_stdin:
         stop.set()
     else:
+        _die_with_parent()
         threading.Thread(target=_watch_stdin, args=(stop,), daemon=True).start()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())  # the batch in hand is finished; the rest stays spooled
     try:
-        serve(args, stop)
+        serve(args, stop, drain=args.no_stdin)
     except DriftError as e:
         print(f"drifttool monitor: {e}", file=sys.stderr)
         return 2

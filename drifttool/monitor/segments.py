@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -51,15 +52,31 @@ class SegmentWriter:
     def add(self, key: str, tables: dict, rows: dict | None, problem: str | None = None) -> Path:
         """One request's shard (and its replay flag); returns the segment it went to."""
         if self.writer is None:
-            self.writer = TraceWriter(self._next_path(), self.manifest)
+            path = self._next_path()
+            try:
+                self.writer = TraceWriter(path, self.manifest)
+            except BaseException:  # a full disk, say: no manifest-less folder is left for each retry
+                if not (path / "manifest.json").exists():
+                    shutil.rmtree(path, ignore_errors=True)
+                raise
             self.n = 0
         self.writer.add(key, tables, rows)
-        if problem is not None:
-            self.writer.flag(key, "replay", problem)
-        self.n += 1
         path = self.writer.path
-        if self.n >= self.per_segment:
-            self.roll()
+        self.n += 1
+        try:  # the shard is committed: nothing after this may fail the request (it would be replayed twice)
+            if problem is not None:
+                self.writer.flag(key, "replay", problem)
+            if self.n >= self.per_segment:
+                self.roll()
+        except Exception as e:  # noqa: BLE001 - the segment stays readable (a partial, or complete sharded, trace)
+            print(f"drifttool monitor: {path.name}: not finished ({type(e).__name__}: {e}); the next request starts a "
+                  "new segment", file=sys.stderr, flush=True)
+            if self.writer is not None:
+                try:
+                    self.writer.close()
+                except Exception:  # noqa: BLE001
+                    pass
+            self.writer = None
         return path
 
     def roll(self) -> None:

@@ -28,8 +28,9 @@ class MonitorSettings:
     threads: int = 1  # torch threads of the replay process
 
     @classmethod
-    def parse(cls, text: str) -> MonitorSettings:
-        """`key=value` pairs separated by commas; every key checked, the folder created and written to."""
+    def parse(cls, text: str, probe: bool = True) -> MonitorSettings:
+        """`key=value` pairs separated by commas; every key checked, the folder created and written to (`probe`;
+        the replay process, started by a server that probed already, does not: a full disk must not stop it)."""
         kv = {}
         for part in filter(None, (p.strip() for p in text.split(","))):
             key, eq, value = part.partition("=")
@@ -46,10 +47,10 @@ class MonitorSettings:
         if missing:
             raise DriftError(f"{ENV}: {missing[0]}= is required (e.g. sample=0.01,dir=/var/lib/drifttool)")
         s = cls(**{k: _value(k, v, known[k].type) for k, v in kv.items()})
-        s.check(kv)
+        s.check(kv, probe)
         return s
 
-    def check(self, given: dict[str, str] | None = None) -> None:
+    def check(self, given: dict[str, str] | None = None, probe: bool = True) -> None:
         """Ranges and the folder; a refused value is shown as given (`given`: the setting's text) where known."""
         shown = lambda k: (given or {}).get(k, repr(getattr(self, k)))  # noqa: E731
         if not 0 < self.sample <= 1:
@@ -58,7 +59,8 @@ class MonitorSettings:
         for k in ("queue", "spool", "segment_requests", "keep_segments", "max_bytes", "threads"):
             if getattr(self, k) < 1:
                 raise DriftError(f"{ENV}: {k}={shown(k)} must be at least 1")
-        writable(self.dir)
+        if probe:
+            writable(self.dir)
 
     def to_env(self) -> str:
         return ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self) if getattr(self, f.name) != "")
@@ -66,8 +68,8 @@ class MonitorSettings:
 
 HELP = {  # each setting in words (docs/monitor.md's table is generated from this and the defaults)
     "sample": "fraction of requests recorded, in (0, 1] (required)",
-    "dir": "folder for spool/, segments/ and metrics/ (required; created private to the server's user, an existing "
-           "one tightened to 0700, one of another user refused)",
+    "dir": "folder for spool/, segments/ and metrics/ (required; created private to the server's user; an existing "
+           "one others can read is tightened to 0700, one others can write or another user owns is refused)",
     "name": "the drafter label on every series (default: the drafter folder's name)",
     "queue": "finished sampled requests waiting to be spooled; more are dropped and counted",
     "spool": "spooled requests waiting for the replay; more are dropped and counted",
@@ -112,15 +114,19 @@ def writable(path: Path) -> None:
 
 
 def private(path: Path) -> None:
-    """`path` (a folder) owned by this user and closed to others: 0700 (tightened, and said so, when it was not)."""
+    """`path` (a folder) owned by this user and closed to others: one another user could write to is refused (what
+    they planted could be replayed or served on /metrics); one they could only read is tightened to 0700, said so."""
     st = path.stat()
     if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
         raise DriftError(f"{ENV}: dir={path} is owned by user id {st.st_uid}, not the server's ({os.geteuid()}); "
                          "expected a private folder of the server's user (segments hold token ids)")
     mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o022:
+        raise DriftError(f"{ENV}: dir={path} can be written by other users (mode {mode:o}); expected a private folder "
+                         f"(chmod 700 {path}, or give a new path: it is created private)")
     if mode & 0o077:
         path.chmod(0o700)
-        print(f"drifttool monitor: {ENV}: dir={path} was open to other users (mode {mode:o}); tightened to 0700 "
+        print(f"drifttool monitor: {ENV}: dir={path} was readable by other users (mode {mode:o}); tightened to 0700 "
               "(segments hold token ids)", file=sys.stderr, flush=True)
 
 

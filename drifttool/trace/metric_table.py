@@ -44,7 +44,8 @@ class Metric:
     ascending; sinks excluded unless it is the sink mass itself). count: its key-count column (the uniform share is
     count / n_keys; the lift `<stem>_lift` = mass / share). parts: a derived mass's terms (`1 -` them when
     `complement`). lo / hi: the valid range. better: +1 higher is better, -1 lower is better, 0 neither (check
-    --baseline needs one). added: written after schema 3's first traces: older traces read it as NaN."""
+    --baseline needs one). added: written after schema 3's first traces: older traces read it as NaN. live: its
+    series on the monitor's /metrics (monitor/metrics.py reads it)."""
 
     name: str
     label: str
@@ -60,6 +61,8 @@ class Metric:
     better: int = 0
     added: bool = False
     base_depth: int = 1  # the first depth with a value to trend from (a chain's own slots start at depth 2)
+    live: tuple[str, ...] = ()  # what the live monitor exports: "lift" (a histogram of the lift per depth), "sum"
+    #                             (a counter of the summed mass per depth and context bucket)
 
     @property
     def computed(self) -> str:
@@ -76,28 +79,30 @@ class Metric:
 MASS = "share of attention"
 METRICS: tuple[Metric, ...] = (
     Metric("sink_mass", "sink mass", MASS, "attention on the sink positions (--sink)", "context",
-           keys=lambda c: c.sink, count="n_sink", better=1),
+           keys=lambda c: c.sink, count="n_sink", better=1, live=("lift", "sum")),
     Metric("draft_mass", "draft mass", MASS, "attention on this chain's earlier draft slots", "tail", better=-1,
            base_depth=2),
     Metric("own_mass", "own-slot mass", MASS, "attention on the query's own input slot", "tail", better=-1),
     Metric("recent_mass", "recent mass (last R slots)", MASS, "attention on the last R context slots (--recent; "
            "sinks excluded)", "context", keys=lambda c: recent_index(c.n, c.recent, c.sink), count="n_recent",
-           added=True),
+           added=True, live=("lift",)),
     Metric("template_mass", "template mass (chat delimiters)", MASS, "attention on the chat template's special "
            "tokens in the context (sinks excluded)", "context",
-           keys=lambda c: template_index(c.ids(), c.template_ids, c.sink), count="n_template", added=True),
+           keys=lambda c: template_index(c.ids(), c.template_ids, c.sink), count="n_template", added=True,
+           live=("lift",)),
     Metric("matched_mass", "recency-matched control mass", MASS, "at depth k: the depth-1 query's attention on its "
            "k-1 most recent keys (sinks skipped), prompt tokens at the distances the k-1 own slots have at depth k "
            "(the null of the self mass: a drafter whose attention depends on distance alone puts as much on its own "
            "slots)",
-           "matched", added=True, base_depth=2),
+           "matched", added=True, base_depth=2, live=("sum",)),
     Metric("recent_all_mass", "recent mass incl. drafts (last R keys)", MASS, "attention on the R most recent keys "
            "whatever they are (--recent): the query's own drafted slots plus the newest context slots (sinks "
            "excluded), R in all; the paper's 'recent' (Table 2 form); at depth 1 it equals recent_mass", "window",
            added=True),
     Metric("entropy", "entropy (nats)", "nats", "entropy of the head's attention row", "row", hi=None),
     Metric("self_mass", "self mass (draft + own)", MASS, "attention on the chain's own slots (draft + own)",
-           "derived", parts=("draft_mass", "own_mass"), count="n_self", better=-1, base_depth=2),
+           "derived", parts=("draft_mass", "own_mass"), count="n_self", better=-1, base_depth=2,
+           live=("lift", "sum")),
     Metric("prompt_mass", "prompt mass", MASS, "attention on the context outside the sinks", "derived",
            parts=("sink_mass", "draft_mass", "own_mass"), complement=True),
 )

@@ -23,7 +23,7 @@ from drifttool.errors import DriftError
 from drifttool.model.tiny import tiny_drafter, tiny_target
 from drifttool.monitor import replay_worker
 from drifttool.monitor.attach import request_key, sampled
-from drifttool.monitor.metrics import PER_DEPTH, exposition
+from drifttool.monitor.metrics import context_labels, exposition, per_depth
 from drifttool.monitor.segments import segments
 from drifttool.monitor.settings import MonitorSettings
 from drifttool.run.engines.vllm.events import write_events
@@ -32,7 +32,7 @@ from tests.run.test_vllm_replay import K, record
 from tests.support.capture import TINY, child_env
 
 RUN = "testrun"
-LABELS = {"model", "drafter", "depth", "reason", "le"}
+LABELS = {"model_name", "engine", "drafter", "depth", "context", "keys", "reason", "process", "le"}
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +110,7 @@ def test_replay_exports_the_segments_numbers_on_prometheus_text(served, tmp_path
     assert sum(len(t.table("prompts")) for t in traces) == 4
     dd = pd.concat([t.table("depths") for t in traces])
     fams = {f.name: f for f in text_string_to_metric_families(exposition(mon / "metrics", RUN))}
-    for col, (name, _, _) in PER_DEPTH.items():
+    for col, (name, _, _) in per_depth().items():
         fam = fams["drifttool:" + name]
         for d in range(1, K + 1):
             got = {s.name.rsplit("_", 1)[1]: s.value for s in fam.samples
@@ -120,11 +120,15 @@ def test_replay_exports_the_segments_numbers_on_prometheus_text(served, tmp_path
             assert got.get("count", 0) == len(want), (name, d)
             if len(want):
                 assert got["sum"] / got["count"] == pytest.approx(want.mean(), abs=1e-5), (name, d)
-    acc = {s.labels["depth"]: s.value for s in fams["drifttool:draft_accepted"].samples}
+    acc = {}
+    for s in fams["drifttool:draft_accepted"].samples:  # summed over the context buckets
+        acc[s.labels["depth"]] = acc.get(s.labels["depth"], 0) + s.value
     for d in range(1, K + 1):
         assert acc[str(d)] == int(dd.loc[dd.depth == d, "accepted"].sum())
     assert {s.value for s in fams["drifttool:replayed"].samples} == {4.0}
-    allowed = {"model": {"tiny"}, "drafter": {"eagle3"}, "depth": {str(d) for d in range(1, K + 1)}}
+    allowed = {"model_name": {"tiny"}, "engine": {"0"}, "drafter": {"eagle3"}, "depth": {str(d) for d in range(1, K + 1)},
+               "context": set(context_labels()), "keys": {"sink", "self", "matched"}, "process": {"replay"},
+               "reason": {"disk_full", "permission", "write_error"}}
     for f in fams.values():  # every label is one of these names with one of these values: no prompt content, no id
         for s in f.samples:
             assert set(s.labels) <= LABELS, s
@@ -183,13 +187,16 @@ def test_ops_files_query_only_series_the_monitor_exports(served, tmp_path):
     assert replay_worker.main(args(root, mon)) == 0
     from drifttool.monitor.attach import worker_counters
 
-    worker_counters({"model": "tiny", "drafter": "eagle3"}).write(mon / "metrics" / f"{RUN}-worker.json")
+    worker_counters({"model_name": "tiny", "engine": "0", "drafter": "eagle3"}).write(mon / "metrics" / f"{RUN}-worker.json")
     exported = {s.name for f in text_string_to_metric_families(exposition(mon / "metrics", RUN)) for s in f.samples}
     queried = opsfiles.queried_series()
     assert {q for q in queried if q.startswith("drifttool:")} <= exported, sorted(
         q for q in queried if q.startswith("drifttool:") and q not in exported)
     assert any(q.startswith("vllm:") for q in queried) and len(opsfiles.grafana_exprs()) >= 8
     for rule in opsfiles.alert_rules():
+        if "record" in rule:
+            assert set(rule) == {"record", "expr"}
+            continue
         assert {"alert", "expr", "for", "labels", "annotations"} <= set(rule) and rule["annotations"]["summary"]
 
 

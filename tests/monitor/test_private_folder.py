@@ -1,5 +1,5 @@
-"""The monitor's folder is private, as the docs promise (issue #51, item 9): a pre-existing folder other users can
-read or write is tightened to 0700 and said so in one line, one owned by another user is refused, and what is read
+"""The monitor's folder is private, as the docs promise (issue #51, item 9; #52): a pre-existing folder other users
+can read is tightened to 0700 and said so in one line, one they can write or another user owns is refused, and what is read
 from it is checked: a link planted in the metrics or spool folder is not followed."""
 
 from __future__ import annotations
@@ -15,8 +15,22 @@ from drifttool.monitor.metrics import exposition
 from drifttool.monitor.replay_worker import pending
 
 
-@pytest.mark.parametrize("mode", [0o755, 0o777, 0o750])
-def test_a_loose_folder_is_tightened_and_said_so(tmp_path, capsys, mode):
+@pytest.mark.parametrize("mode", [0o777, 0o775, 0o730, 0o702])
+def test_a_folder_others_can_write_is_refused(tmp_path, mode):
+    from drifttool.monitor.settings import MonitorSettings
+
+    d = tmp_path / "mon"
+    d.mkdir()
+    d.chmod(mode)
+    with pytest.raises(DriftError) as e:
+        MonitorSettings.parse(f"sample=1,dir={d}")
+    msg = str(e.value)
+    assert str(d) in msg and f"{mode:o}" in msg and "written by other users" in msg and "\n" not in msg
+    assert stat.S_IMODE(d.stat().st_mode) == mode  # left as it was: the operator decides
+
+
+@pytest.mark.parametrize("mode", [0o755, 0o750, 0o705])
+def test_a_folder_others_can_read_is_tightened_and_said_so(tmp_path, capsys, mode):
     from drifttool.monitor.settings import MonitorSettings
 
     d = tmp_path / "mon"

@@ -147,8 +147,8 @@ def test_a_bad_metrics_file_is_skipped_and_counted_never_the_scrape(tmp_path):
 
     folder = tmp_path / "metrics"
     good = Aggregates()
-    good.inc("replayed", {"model": "m", "drafter": "d"}, 3)
-    good.observe("replay_lag_seconds", {"model": "m", "drafter": "d"}, [1.0, 2.0], (0.5, 5.0))
+    good.inc("replayed", {"model_name": "m", "drafter": "d"}, 3)
+    good.observe("replay_lag_seconds", {"model_name": "m", "drafter": "d"}, [1.0, 2.0], (0.5, 5.0))
     good.write(folder / f"{RUN}-replay.json")
     bad = {"list": [1, 2], "number": 7, "counters-not-list": {"counters": {"a": 1}},
            "counter-without-value": {"counters": [{"name": "replayed", "labels": {}}]},

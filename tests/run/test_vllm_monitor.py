@@ -30,7 +30,7 @@ DEPTH, NEW = 4, 24
 CHATS = ["Write a Python function that reverses a list.", "What is the capital of France?",
          "Explain speculative decoding in one sentence."]
 MEANS = {"sink_lift": "sink_lift", "self_lift": "self_lift", "recent_lift": "recent_lift",
-         "template_lift": "template_lift", "sink_mass": "sink_mass", "fed_back_rms": "rms_in"}
+         "template_lift": "template_lift", "fed_back_rms": "rms_in"}
 
 
 def _target() -> Path:
@@ -135,9 +135,18 @@ def test_monitor_in_vllm_serve(tmp_path):
 
         served = {s.name for f in fams.values() for s in f.samples}
         assert queried_series() <= served, sorted(queried_series() - served)  # Grafana / alert files' series exist
-        for f in fams.values():  # labels: model, drafter, depth, reason (and histogram buckets) only
-            if f.name.startswith("drifttool:"):
-                assert all(set(s.labels) <= {"model", "drafter", "depth", "reason", "le"} for s in f.samples)
+        for f in fams.values():  # vLLM's label names; nothing that could carry prompt content
+            if f.name.startswith("drifttool:") and f.name != "drifttool:metrics_files_skipped":
+                assert all({"model_name", "engine", "drafter"} <= set(s.labels) <= {
+                    "model_name", "engine", "drafter", "depth", "context", "keys", "reason", "process", "le"}
+                    for s in f.samples), f.name
+        model_names = {s.labels["model_name"] for s in fams["vllm:spec_decode_num_drafts"].samples}
+        beats = {s.labels["process"]: s.value for s in fams["drifttool:heartbeat_timestamp_seconds"].samples
+                 if s.labels["model_name"] in model_names}  # the same model_name as vLLM's own series
+        assert set(beats) == {"worker", "replay"} and all(time.time() - v < 60 for v in beats.values()), beats
+        ctx = {s.labels["context"]: s.value for s in fams["drifttool:drafts"].samples
+               if s.labels["depth"] == "1" and s.value > 0}
+        assert ctx and set(ctx) <= {"0-1k"}, ctx  # these short chats: all in the first context bucket
         os.killpg(proc.pid, signal.SIGKILL)  # the whole server at once, mid-life
         proc.wait(30)
     time.sleep(3)  # the replay process sees its parent gone and closes its open segment
