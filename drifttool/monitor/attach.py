@@ -87,6 +87,14 @@ def preflight(vllm_config) -> str | None:
     if not getattr(spec, "enforce_eager", False):
         return ("the drafter runs under CUDA graphs, which hide depths 2..K from the recorder (add "
                 '"enforce_eager": true to --speculative-config)')
+    par = getattr(vllm_config, "parallel_config", None)
+    if int(getattr(par, "pipeline_parallel_size", 1) or 1) > 1:
+        return ("pipeline parallelism is on: the drafter runs on the last stage, which the monitor does not attach to "
+                "yet (serve with --pipeline-parallel-size 1)")
+    if str(getattr(par, "distributed_executor_backend", "") or "") == "ray" and "DRIFTTOOL_" not in os.environ.get(
+            "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY", "").split(","):
+        return ("the Ray executor does not pass DRIFTTOOL_* settings to its workers (set "
+                "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY=DRIFTTOOL_)")
     if getattr(vllm_config.cache_config, "enable_prefix_caching", False):
         return ("prefix caching is on: a cached prefix skips the drafter's first pass, which the replay needs (serve "
                 "with --no-enable-prefix-caching)")

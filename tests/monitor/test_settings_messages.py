@@ -34,3 +34,27 @@ def test_refusals_show_the_value_as_given_and_what_is_expected(tmp_path, setting
 def test_integer_settings_still_read(tmp_path):
     s = MonitorSettings.parse(f"sample=0.5,dir={tmp_path / 'm'},queue=12,max_bytes=1073741824")
     assert s.queue == 12 and s.max_bytes == 1 << 30 and MonitorSettings.parse(s.to_env()) == s
+
+
+def test_servers_the_monitor_cannot_record_are_refused_in_one_line(monkeypatch):
+    """preflight, as the API server runs it before any engine starts: each server shape it cannot record gets one
+    line naming the flag to change (MTP heads, graph-captured drafters, prefix caching, pipeline stages, Ray
+    without the settings)."""
+    from types import SimpleNamespace as N
+
+    from drifttool.monitor.attach import preflight
+
+    def cfg(method="eagle3", eager=True, prefix=False, pp=1, backend="mp"):
+        return N(speculative_config=N(method=method, enforce_eager=eager), cache_config=N(enable_prefix_caching=prefix),
+                 parallel_config=N(pipeline_parallel_size=pp, distributed_executor_backend=backend),
+                 use_v2_model_runner=False)
+
+    monkeypatch.delenv("VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY", raising=False)
+    assert preflight(cfg()) is None
+    for bad, words in [(cfg(method="mtp"), "EAGLE-3"), (cfg(eager=False), "enforce_eager"),
+                       (cfg(prefix=True), "--no-enable-prefix-caching"), (cfg(pp=2), "--pipeline-parallel-size 1"),
+                       (cfg(backend="ray"), "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY=DRIFTTOOL_")]:
+        why = preflight(bad)
+        assert why and words in why and "\n" not in why, (words, why)
+    monkeypatch.setenv("VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY", "DRIFTTOOL_")
+    assert preflight(cfg(backend="ray")) is None
