@@ -116,7 +116,9 @@ def overhead_block(results: Path) -> str:
         return "(not measured yet: run `bench/bench_monitor_overhead.py` in the vLLM environment)"
     data = json.loads(results.read_text())
     w, runs = data["workload"], {r["monitor"]: r for r in data["runs"]}
-    parts = [f"at {k} **{runs[k]['ratio']:.3f}x** (goal >= {g:.2f}x: {'met' if runs[k]['ratio'] >= g else 'missed'}"
+    parts = [(f"at {k} **{runs[k]['ratio']:.3f}x** (goal >= {g:.2f}x: {'met' if runs[k]['ratio'] >= g else 'missed'}"
+              if runs[k].get("ratio") is not None and runs[k].get("replayed", 1) > 0 else
+              f"at {k} not measured (no request replayed: the ratio would be the unmonitored server's")
              + (f"; {runs[k]['sampled']} requests sampled, {runs[k]['replayed']} replayed, {runs[k]['dropped']} "
                 f"dropped, the replay caught up {runs[k]['caught_up_after_s']:g} s after the workload"
                 if "sampled" in runs[k] else "") + ")" for k, g in GOALS.items() if k in runs]
@@ -125,7 +127,29 @@ def overhead_block(results: Path) -> str:
             f"{w['tokens']} tokens, {w['concurrency']} at a time, {w['dtype']}; one server start each): "
             + "; ".join(parts) + "."
             + (" A ratio above 1.0 is run-to-run noise: one server start per setting." if any(
-                r["ratio"] > 1 for r in runs.values() if r["monitor"] != "off") else ""))
+                (r.get("ratio") or 0) > 1 for r in runs.values() if r["monitor"] != "off") else ""))
+
+
+STUDY = ("<!-- vllm-throughput:begin (scripts/docs_gen.py from bench/results/vllm_throughput.json) -->",
+         "<!-- vllm-throughput:end -->")
+
+
+def study_block(results: Path) -> str:
+    """capture --engine vllm against plain vLLM, from bench/bench_vllm_throughput.py's result."""
+    if not results.is_file():
+        return ("(not measured on this version yet: `.vllm-env/bin/python bench/bench_vllm_throughput.py --prompts 32` "
+                "writes bench/results/vllm_throughput.json, from which this table is generated)")
+    r = json.loads(results.read_text())
+    met = "met" if r["ratio_start_to_stop"] >= r["goal"] else "missed"
+    return (f"vLLM {r['vllm']} on {r['cores']} {r['device'].upper()} cores, {r['date']}: {r['prompts']} prompts of "
+            f"{r['min_len']}-{r['max_len']} tokens, {r['new']} new, K = {r['depth']}, {r['dtype']}; the same output "
+            f"tokens and acceptance both ways ({r['rounds']} rounds, {r['accepted']} accepted drafts).\n\n"
+            "| prompts | plain, start to stop | plain, generate only | capture, start to stop | capture, after vLLM's "
+            "start | ratio start to stop | ratio without start/stop |\n|---|---|---|---|---|---|---|\n"
+            f"| {r['prompts']} | {r['plain_total_s']:.1f} s | {r['plain_generate_s']:.1f} s | {r['capture_total_s']:.1f} s "
+            f"| {r['capture_after_start_s']:.1f} s | {r['ratio_start_to_stop']:.2f}x | "
+            f"{r['ratio_without_start_stop']:.2f}x |\n\n"
+            f"The goal (>= {r['goal']:.1f}x of plain vLLM, start to stop) is {met} in this run.")
 
 
 def monitor_blocks(text: str, page: str = "docs/monitor.md") -> str:
@@ -152,6 +176,9 @@ def pages() -> dict[Path, str]:
         ROOT / "bench" / "results" / "monitor_overhead.json"), OVERHEAD, "README.md")
     monitor = ROOT / "docs" / "monitor.md"
     out[monitor] = monitor_blocks(monitor.read_text(), _rel(monitor))
+    vllm = ROOT / "docs" / "vllm.md"
+    out[vllm] = with_block(vllm.read_text(), study_block(ROOT / "bench" / "results" / "vllm_throughput.json"), STUDY,
+                           _rel(vllm))
     return out
 
 
