@@ -452,23 +452,54 @@ def demo(
     out: str = typer.Option("runs/demo.drift", "--out", metavar="NAME.drift", help="the trace folder to write"),
     specimen: str = typer.Option("smollm2", "--specimen",
                                  help="smollm2 (the real pretrained target, natural sink) | sink | plain (tiny test models)"),
-    suite: str = typer.Option("quick", "--suite", help="probe suite under probes/ (quick, long_code, ...)"),
-    depth: int = typer.Option(8, "--depth", metavar="K", help="speculation depth"),
-    max_new_tokens: int = typer.Option(32, "--max-new-tokens", help="new tokens per prompt"),
+    suite: str | None = typer.Option(None, "--suite", help="capture this probe suite (quick, long_code, ...) and print "
+                                     "its comparison instead of the shipped answer"),
+    depth: int = typer.Option(8, "--depth", metavar="K", help="speculation depth (with --suite)"),
+    max_new_tokens: int = typer.Option(32, "--max-new-tokens", help="new tokens per prompt (with --suite)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress display"),
 ):
-    """Capture EAGLE-3, EAGLE-3.1 and EAGLE-3 + norm_output on the bundled drafters (default: the real target
-    SmolLM2-135M-Instruct, converted once on first use); print the comparison."""
+    """The answer on the bundled models, then proof that this install reproduces it: the shipped traces' verdict in
+    plain words (the same sentences as the README), then two of their prompts recaptured live with the bundled
+    EAGLE-3 and EAGLE-3.1 and checked against the shipped rounds. With --suite: capture that suite (EAGLE-3,
+    EAGLE-3.1 and EAGLE-3 + norm_output) and print its comparison."""
+    from .demo import REAL, shipped_traces
+
+    _no_hf_progress_bars()
+    _demo_checks(out, specimen, suite or "quick")  # before the target is fetched or anything loads
+    if suite is None and specimen == REAL and shipped_traces():
+        _demo_answer(out, quiet)
+        return
     from .analysis.compare import Comparison
     from .analysis.report import print_comparison
     from .demo import run_demo
     from .trace.reader import read_trace
 
-    _no_hf_progress_bars()
-    _demo_checks(out, specimen, suite)  # before the target is fetched or anything loads
-    path = run_demo(out, specimen, suite, depth, max_new_tokens, progress=not quiet)
+    path = run_demo(out, specimen, suite or "quick", depth, max_new_tokens, progress=not quiet)
     print_comparison(_console(), Comparison.of([read_trace(path)]), context=True)
     typer.echo(f"trace: {path}\nopen the dashboard: drifttool dashboard {path}")
+
+
+def _demo_answer(out: str, quiet: bool) -> None:
+    """The demo's answer mode: the shipped answer first, the live reproduction second (exit 1 when it fails)."""
+    from . import demo as d
+
+    typer.echo("The answer on the bundled models (SmolLM2-135M-Instruct with the EAGLE-3 and EAGLE-3.1 drafters "
+               "trained for it; one checkpoint per variant), from the shipped traces:")
+    for line in d.answer_lines():
+        typer.echo(line)
+    traces = [p for _, _, p in d.shipped_traces()]
+    typer.echo(f"All the numbers: drifttool compare {d.shown_path(traces[0])}   (every table: docs/results.md)")
+    typer.echo(f"\nChecking that this install reproduces them: {d.REPRODUCE_N} of the {d.REPRODUCE_SUITE} prompts captured "
+               "live with both drafters under the shipped trace's settings ...")
+    res = d.reproduce(out, progress=not quiet)
+    if res["problems"]:
+        typer.echo(f"NOT reproduced ({', '.join(res['prompts'])}): " + "; ".join(res["problems"]) + " (a different "
+                   "torch build or CPU can flip a near-tie; compare the two traces to see where)", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"reproduced: {len(res['prompts'])} prompts x 2 drafters, {res['rounds']} rounds: drafted tokens and "
+               f"acceptance identical, attention masses and RMS within {res['worst_rel']:.1e} relative "
+               f"(tolerance {d.MASS_TOL:g})")
+    typer.echo(f"live trace: {out}\nopen the dashboard on the shipped traces: drifttool dashboard")
 
 
 def _demo_checks(out: str, specimen: str, suite: str) -> None:

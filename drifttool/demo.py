@@ -137,3 +137,112 @@ def _token_probes(models: Path) -> Path:
     p.write_text("".join(json.dumps({"id": f"rand-{n}", "token_ids": [r.randrange(1, 256) for _ in range(n)],
                                      "tags": ["random"]}) + "\n" for n in (64, 256, 512)))
     return p
+
+
+# The demo's answer: the shipped traces captured on the powered suites (24 source documents each), one name per
+# suite everywhere (README, docs, demo): its file stem, then what it holds.
+SHIPPED = {
+    "long_code": ("smollm2-long_code.drift", "held-out Python standard-library modules, 512-4096 tokens"),
+    "mt_chat": ("chat/smollm2-mt_chat.drift", "MT-Bench-like multi-turn chat"),
+}
+REPRODUCE_SUITE = "long_code"  # the shipped trace whose prompts the demo recaptures live
+REPRODUCE_N = 2  # prompts (its shortest), with EAGLE-3 and EAGLE-3.1
+MASS_TOL = 1e-3  # relative (absolute below 1e-5): the live capture's masses and RMS against the shipped trace's
+
+
+def shipped_traces(root: Path | None = None) -> list[tuple[str, str, Path]]:
+    """(suite, what it holds, trace) of every shipped answer trace present (none in an installed wheel)."""
+    root = root or REPO / "sample_traces"
+    return [(s, what, root / rel) for s, (rel, what) in SHIPPED.items() if (root / rel / "manifest.json").is_file()]
+
+
+def answer_lines(root: Path | None = None) -> list[str]:
+    """The demo's first screen: per shipped suite, one plain sentence per half of the published story
+    (analysis.answer.plain_halves, the sentences the README leads with)."""
+    from .analysis.answer import plain_halves
+    from .analysis.compare import Comparison
+    from .trace.reader import read_trace
+
+    out = []
+    for suite, what, path in shipped_traces(root):
+        t = read_trace(path)
+        groups = t.table("prompts")["group"].nunique() if "group" in t.table("prompts") else 0
+        out.append(f"{suite} ({what}; {groups} source documents, {shown_path(path)}):")
+        out += [f"  {line}" for line in plain_halves(Comparison.of([t]))]
+    return out
+
+
+def shown_path(p: Path) -> str:
+    """A shipped file as the user types it from the checkout (absolute elsewhere)."""
+    try:
+        return str(p.relative_to(REPO))
+    except ValueError:
+        return str(p)
+
+
+def reproduce(out: str, root: Path | None = None, n: int = REPRODUCE_N, progress: bool = True) -> dict:
+    """Capture the shipped long-code trace's `n` shortest prompts live with the bundled EAGLE-3 and EAGLE-3.1 under
+    the trace's own settings, and compare: drafted tokens and acceptance must be identical, every attention mass
+    and RMS within MASS_TOL. Returns the comparison (rounds, worst relative difference, what differs)."""
+    import json
+    import tempfile
+
+    from .run.engines.hf import DrafterSpec, run_capture
+    from .trace.reader import read_trace
+    from .trace.sinks import SinkSpec
+
+    shipped = dict((s, p) for s, _, p in shipped_traces(root))[REPRODUCE_SUITE]
+    ref = read_trace(shipped)
+    cap = ref.manifest["capture"]
+    pr = ref.table("prompts")
+    ids = list(pr.drop_duplicates("prompt_id").sort_values(["prompt_len", "prompt_id"])["prompt_id"][:n])
+    src = REPO / cap["probes"]["path"]
+    lines = {}
+    for line in src.read_text().splitlines():
+        obj = json.loads(line)
+        for pid in ids:
+            base, _, cut = pid.rpartition("@")
+            if obj.get("id") == base:
+                lines[pid] = json.dumps({**obj, "cut": int(cut)})
+    probes = Path(tempfile.mkdtemp(prefix="drifttool-demo-")) / "reproduce.jsonl"
+    probes.write_text("".join(lines[p] + "\n" for p in ids))
+    models = bundled(REAL)
+    specs = [DrafterSpec("eagle3", str(models / "eagle3")), DrafterSpec("eagle3.1", str(models / "eagle3.1"))]
+    path = run_capture(target_of(REAL, models), specs, str(probes), out, depth=cap["depth"],
+                       max_new_tokens=cap["max_new_tokens"], sink=SinkSpec.from_dict(cap["sink"]), seed=cap["seed"],
+                       keep_rows=0, recent=cap.get("recent", 32), dtype=cap["dtype"], overwrite=True,
+                       progress=progress)
+    return {"prompts": ids, "trace": path, **same_rounds(ref.table("depths"), read_trace(path).table("depths"))}
+
+
+def same_rounds(ref, live) -> dict:
+    """Does `live` (a depths table) reproduce `ref`'s rows for the same drafters and prompts: identical drafted tokens
+    and acceptance, every mass and RMS within MASS_TOL relative? -> rounds, worst relative difference, problems."""
+    import numpy as np
+
+    key = ["drafter", "prompt_id", "round", "depth"]
+    want = ref[ref.drafter.isin(set(live.drafter)) & ref.prompt_id.isin(set(live.prompt_id))]
+    both = want.merge(live, on=key, how="outer", suffixes=("_ref", "_live"), indicator=True)
+    res = {"rounds": int(live.groupby(["drafter", "prompt_id"])["round"].nunique().sum()), "rows": len(live),
+           "problems": []}
+    if (both["_merge"] != "both").any():
+        res["problems"].append(f"{int((both['_merge'] != 'both').sum())} rows present in only one of the two "
+                               "(a different number of rounds)")
+        both = both[both["_merge"] == "both"]
+    for col in ("draft_id", "accepted"):
+        bad = (both[f"{col}_ref"] != both[f"{col}_live"]).sum()
+        if bad:
+            res["problems"].append(f"{col} differs in {int(bad)} of {len(both)} rows")
+    worst = 0.0
+    for col in ("sink_mass", "self_mass", "matched_mass", "recent_mass", "rms_in"):
+        a, b = both[f"{col}_ref"].to_numpy(np.float64), both[f"{col}_live"].to_numpy(np.float64)
+        ok = np.isfinite(a) & np.isfinite(b)
+        if (np.isfinite(a) != np.isfinite(b)).any():
+            res["problems"].append(f"{col}: recorded in one capture and not the other")
+        d = np.abs(a[ok] - b[ok]) / np.maximum(np.abs(a[ok]), 1e-5)
+        if len(d):
+            worst = max(worst, float(d.max()))
+    res["worst_rel"] = worst
+    if worst > MASS_TOL:
+        res["problems"].append(f"an attention mass or RMS differs by {worst:.1e} relative (tolerance {MASS_TOL:g})")
+    return res

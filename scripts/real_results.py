@@ -374,53 +374,18 @@ def sink_experiment(root: Path) -> None:
                   f"{r.groups} |")
 
 
-def _halves(suite: str, cmp: Comparison) -> list[str]:
-    """One plain sentence per half of the published story on one suite, from the summary and the contrasts."""
-    from drifttool.analysis.answer import has_sink, side
-
-    s = cmp.summary().set_index("series")
-    if not {"eagle3", "eagle3.1"} <= set(s.index):
-        return []
-    e3, e31 = s.loc["eagle3"], s.loc["eagle3.1"]
-    ct = cmp.contrasts()
-    ct = ct[(ct.series == "eagle3.1")].set_index("quantity") if len(ct) else ct
-    k = cmp.depth
-    grow = {1: "grows", -1: "shrinks", 0: "does not change detectably"}
-    hidden = (f"EAGLE-3's fed-back hidden state {grow[side(e3, 'rms_growth')]} (x{e3.rms_growth:.2f} from depth 1 to "
-              f"{k}), EAGLE-3.1's {grow[side(e31, 'rms_growth')]} (x{e31.rms_growth:.2f})")
-    if "rms_growth" in ct.index and ct.loc["rms_growth", "p"] < 0.05:
-        hidden += f": EAGLE-3.1 changes the growth by x{ct.loc['rms_growth', 'factor']:.2f} (paired over groups, " \
-                  f"p {_p(ct.loc['rms_growth', 'p'])})"
-
-    def verdict(name: str, r) -> str:
-        rm = f"x{r.recency_ratio:.2f}" if r.recency_ratio == r.recency_ratio else ""
-        return {"drift": f"{name} drifts (its own drafts draw {rm} what equally recent prompt tokens drew)",
-                "no drift": f"{name} does not drift (its own drafts draw {rm} what equally recent prompt tokens drew)",
-                "not established": f"for {name} drift is not established ({r.drift_why})",
-                "uniform": f"{name} attends uniformly"}[r.drift_verdict]
-    sinks = [x for x, r in (("EAGLE-3", e3), ("EAGLE-3.1", e31)) if has_sink(r)]
-    if sinks:
-        sink = f"{' and '.join(sinks)} attend the target's sink at depth 1"
-    else:
-        sink = ("neither drafter attends the target's sink (depth-1 sink lift not above uniform), so the sink half "
-                "of the story cannot be tested on them")
-    att = f"attention: {verdict('EAGLE-3', e3)}; {verdict('EAGLE-3.1', e31)}; {sink}"
-    return [f"- **{suite}, in plain words** (these two checkpoints, one per variant): the hidden state: {hidden}. "
-            f"The {att}."]
-
-
 def landing(root: Path) -> None:
-    """The README's answer: per suite (long code, the MT-Bench-like chat), one plain sentence per half of the
-    published story, then the sentences `compare` opens with (EAGLE-3 and EAGLE-3.1 only)."""
-    from drifttool.analysis.answer import answer
+    """The README's answer: per shipped suite (drifttool.demo.SHIPPED: long_code, mt_chat), one plain sentence per
+    half of the published story (what `drifttool demo` prints first), then the sentences `compare` opens with
+    (EAGLE-3 and EAGLE-3.1 only)."""
+    from drifttool.analysis.answer import answer, plain_halves
+    from drifttool.demo import shipped_traces
 
-    chat = root / "chat" / "smollm2-mt_chat.drift"
-    runs = [(s, p) for s, m, p in _traces(root) if m == "generate" and s == "long_code"]
-    runs += [("MT-Bench-like chat", chat)] if chat.is_dir() else []
-    for suite, p in runs:
+    for suite, what, p in shipped_traces(root):
         cmp = Comparison.of([read_trace(p)])
-        for line in _halves(suite, cmp):
-            print(line)
+        halves = plain_halves(cmp)
+        if halves:
+            print(f"- **{suite}** ({what}), in plain words (these two checkpoints, one per variant): {' '.join(halves)}")
         for line in answer(cmp):
             if "norm_output" not in line.split("?")[0]:
                 print(f"- **{suite}**: {line}")

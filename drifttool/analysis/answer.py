@@ -131,8 +131,9 @@ def acceptance(r, pooled: pd.Series, seeds: int) -> str:
         return (f"acceptance length {pooled[r.series]:.2f} vs {pooled[r.baseline]:.2f}: {r.n_groups} groups, no "
                 "test can reach p < 0.05")
     sig = "detected" if r.p < ALPHA else "not detected"
-    return (f"acceptance length {pooled[r.series]:.2f} vs {pooled[r.baseline]:.2f} (paired {r.difference:+.2f} "
-            f"[{r.difference_lo:+.2f}, {r.difference_hi:+.2f}], {_p(r.p)}, {r.n_groups} groups: {sig}) {claim}")
+    return (f"acceptance length {pooled[r.series]:.2f} vs {pooled[r.baseline]:.2f} pooled over rounds (the mean "
+            f"per-group difference {r.difference:+.2f} [{r.difference_lo:+.2f}, {r.difference_hi:+.2f}], paired, "
+            f"{_p(r.p)}, {r.n_groups} groups: {sig}) {claim}")
 
 
 CONTRAST_TEXT = {"recency_ratio": "recency-matched ratio", "rms_growth": "fed-back RMS growth",
@@ -311,3 +312,47 @@ def _counted(labels: list[str], rows: dict, k: int) -> str:
     return (f"Drift verdicts (own drafts against equally recent prompt tokens, depth {k}) over {n} series: "
             f"{', '.join(parts)}; fed-back RMS grows in {len(grows)} of {n}{who}; a sink above uniform in "
             f"{len(sinks)} of {n}" + (f", part of it lost by depth {k} in {lost}." if sinks else "."))
+
+
+GROW = {1: "grows", -1: "shrinks", 0: "does not change detectably"}
+
+
+def plain_halves(cmp) -> list[str]:
+    """The answer in plain words: one sentence per half of the published story (the hidden state, then attention)
+    for a trace's EAGLE-3 and EAGLE-3.1 drafters, from the summary and the paired contrasts — what the README and
+    `drifttool demo` lead with. Empty when the trace lacks either drafter."""
+    s = cmp.summary().set_index("series")
+    if not {"eagle3", "eagle3.1"} <= set(s.index):
+        return []
+    e3, e31 = s.loc["eagle3"], s.loc["eagle3.1"]
+    ct = cmp.contrasts()
+    ct = ct[(ct.series == "eagle3.1")].set_index("quantity") if len(ct) else ct
+    k = cmp.depth
+    hidden = (f"EAGLE-3's fed-back hidden state {GROW[side(e3, 'rms_growth')]} (x{e3.rms_growth:.2f} from depth 1 to "
+              f"{k}), EAGLE-3.1's {GROW[side(e31, 'rms_growth')]} (x{e31.rms_growth:.2f})")
+    if "rms_growth" in ct.index and ct.loc["rms_growth", "p"] < ALPHA:
+        hidden += (f": EAGLE-3.1 changes the growth by x{ct.loc['rms_growth', 'factor']:.2f} (paired over groups, "
+                   f"{_p(ct.loc['rms_growth', 'p'])})")
+
+    def verdict(name: str, r) -> str:
+        rm = f"x{r.recency_ratio:.2f}" if r.recency_ratio == r.recency_ratio else ""
+        return {"drift": f"{name} drifts (its own drafts draw {rm} what equally recent prompt tokens drew)",
+                "no drift": f"{name} does not drift (its own drafts draw {rm} what equally recent prompt tokens drew)",
+                "not established": f"for {name} drift is not established ({r.drift_why})",
+                "uniform": f"{name} attends uniformly"}[r.drift_verdict]
+
+    def kept(name: str, r) -> str:
+        v = r.sink_retention
+        word = {-1: "loses part of it", 1: "draws more to it", 0: "keeps it as far as the groups can tell"}[
+            side(r, "sink_retention")]
+        return f"{name} {word} (x{v:.2f} of its depth-1 sink mass at depth {k})" if v == v else f"{name}: not measured"
+
+    sinks = [(x, r) for x, r in (("EAGLE-3", e3), ("EAGLE-3.1", e31)) if has_sink(r)]
+    if sinks:
+        sink_words = "; ".join(kept(x, r) for x, r in sinks)
+        sink_part = f"{' and '.join(x for x, _ in sinks)} attend the target's sink at depth 1: {sink_words}"
+    else:
+        sink_part = ("neither drafter attends the target's sink (depth-1 sink lift not above uniform), so the sink "
+                     "half of the story cannot be tested on them")
+    return [f"The hidden state: {hidden}.",
+            f"The attention: {verdict('EAGLE-3', e3)}; {verdict('EAGLE-3.1', e31)}; {sink_part}."]
