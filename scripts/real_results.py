@@ -35,7 +35,8 @@ TRAINED_WINDOW = trained_window()
 
 def _traces(root: Path) -> list[tuple[str, str, Path]]:
     out = []
-    for p in sorted([*root.glob("smollm2-*.drift"), *root.glob("teacher_forced/smollm2-*.drift")]):
+    for p in sorted([*root.glob("smollm2-*.drift"), *root.glob("chat/smollm2-*.drift"),
+                     *root.glob("teacher_forced/smollm2-*.drift")], key=lambda p: p.name):
         suite = p.name.removesuffix(".drift").removeprefix("smollm2-")
         out.append((suite.removesuffix("-tf"), "teacher-forced" if suite.endswith("-tf") else "generate", p))
     return out
@@ -341,7 +342,7 @@ def _block(text: str, name: str, fn, root: Path) -> str:
     return text[:a] + "\n" + buf.getvalue().strip() + "\n" + text[b:]
 
 
-DOCS = {"results": "docs/results.md", "trees": "docs/draft_trees.md", "answer": "README.md",
+DOCS = {"results": "docs/results.md", "trees": "docs/draft_trees.md", "answer": ("README.md", "docs/index.md"),
         "sink": "docs/real_target.md"}
 
 
@@ -395,9 +396,10 @@ def readme(root: Path, repo: Path) -> None:
     """Replace the generated blocks (results and trees in docs/, the answer in the README) between their markers
     with this script's output."""
     fns = {"results": lambda r: main(str(r)), "trees": trees, "answer": landing, "sink": sink_experiment}
-    for name, rel in DOCS.items():
-        out = repo / rel
-        out.write_text(_block(out.read_text(), name, fns[name], root))
+    for name, rels in DOCS.items():
+        for rel in [rels] if isinstance(rels, str) else rels:
+            out = repo / rel
+            out.write_text(_block(out.read_text(), name, fns[name], root))
 
 
 def series(root: Path) -> None:
