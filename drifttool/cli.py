@@ -219,29 +219,32 @@ def info(trace: str = typer.Argument(..., help="NAME.drift folder"), as_json: bo
     for line in flag_notes(m, t.path.name):  # a prompt whose numbers do not describe the engine's run
         c.print(f"[bold red]{escape(line)}[/bold red]", emoji=False)
     tg = m.get("target", {})
+    from .trace.describe import flags_on_text, overrides_text, sink_text, tree_text, value_text
+
     c.print(f"target: {tg.get('path')}  layers={tg.get('num_layers')} hidden={tg.get('hidden_size')} "
-            f"aux={tg.get('aux_layer_ids')}", markup=False)
+            f"aux={value_text(tg.get('aux_layer_ids'))}", markup=False)
     rep = tg.get("report")
     if isinstance(rep, dict) and rep.get("sink"):
-        c.print(f"  sink provenance: {rep.get('sink')}", markup=False)
+        c.print(f"  sink provenance: {value_text(rep.get('sink'))}", markup=False)
     cap = m["capture"]
     if cap.get("sink_rule"):  # auto / target: which positions the sink mass sums over, and why
         c.print(f"  sink rule: {cap.get('sink_rule')}", markup=False)
-    c.print(f"capture: depth={cap.get('depth')} mode={cap.get('mode')} sink={cap.get('sink')} seed={cap.get('seed')} "
+    c.print(f"capture: depth={cap.get('depth')} mode={cap.get('mode')} sink: {sink_text(cap.get('sink'))}; "
+            f"seed={cap.get('seed')} "
             f"dtype={cap.get('dtype')} probes={cap.get('probes', {}).get('path')}"
             + (f" temperature={cap.get('temperature')} draft_sampling={cap.get('draft_sampling')}"
                if cap.get("draft_sampling") else "")
-            + (f" tree={cap['tree']}" if cap.get("tree") else ""), markup=False)
+            + (f" tree={tree_text(cap['tree'])}" if cap.get("tree") else ""), markup=False)
     for d in m["drafters"]:
-        ov = f" overrides={d['overrides']}" if d.get("overrides") else ""
-        c.print(f"drafter {d['name']}: layout={d.get('layout')} variant={d.get('variant')} flags={d.get('flags')}{ov}",
-                markup=False)
+        ov = f"; overridden: {overrides_text(d['overrides'])}" if d.get("overrides") else ""
+        c.print(f"drafter {d['name']}: layout={d.get('layout')} variant={d.get('variant')} "
+                f"flags on: {flags_on_text(d.get('flags'), 'none')}{ov}", markup=False)
         if "aux_convention" in d or d.get("sliding_window"):
-            c.print(f"    aux layer ids {d.get('aux_layer_ids')} read as layer {d.get('aux_convention', 'input')}s "
-                    f"(target hidden_states {d.get('aux_layer_ids_read')}); "
+            c.print(f"    aux layer ids {value_text(d.get('aux_layer_ids'))} read as layer "
+                    f"{d.get('aux_convention', 'input')}s (target hidden_states {value_text(d.get('aux_layer_ids_read'))}); "
                     f"sliding window {d.get('sliding_window') or 'none'}", markup=False)
         for k, v in (d.get("assumptions") or {}).items():
-            c.print(f"    assumed {k}: {v}", markup=False)
+            c.print(f"    assumed {k}: {value_text(v)}", markup=False)
     from .trace.schema import SUMMARIES, TABLES
 
     for tab in [*TABLES, *SUMMARIES]:

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace import metric_table
+from ..trace.describe import flags_on_text, overrides_text, pairs_text
 from ..trace.footers import check_files, read_tokens
 from ..trace.reader import TraceData, member
 from ..trace.schema import HEAD_METRICS, LIFTS, MEASURED_MASSES
@@ -103,8 +104,7 @@ class Filters:
     heads: tuple[int, ...] = ()
 
 
-def _fmt_flags(d: dict | None) -> str:
-    return ", ".join(f"{k}={v}" for k, v in (d or {}).items()) or "-"
+_fmt_flags = pairs_text  # one wording for a manifest's flag tables (trace/describe.py)
 
 
 def series_info(cmp: Comparison) -> pd.DataFrame:
@@ -117,9 +117,7 @@ def series_info(cmp: Comparison) -> pd.DataFrame:
         rows.append({
             "series": s.label, "trace": s.trace.name, "drafter": s.drafter, "checkpoint": d.get("path"),
             "layout": d.get("layout"), "variant": d.get("variant"), "flags": _fmt_flags(d.get("flags")),
-            "flags_on": ", ".join(k for k, v in (d.get("flags") or {}).items() if v) or "-",
-            "overrides": ", ".join(f"{k}: {v.get('checkpoint') if isinstance(v, dict) else '?'} -> "
-                                   f"{v.get('override') if isinstance(v, dict) else v}" for k, v in ov.items()) or "-",
+            "flags_on": flags_on_text(d.get("flags")), "overrides": overrides_text(ov),
             "assumptions": _fmt_flags(d.get("assumptions")), "config_hash": d.get("config_hash"),
             "status": m.get("status"), "path": str(s.trace.path), "depth_K": m["capture"].get("depth"), "mode": m["capture"].get("mode"),
         })
@@ -406,13 +404,21 @@ def build_view(traces: list[TraceData], f: Filters = Filters()) -> View:
     return View(traces, f)
 
 
-def round_detail(trace: TraceData, drafter: str, prompt_id: str, round: int) -> pd.DataFrame:
-    """The per-depth rows of one drafted chain (tokens, match, masses, magnitudes)."""
+TOKEN_COLUMNS = ("input_id", "draft_id", "target_id")
+
+
+def round_detail(trace: TraceData, drafter: str, prompt_id: str, round: int, decode=None) -> pd.DataFrame:
+    """The per-depth rows of one drafted chain (tokens, match, masses, magnitudes). With `decode` (token_decoder's
+    id -> text), the token columns hold the tokens' text as the notebook shows it ('def', ' x'), not their ids."""
     d = trace.table("depths")
-    cols = ["depth", "position", "input_id", "draft_id", "target_id", "match", "accepted", "sink_mass", "self_mass",
+    cols = ["depth", "position", *TOKEN_COLUMNS, "match", "accepted", "sink_mass", "self_mass",
             "prompt_mass", "entropy", "rms_in", "rms_post", "massive"]
     sel = d[(d["drafter"] == drafter) & (d["prompt_id"] == prompt_id) & (d["round"] == round)]
-    return sel[cols].sort_values("depth").reset_index(drop=True)
+    out = sel[cols].sort_values("depth").reset_index(drop=True)
+    if decode is not None:
+        for c in TOKEN_COLUMNS:
+            out[c] = [repr(decode(int(i))) if int(i) >= 0 else "" for i in out[c]]
+    return out
 
 
 def token_decoder(trace: TraceData):

@@ -28,17 +28,26 @@ PAGES = [  # (file, title, url path, the sidebar filters the page applies: the o
     ("context.py", "Context length", "context", CHAIN),
     ("drilldown.py", "Prompt drill-down", "drilldown", ("probes", "tags")),
     ("magnitudes.py", "Magnitudes", "magnitudes", CHAIN),
-    ("rejection.py", "What predicts rejection", "rejection", CHAIN),
+    ("rejection.py", "What tracks rejection", "rejection", CHAIN),
     ("trees.py", "Draft trees", "trees", ()),
     ("training.py", "Across training", "training", CHAIN),
 ]
 
 
+def pages() -> list:
+    """The pages in menu order. The first is the default, served at `/`; Streamlit then no longer serves it at its
+    own url_path, so `/overview` (a link, a bookmark, what the other pages' paths suggest) would open "Page not
+    found": a hidden second entry for the same file answers there."""
+    first, title, path, _ = PAGES[0]
+    return ([st.Page(PAGES_DIR / first, title=title, url_path="home", default=True)]
+            + [st.Page(PAGES_DIR / f, title=t, url_path=u) for f, t, u, _ in PAGES[1:]]
+            + [st.Page(PAGES_DIR / first, title=title, url_path=path, visibility="hidden")])
+
+
 def main() -> None:
     """One script run: page config, navigation, the traces and the sidebar filters, then the chosen page."""
     st.set_page_config(page_title="drifttool", layout="wide")
-    nav = st.navigation([st.Page(PAGES_DIR / f, title=t, url_path=u, default=(i == 0))
-                         for i, (f, t, u, _) in enumerate(PAGES)])
+    nav = st.navigation(pages())
     used = next((x for _, t, _, x in PAGES if t == nav.title), lib.FILTERS)
     keys = lib.load_traces()
     if keys:

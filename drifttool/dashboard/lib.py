@@ -4,6 +4,7 @@ figure comes from drifttool.plots, every table from drifttool.analysis.views."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -18,20 +19,25 @@ from drifttool.errors import DriftError
 
 REPO = Path(__file__).resolve().parents[2]  # a checkout's root (drifttool/dashboard/lib.py)
 SAMPLES = REPO / "sample_traces"
+CHAT = SAMPLES / "chat"  # the README's second suite (MT-Bench-like chat)
 TREES = SAMPLES / "trees"
 TRAINING = SAMPLES / "training"  # the Across-training page's checkpoint series
+# The trace a view opens on when it cannot show every given trace: the README's headline suite (its answer opens
+# with long code), never merely the alphabetically first.
+HEADLINE = SAMPLES / "smollm2-long_code.drift"
 # Show every given trace at once only while they hold at most this many series together; else the first trace
 # (a selector adds the others). 24 series on one chart is a hairball, 3-6 reads at a glance.
 MAX_DEFAULT_SERIES = 6
 
 
 def trace_paths(argv: list[str] | None = None) -> list[Path]:
-    """The trace folders named on the command line, else every sample_traces/*.drift, the bundled tree trace(s) in
-    sample_traces/trees/ (for the Draft trees page) and checkpoint series in sample_traces/training/ (for the
-    Across-training page). Nothing else is read."""
+    """The trace folders named on the command line, else every sample_traces/*.drift and the README's chat trace
+    (sample_traces/chat/), the bundled tree trace(s) in sample_traces/trees/ (for the Draft trees page) and
+    checkpoint series in sample_traces/training/ (for the Across-training page). Nothing else is read."""
     args = [a for a in (sys.argv[1:] if argv is None else argv) if a.strip()]
     if not args:
-        return sorted(SAMPLES.glob("*.drift")) + sorted(TREES.glob("*.drift")) + sorted(TRAINING.glob("*.drift"))
+        return (sorted(SAMPLES.glob("*.drift")) + sorted(CHAT.glob("*.drift")) + sorted(TREES.glob("*.drift"))
+                + sorted(TRAINING.glob("*.drift")))
     return expand(args)
 
 
@@ -160,34 +166,57 @@ def checked_traces() -> tuple[list[tuple[str, float]], list[str]]:
     return keys, errors
 
 
-def default_selection(n_series: list[int]) -> list[int]:
+def default_selection(n_series: list[int], paths: list[str] | None = None) -> list[int]:
     """Indices of the traces shown first: all of them while they hold <= MAX_DEFAULT_SERIES series together,
-    else only the first (one trace = one target x suite, all its drafters)."""
+    else one (one trace = one target x suite, all its drafters): the README's headline trace (HEADLINE) when it
+    is among `paths`, else the first."""
     if not n_series:
         return []
-    return list(range(len(n_series))) if sum(n_series) <= MAX_DEFAULT_SERIES else [0]
+    if sum(n_series) <= MAX_DEFAULT_SERIES:
+        return list(range(len(n_series)))
+    head = HEADLINE.resolve()
+    return [next((i for i, p in enumerate(paths or []) if Path(p).resolve() == head), 0)]
+
+
+def _default_of(keys: list[tuple[str, float]]) -> list[int]:
+    return default_selection([len(_load(*k).manifest["drafters"]) for k in keys], [p for p, _ in keys])
 
 
 def trace_label(t: LoadedTrace) -> str:
-    """'name (suite, N drafters[, mode])' for the trace selector."""
+    """'name (suite, N drafters[, mode])', the suite left out where the name holds it: the pages' first line."""
     from drifttool.analysis.compare import suite_name
 
     cap = t.manifest["capture"]
     mode = "" if cap.get("mode", "generate") == "generate" else f", {cap.get('mode')}"
-    return f"{t.name} ({suite_name(t)}, {len(t.manifest['drafters'])} drafters{mode})"
+    suite = suite_name(t)
+    where = "" if suite in t.name else f"{suite}, "
+    return f"{t.name} ({where}{len(t.manifest['drafters'])} drafters{mode})"
+
+
+def common_prefix(names: list[str]) -> str:
+    """The start all `names` share up to a '-' or '_' ('smollm2-'), '' for fewer than two names or none."""
+    if len(names) < 2:
+        return ""
+    head = os.path.commonprefix(names)
+    cut = max(head.rfind("-"), head.rfind("_"))
+    return head[:cut + 1] if cut >= 0 and all(len(n) > cut + 1 for n in names) else ""
 
 
 def _names_labels(keys: list[tuple[str, float]]) -> tuple[list[str], list[str]]:
-    """Per loaded trace: its folder name (what a link names) and its selector label."""
+    """Per loaded trace: its folder name (what a link names) and its selector label: the name without the start
+    every loaded trace shares ('smollm2-'), the mode when not generate. The sidebar's chip is ~130 px wide and
+    cut 'smollm2-agent_traces (agent_traces, 3 drafters)' to 'smollm2-agent_tra...'; the pages name them whole."""
     traces = [_load(*k) for k in keys]
-    labels = [trace_label(t) for t in traces]
+    cut = len(common_prefix([t.name for t in traces]))
+    modes = [t.manifest["capture"].get("mode", "generate") for t in traces]
+    labels = [t.name[cut:] + ("" if m == "generate" else f" ({m})") for t, m in zip(traces, modes)]
     if len(set(labels)) < len(labels):  # same folder name in two places: tell them apart by their parent folder
         labels = [f"{lab} in {t.path.parent}" for lab, t in zip(labels, traces)]
     return [t.name for t in traces], labels
 
 
 def _default_labels(keys: list[tuple[str, float]], labels: list[str]) -> list[str]:
-    return [labels[i] for i in default_selection([len(_load(*k).manifest["drafters"]) for k in keys])]
+    return [labels[i] for i in _default_of(keys)]
 
 
 def trace_selector(keys: list[tuple[str, float]]) -> list[tuple[str, float]]:
@@ -201,7 +230,9 @@ def trace_selector(keys: list[tuple[str, float]]) -> list[tuple[str, float]]:
     sb = st.sidebar
     sb.header("Traces")
     chosen = sb.multiselect("Traces shown", labels, key="flt_traces", placeholder="pick one or more traces")
-    sb.caption(f"{len(keys)} traces loaded. Each chart draws one colour per drafter (EAGLE-3 blue, EAGLE-3.1 "
+    prefix = common_prefix(names)
+    sb.caption(f"{len(keys)} traces loaded" + (f" (names without their common {prefix!r})" if prefix else "")
+               + ". Each chart draws one colour per drafter (EAGLE-3 blue, EAGLE-3.1 "
                "vermillion, what-if green dashed) and one marker per trace. Compare drafters within one suite; "
                "add traces of other suites to compare suites.")
     return [keys[labels.index(c)] for c in chosen]
@@ -259,7 +290,7 @@ def warm() -> None:
     (drifttool/dashboard/serve.py); a trace that fails is skipped here and reported by the page."""
     keys = chain_keys(checked_traces()[0])
     if keys:
-        shown = [keys[i] for i in default_selection([len(_load(*k).manifest["drafters"]) for k in keys])]
+        shown = [keys[i] for i in _default_of(keys)]
         _view(tuple(shown), initial_filters(_options(tuple(shown))["depth"]))
 
 
@@ -288,9 +319,9 @@ def view() -> View:
 
 
 def shown_traces() -> str:
-    """The selected traces' labels, whole (the sidebar's chips cut long names), for a page's first line."""
+    """The selected traces named whole, with their suite and drafters, for a page's first line."""
     keys = st.session_state.get("trace_keys") or []
-    return "; ".join(_names_labels(keys)[1]) if keys else ""
+    return "; ".join(trace_label(_load(*k)) for k in keys)
 
 
 def _slug(text: str) -> str:

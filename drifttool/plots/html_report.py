@@ -104,7 +104,7 @@ def charts(v) -> list[tuple[str, object]]:
     except Exception:  # noqa: BLE001 - a trace without the columns has no such chart; the rest stands
         pred = pd.DataFrame()
     if not pred.empty:
-        out.append(("What tracks rejections", predictor_curves(pred, "self_mass")))
+        out.append(("What tracks rejection", predictor_curves(pred, "self_mass")))
     return out
 
 

@@ -152,7 +152,7 @@ def test_many_traces_open_on_the_first_with_a_selector(monkeypatch, dash_traces,
     at = _app(monkeypatch, *copies)
     assert not at.exception and not at.error
     sel = at.sidebar.multiselect(key="flt_traces")
-    assert len(sel.options) == 4 and sel.value == [sel.options[0]] and sel.value[0].startswith("t0 (")
+    assert len(sel.options) == 4 and sel.value == [sel.options[0]] and sel.value[0] == "t0"
     assert sorted(at.dataframe[0].value["series"]) == ["e3", "e31"]
     sel.set_value(sel.options[:2]).run()
     assert not at.exception
@@ -193,71 +193,72 @@ def test_default_selection_rule():
     assert dashlib.default_selection([2, 1]) == [0, 1]  # a 2-trace comparison stays whole
     assert dashlib.default_selection([3] * 8) == [0]  # the 8 sample traces: one trace, 3 drafters
     assert dashlib.default_selection([]) == []
+    # too many to show at once: the README's headline trace, wherever it sorts, not the alphabetically first
+    paths = [str(dashlib.SAMPLES / f"smollm2-{s}.drift") for s in ("agent_traces", "doc_qa", "long_code")]
+    assert dashlib.default_selection([3] * 3, paths) == [2]
+    assert dashlib.default_selection([4] * 2, paths[:2]) == [0]  # not among them: the first
 
 
-def test_server_warm_up_fills_what_the_first_page_reads(monkeypatch, dash_traces):
-    """drifttool.dashboard.serve.warm reads the traces and aggregates the default view before a browser asks:
-    the first page of a fresh session then aggregates nothing (its _view call is a cache hit)."""
-    import streamlit as st
+@pytest.fixture(scope="module")
+def default_app():
+    """`drifttool dashboard` with no argument: what a new user opens."""
+    from drifttool.dashboard.lib import CHAT, HEADLINE
 
-    from drifttool.dashboard.serve import warm
-
-    st.cache_resource.clear()
-    st.cache_data.clear()
-    monkeypatch.setattr(sys, "argv", [str(APP), str(dash_traces["a"]), str(dash_traces["b"])])
-    warm()
-    from drifttool.dashboard import lib as dashlib
-
-    calls = []
-    real = dashlib.build_view
-    monkeypatch.setattr(dashlib, "build_view", lambda *a, **k: calls.append(1) or real(*a, **k))
-    at = AppTest.from_file(str(APP), default_timeout=120)
-    at.run()
-    assert not at.exception and not at.error
-    assert sorted(at.dataframe[0].value["series"]) == sorted(SERIES)
-    assert calls == [], "the first page aggregated again: warm() and the page disagree on the default view"
-    at.slider[0].set_value((1, 2)).run()  # another filter is another view: aggregated now, not before
-    assert calls == [1]
+    if not HEADLINE.is_dir() or not any(CHAT.glob("*.drift")):
+        pytest.skip("the README's sample traces (long code, chat) are not in this checkout")
+    mp = pytest.MonkeyPatch()
+    try:
+        yield _app(mp)
+    finally:
+        mp.undo()
 
 
-def test_server_warm_up_never_raises_on_a_bad_trace(monkeypatch, tmp_path):
-    from drifttool.dashboard.serve import warm
+def test_no_argument_opens_on_the_readme_headline_with_the_chat_trace_offered(default_app):
+    at = default_app
+    at.switch_page("app_pages/overview.py").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    sel = at.sidebar.multiselect(key="flt_traces")
+    assert sel.value == ["long_code"], sel.value  # the names without their common 'smollm2-'
+    assert "mt_chat" in sel.options, sel.options  # sample_traces/chat/
+    assert all(len(o) <= 18 for o in sel.options), sel.options  # the sidebar's chip shows ~20 characters
+    assert any("common 'smollm2-'" in c.value for c in at.sidebar.caption)
+    assert any("smollm2-long_code (3 drafters)" in c.value for c in at.caption)  # named whole on the page
+    assert all(s.startswith("eagle3") for s in at.dataframe[0].value["series"])
 
-    bad = tmp_path / "bad.drift"
-    bad.mkdir()
-    (bad / "manifest.json").write_text("{not json")
-    monkeypatch.setattr(sys, "argv", [str(APP), str(bad)])
-    warm()  # the page reports it (test_bad_traces_*); the server keeps starting
 
-
-def test_depth_page_population_toggle(monkeypatch, dash_traces):
-    """The Depth page redraws over prefix-correct rounds (chain still right up to the depth) with their n."""
+def test_drilldown_shows_token_text_as_the_notebook_does(default_app):
+    from drifttool.analysis.views import token_decoder
+    from drifttool.dashboard.lib import HEADLINE
     from drifttool.trace.reader import read_trace
 
-    at = _app(monkeypatch, dash_traces["a"])
-    at.switch_page("app_pages/depth.py").run()
-    at.radio(key="depth_population").set_value(
-        "prefix-correct rounds (chain still right up to the depth)").run()
-    assert not at.exception
-    table = at.dataframe[0].value
-    r = read_trace(dash_traces["a"]).rounds
-    for (series, depth), n in table.set_index(["series", "depth"])["n_rounds"].items():
-        if series in ("e3", "e31"):
-            rr = r[r.drafter.astype(str) == series]
-            assert n == int((rr.accepted >= depth - 1).sum()), (series, depth)
-    trends = at.dataframe[1].value
-    assert set(trends["population"]) == {"prefix_correct"} and "mde" in trends.columns
-
-
-def test_the_across_training_page_draws_the_shipped_series_by_default(monkeypatch):
-    """No traces named: the sample traces, with sample_traces/training's checkpoint series kept out of the other
-    pages' selection and drawn on Across training."""
-    from drifttool.dashboard.lib import TRAINING
-
-    if not any(TRAINING.glob("*.drift")):
-        pytest.skip("no checkpoint series in sample_traces/training")
-    at = _app(monkeypatch)
-    assert not at.exception
-    at.switch_page("app_pages/training.py").run()
+    at = default_app
+    at.switch_page("app_pages/drilldown.py").run()
     assert not at.exception and not at.error
-    assert len(at.get("plotly_chart")) >= 1
+    detail = next(f.value for f in at.dataframe if "draft_id" in f.value.columns)
+    decode = token_decoder(read_trace(HEADLINE))  # the notebook's decoder (Trace.plot.attention_row)
+    assert decode is not None
+    for col in ("input_id", "draft_id", "target_id"):
+        shown = [x for x in detail[col] if x]
+        assert shown and all(isinstance(x, str) and x[0] in "'\"" for x in shown), (col, shown[:5])
+
+
+def test_draft_trees_and_rejection_pages_print_words_not_dicts(default_app):
+    at = default_app
+    at.switch_page("app_pages/trees.py").run()
+    assert not at.exception and not at.error
+    caption = next(c.value for c in at.caption if c.value.startswith("tree:"))
+    assert "{" not in caption and "dynamic:top_k=" in caption and "sink: position 0" in caption, caption
+    at.switch_page("app_pages/rejection.py").run()
+    assert not at.exception and [t.value for t in at.title] == ["What tracks rejection"]
+
+
+def test_the_overview_is_served_at_its_own_path_too(default_app):
+    """`/overview` opened "Page not found" (the default page lives at `/` only): a hidden page answers there.
+    AppTest has no URL bar: the pages the app registered are read (the browser test opens the URL itself)."""
+    from drifttool.dashboard.app import PAGES
+
+    at = default_app
+    at.switch_page("app_pages/overview.py").run()  # AppTest prefers the page whose url_path is the file's name
+    assert not at.exception and [t.value for t in at.title] == ["Overview"]
+    paths = sorted(i.get("url_pathname") for i in at._registered_pages.values())
+    assert paths == sorted(["", *(u for _, _, u, _ in PAGES)]), paths  # `/` and `/overview` both

@@ -58,9 +58,10 @@ def test_report_opens_offline_and_draws_every_chart(tmp_path, capsys):
 
 
 def test_report_refuses_an_unwritable_path(tmp_path, capsys):
+    """A missing folder is refused before the report is rendered (tests/faces/test_early_refusals.py)."""
     assert main(["report", str(SAMPLE), "-o", str(tmp_path / "no" / "such" / "dir" / "r.html")]) == 2
     err = capsys.readouterr().err
-    assert "cannot write" in err and "Traceback" not in err
+    assert "dir does not exist" in err and "Traceback" not in err
 
 
 def test_report_never_replaces_a_trace_file_or_an_existing_file(tmp_path, capsys):

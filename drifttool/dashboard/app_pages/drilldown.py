@@ -52,6 +52,6 @@ st.caption("Green triangles: sink slots; shaded: the chain's own draft slots; cr
 NUM = {"sink_mass": "sink", "self_mass": "self", "prompt_mass": "prompt", "entropy": "entropy", "rms_in": "RMS in",
        "rms_post": "RMS post"}
 IDS = {"position": "pos.", "input_id": "input", "draft_id": "draft", "target_id": "target", "accepted": "acc."}
-lib.table(round_detail(trace, drafter, pid, rnd), "round detail", column_config={
+lib.table(round_detail(trace, drafter, pid, rnd, decode), "round detail", column_config={  # token text, as the notebook
     **{k: st.column_config.NumberColumn(v, format="%.3f") for k, v in NUM.items()},
     **{k: st.column_config.Column(v) for k, v in IDS.items()}})

@@ -1,4 +1,4 @@
-"""What predicts rejection: acceptance by quantile bin of sink mass / self mass / feature RMS, per depth."""
+"""What tracks rejection: acceptance by quantile bin of sink mass / self mass / feature RMS, per depth."""
 
 import streamlit as st
 
@@ -6,7 +6,7 @@ from drifttool import plots
 from drifttool.analysis.compare import PREDICTORS
 from drifttool.dashboard import lib
 
-st.title("What predicts rejection")
+st.title("What tracks rejection")
 bins = st.slider("Quantile bins", 2, 10, 4, key="pred_bins")
 v = lib.view()
 lib.chart(plots.predictor_correlations(v.predictors(bins)), "rank correlation")

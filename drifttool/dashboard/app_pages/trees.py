@@ -9,6 +9,7 @@ from drifttool.analysis.tree_compare import tree_depth_table, tree_round
 from drifttool.analysis.views import token_decoder
 from drifttool.dashboard import lib
 from drifttool.errors import DriftError
+from drifttool.trace.describe import sink_text, tree_text
 from drifttool.trace.reader import read_trace
 
 st.title("Draft trees")
@@ -29,7 +30,9 @@ if not traces:
 names = [t.name for t in traces]
 pick = st.selectbox("Trace", names, key="tree_trace")
 tr = traces[names.index(pick)]
-st.caption(f"tree: {tr.manifest['capture'].get('tree')}")
+cap = tr.manifest["capture"]
+st.caption(f"tree: {tree_text(cap.get('tree'))}; sink: {sink_text(cap.get('sink'))}; "
+           f"drafting: {cap.get('draft_sampling', 'greedy')}")
 nodes = tr.tree_nodes
 c1, c2, c3, c4 = st.columns(4)
 drafter = c1.selectbox("Drafter", sorted(nodes.drafter.unique()), key="tree_drafter")
