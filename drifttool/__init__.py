@@ -13,10 +13,10 @@ from .errors import DriftError
 from .version import __version__
 
 _LAZY = {
-    "LiveCapture": ".api",
+    "LiveCapture": ".live_api",
     "Trace": ".api",
-    "capture": ".api",
-    "capture_run": ".api",
+    "capture": ".live_api",
+    "capture_run": ".live_api",
     "compare_many": ".api",
     "load": ".api",
     "load_drafter": ".model.checkpoint",
@@ -28,7 +28,7 @@ _LAZY = {
     "speculate": ".run.loop",
     "Target": ".model.target",
     "load_target": ".model.target",
-    "capture_tree": ".api",
+    "capture_tree": ".live_api",
     "TreeSpec": ".run.tree",
     "parse_tree": ".run.tree",
     "speculate_tree": ".run.tree_loop",
@@ -83,7 +83,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .api import LiveCapture, Trace, capture, capture_run, capture_tree, compare_many, load
+    from .api import Trace, compare_many, load
+    from .live_api import LiveCapture, capture, capture_run, capture_tree
     from .model.checkpoint import load_drafter, save_drafter
     from .model.config import DrafterConfig
     from .model.drafter import Eagle3Drafter

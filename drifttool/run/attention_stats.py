@@ -24,7 +24,7 @@ import torch
 from einops import rearrange
 
 from ..trace import metric_table
-from ..trace.sinks import matched_index
+from .key_sets import matched_index
 
 # The per-head fields in the capture's packed order (trace/metric_table.head_fields): the context masses (sink,
 # recent, template, ...: each a key set of the metric table), the draft / own masses over this chain's draft slots,

@@ -19,9 +19,9 @@ import torch
 from torch import nn
 
 from ..errors import DriftError
-from ..trace import metric_table
 from ..trace.sinks import RECENT, SinkSpec
 from . import attention_stats as stats
+from . import key_sets
 from .attention_stats import HEAD_FIELDS, HIDDEN_FIELDS, MASS_FIELDS, MASS_IDX, massive  # noqa: F401 - re-exported (public names)
 
 
@@ -272,7 +272,7 @@ class Capture(Observer):
         k_, nh, _ = q.shape
         dev = keys.device
         sink_pos = self.sink.index(self._context_ids(n))  # context positions only (on the host)
-        sets = metric_table.context_sets(metric_table.KeyContext(n, lambda: self._context_ids(n), sink_pos,
+        sets = key_sets.context_sets(key_sets.KeyContext(n, lambda: self._context_ids(n), sink_pos,
                                                                  self.recent, self.template_ids))
         keep = self._sample_row()
         lse = self._round_lse(k_)

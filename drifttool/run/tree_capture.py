@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 from ..errors import DriftError
-from ..trace import metric_table
 from ..trace.sinks import RECENT, SinkSpec
 from . import attention_stats as stats
+from . import key_sets
 from .hooks import DrafterAdapter, Observer
 
 # per query row and head: sink / ancestors before the row's own slot / own slot, entropy, largest weight, its slot
@@ -114,7 +114,7 @@ class TreeCapture(Observer):
         keep = torch.tensor([0] + [1 + col[u] for u in tree.fed], device=q.device)
         anc, own = region_masks(tree.parents, rows, col, keys.shape[1] - n)
         ctx = torch.tensor(self._seq[:n], dtype=torch.long)
-        sets = metric_table.context_sets(metric_table.KeyContext(n, lambda: ctx, self.sink.index(ctx), self.recent,
+        sets = key_sets.context_sets(key_sets.KeyContext(n, lambda: ctx, self.sink.index(ctx), self.recent,
                                                                  self.template_ids))
         heads = tree_head_stats(q.index_select(0, keep), keys, n, anc, own, sets, self.scale)
         x = torch.stack(

@@ -19,21 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
-
-from .sinks import recent_index, template_index
-
-
-@dataclass(frozen=True)
-class KeyContext:
-    """What a context key set may depend on in one round: n context slots, their token ids (a callable: read only
-    when a rule needs them), the sink slots, and the capture's settings (recent window R, template token ids)."""
-
-    n: int
-    ids: Callable[[], torch.Tensor]
-    sink: torch.Tensor
-    recent: int
-    template_ids: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -52,7 +37,7 @@ class Metric:
     unit: str
     what: str
     kind: str
-    keys: Callable[[KeyContext], torch.Tensor] | None = None
+    keys: str | Callable | None = None  # a rule run/key_sets.py resolves ("sink", "recent", "template") or a callable
     count: str | None = None
     parts: tuple[str, ...] = ()
     complement: bool = False
@@ -79,16 +64,16 @@ class Metric:
 MASS = "share of attention"
 METRICS: tuple[Metric, ...] = (
     Metric("sink_mass", "sink mass", MASS, "attention on the sink positions (--sink)", "context",
-           keys=lambda c: c.sink, count="n_sink", better=1, live=("lift", "sum")),
+           keys="sink", count="n_sink", better=1, live=("lift", "sum")),
     Metric("draft_mass", "draft mass", MASS, "attention on this chain's earlier draft slots", "tail", better=-1,
            base_depth=2),
     Metric("own_mass", "own-slot mass", MASS, "attention on the query's own input slot", "tail", better=-1),
     Metric("recent_mass", "recent mass (last R slots)", MASS, "attention on the last R context slots (--recent; "
-           "sinks excluded)", "context", keys=lambda c: recent_index(c.n, c.recent, c.sink), count="n_recent",
+           "sinks excluded)", "context", keys="recent", count="n_recent",
            added=True, live=("lift",)),
     Metric("template_mass", "template mass (chat delimiters)", MASS, "attention on the chat template's special "
            "tokens in the context (sinks excluded)", "context",
-           keys=lambda c: template_index(c.ids(), c.template_ids, c.sink), count="n_template", added=True,
+           keys="template", count="n_template", added=True,
            live=("lift",)),
     Metric("matched_mass", "recency-matched control mass", MASS, "at depth k: the depth-1 query's attention on its "
            "k-1 most recent keys (sinks skipped), prompt tokens at the distances the k-1 own slots have at depth k "
@@ -163,11 +148,6 @@ def base_depth() -> dict[str, int]:
 def lifts() -> dict[str, tuple[str, str]]:
     """lift column -> (mass, count) for every metric with a uniform share."""
     return {m.lift: (m.name, m.count) for m in METRICS if m.lift}
-
-
-def context_sets(ctx: KeyContext) -> list[torch.Tensor]:
-    """Each context mass's slots for one round, in context_masses() order (int64, on the host)."""
-    return [m.keys(ctx).to(torch.long) for m in of_kind("context")]
 
 
 def labels() -> dict[str, str]:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-import torch
-
 from ..errors import DriftError
 
 
@@ -62,30 +60,38 @@ class SinkSpec:
             seen.add(kind)
         return spec
 
-    def mask(self, token_ids: torch.Tensor) -> torch.Tensor:
-        """Boolean mask over sequence positions 0..L-1 given the token id at each position (the one definition
-        of which positions are sinks: the capture's sink mass and the drill-down's marks both come from it)."""
+    def positions_in(self, token_ids) -> list[int]:
+        """Sink positions (ascending) among positions 0..L-1 given the token id at each position (an unknown
+        token: any negative id) — the one definition of which positions are sinks: the capture's sink mass
+        (`mask` / `index` on tensors) and the drill-down's marks both come from it. (`positions` is the field of
+        explicit positions, hence the name.)"""
         if self.target or self.auto:
             raise DriftError(f"--sink {'target' if self.target else 'auto'}: not resolved against a loaded target (the "
                              "capture engine does it)")
+        ids = [int(t) for t in token_ids]
+        toks = set(self.token_ids)
+        first, pos = min(self.first_n, len(ids)), set(self.positions)
+        return [i for i, t in enumerate(ids) if i < first or i in pos or t in toks]
+
+    def mask(self, token_ids):
+        """Boolean torch mask over positions 0..L-1: positions_in's rule, vectorised for the capture's every round
+        (tests/package/test_one_definition_per_concept.py holds the two equal); torch only here."""
+        import torch
+
+        self.positions_in([])  # an unresolved target / auto rule is refused the same way
         length = token_ids.shape[0]
         m = torch.zeros(length, dtype=torch.bool, device=token_ids.device)
         m[: min(self.first_n, length)] = True
-        for p in self.positions:
-            if p < length:
-                m[p] = True
-        for t in self.token_ids:
-            m |= token_ids == t
+        pos = [p for p in self.positions if p < length]
+        if pos:
+            m[pos] = True
+        if self.token_ids:
+            m |= torch.isin(token_ids, torch.as_tensor(self.token_ids, dtype=token_ids.dtype, device=token_ids.device))
         return m
 
-    def index(self, token_ids: torch.Tensor) -> torch.Tensor:
-        """Sink positions (ascending, int64) among positions 0..L-1 given the token id at each position."""
+    def index(self, token_ids):
+        """Sink positions (ascending, int64 torch tensor) given the token id at each position."""
         return self.mask(token_ids).nonzero()[:, 0]
-
-    def positions_in(self, token_ids) -> list[int]:
-        """Sink positions as a list, for token ids given as a sequence (an unknown token: any negative id).
-        (`positions` is the field of explicit positions, hence the name.)"""
-        return self.index(torch.as_tensor(list(token_ids), dtype=torch.long)).tolist()
 
 
 def _merged(have: list[int], new: list[int]) -> list[int]:
@@ -120,36 +126,5 @@ def _sink_part(text: str, part: str) -> tuple[str, list[int]]:
     return kind, nums
 
 
-def template_index(context_ids: torch.Tensor, template_ids, sink_idx: torch.Tensor) -> torch.Tensor:
-    """The template key set of a round: the context slots holding one of the chat template's special tokens
-    (`template_ids`, e.g. <|im_start|> / <|im_end|>), sinks excluded (int64, ascending; empty without ids)."""
-    if not len(template_ids):
-        return torch.zeros(0, dtype=torch.long)
-    m = torch.isin(context_ids, torch.as_tensor(list(template_ids), dtype=context_ids.dtype))
-    if sink_idx.numel():
-        m[sink_idx[sink_idx < len(m)]] = False
-    return m.nonzero()[:, 0]
-
-
 RECENT = 32  # the last R context slots (the "recent" mass of the EAGLE 3.1 paper's Table 2)
-
-
-def recent_index(n: int, r: int, sink_idx: torch.Tensor) -> torch.Tensor:
-    """The recent key set of a round with n context slots: the last r of them (slots max(0, n - r) .. n - 1),
-    sinks excluded so that the sink and recent masses never count a key twice (int64, ascending)."""
-    idx = torch.arange(max(0, n - r), n, dtype=torch.long)
-    if sink_idx.numel():
-        idx = idx[~torch.isin(idx, sink_idx.to(idx.device))]
-    return idx
-
-
-def matched_index(n: int, m: int, sink_idx: torch.Tensor) -> torch.Tensor:
-    """The recency-matched control's key set of a round: the last m context slots that are not sinks (ascending;
-    fewer when the context has fewer). The own slots it stands in for are never sinks of the prompt, so a sink that
-    happens to be recent (a token rule, a short prompt) is skipped, not counted as recency."""
-    s = sink_idx.to(torch.long)
-    idx = torch.arange(max(0, n - m - s.numel()), n, dtype=torch.long)
-    if s.numel():
-        idx = idx[~torch.isin(idx, s.to(idx.device))]
-    return idx[max(0, idx.numel() - m):]
 
