@@ -450,7 +450,7 @@ def plan(
                       if need is not None and r["n_groups"] < 6 else ""))
 
 
-@app.command(cls=HelpSections, short_help="Run the bundled drafters and print the comparison.")
+@app.command(cls=HelpSections, short_help="The answer on the bundled models, and proof this install reproduces it.")
 def demo(
     out: str = typer.Option("runs/demo.drift", "--out", metavar="NAME.drift", help="the trace folder to write"),
     specimen: str = typer.Option("smollm2", "--specimen",
