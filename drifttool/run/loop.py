@@ -18,6 +18,7 @@ from ..model.drafter import DraftStep, Eagle3Drafter, KVCache
 from ..model.target import Target, TargetSnapshot
 from ..trace.metric_table import acceptance_length
 from ..trace.positions import query_position
+from . import progress
 from .argcheck import need_int, need_number, token_ids
 from .verify import greedy_accept, rejection_sample
 
@@ -125,6 +126,7 @@ def speculate(
         first, pending = prefill_target(target, prompt_ids, temperature, gen, prefill)
         seq.append(first)
         verify = partial(verify_round, target, seq, temperature=temperature, gen=gen)
+    progress.tick(len(prompt_ids))  # the prompt's tokens are read (prefilled or teacher-forced)
     cache = drafter.new_cache(capacity=len(prompt_ids) + max_new_tokens + 2 * depth + 8)
 
     def chain_round(index: int, step: DraftStep, n: int, t0: float):
@@ -161,6 +163,7 @@ def run_rounds(drafter: Eagle3Drafter, cache: KVCache, prompt_ids: list[int], se
             o.end_round(drafter, cache, rec)
         rounds.append(rec)
         seq.extend(tokens)
+        progress.tick(len(tokens))
     return rounds
 
 

@@ -197,10 +197,11 @@ class Interrupts:
 def write_run(out: str, manifest: dict[str, Any], plan: Callable[[TraceWriter], Iterable[tuple[int, Any]]],
               step: Callable[[TraceWriter, Any, Any], None], n_models: int, resume: bool = False,
               overwrite: bool = False, progress: bool = True, tokenizer: Path | None = None,
-              compact: bool = True) -> TraceWriter:
+              compact: bool = True, cost: Callable[[Any], int] | None = None) -> TraceWriter:
     """The shared body of every engine: open the trace (one writer per folder: the lock is released on any
     exit), plan the work not yet done (`plan(writer)` -> [(prompts in it, item)]), run `step(writer, bar, item)`
-    for each under a progress bar with SIGTERM as Ctrl-C, and mark the trace complete (then compact it)."""
+    for each under a progress bar with SIGTERM as Ctrl-C, and mark the trace complete (then compact it).
+    `cost(item)`: the item's work in tokens (prompt + new tokens, per drafter), for a progress by tokens."""
     with TraceWriter(out, manifest, resume=resume, overwrite=overwrite) as writer:
         if tokenizer is not None and tokenizer.is_file():  # lets the dashboard show token text
             import shutil
@@ -211,7 +212,9 @@ def write_run(out: str, manifest: dict[str, Any], plan: Callable[[TraceWriter], 
 
         interrupts = Interrupts()
         writer.guard = interrupts.held
-        with interrupts.installed(), progress_bar(sum(n for n, _ in work), n_models, enabled=progress) as bar:
+        total = sum(cost(item) for _, item in work) if cost is not None else None
+        with interrupts.installed(), progress_bar(sum(n for n, _ in work), n_models, enabled=progress,
+                                                  total_tokens=total) as bar:
             for _, item in work:
                 step(writer, bar, item)
         writer.finish(compact=compact)  # merged to one file per table (trace.compact)

@@ -239,9 +239,12 @@ def run_capture(
         except DriftError as e:  # e.g. NaN/inf target features: name the target and the probe
             raise DriftError(f"{tgt_path or tgt.name}: probe {probe.id!r}: {e}") from None
         writer.add(probe.id, tables, rows)
-        bar.advance(probe.id, int(len(tables.get("rounds", []))))
+        bar.advance(probe.id, int(len(tables.get("rounds", []))), cost(probe))
+
+    def cost(probe) -> int:  # its work in tokens: the prompt and its new tokens, once per drafter
+        return (len(token_ids[probe.id]) + st.new_tokens(probe)) * len(models)
 
     writer = write_run(out, manifest, lambda w: [(1, p) for p in suite if p.id not in w.done], step, len(models),
                        resume, overwrite, progress, Path(tgt_path) / "tokenizer.json" if tgt_path else None,
-                       compact=compact)
+                       compact=compact, cost=cost)
     return writer.path
