@@ -2,14 +2,15 @@
 # Capture the seed panel (scripts/train_seed_panel.sh): per seed S, its EAGLE-3 and EAGLE-3.1 drafters as
 # eagle3-sS / eagle3.1-sS on the long-code suite's first cuts (probes/real/powered/long_code_inside.jsonl: 24 held-out
 # stdlib modules, one cut each inside the trained window, 512-4096 tokens), greedy, depth 8, 32 new tokens, no
-# sampled rows, into sample_traces/seeds/smollm2-long_code-sS.drift. Waits for each seed's training to finish;
+# sampled rows, into $OUT/smollm2-long_code-sS.drift (OUT defaults to sample_traces/seeds). Waits for each seed's training to finish;
 # resumes a trace already started. LANES=2 runs two seeds at once (one torch thread each).
 # A seed that is not done while no training for it runs (no scripts/train_seed_panel.sh, no training.train_real into
 # runs/seeds/sS/) never will be: one line and exit 2, checked for every seed before anything is captured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DT=${DT:-.venv/bin/drifttool}
-SEEDS=${SEEDS:-0 1 2}
+SEEDS=${SEEDS:-0 1 2 3 4 5 6 7}
+OUT=${OUT:-sample_traces/seeds}  # another folder while a new panel replaces the shipped one
 training() {  # is the seed panel, or this seed's training, running?
   pgrep -f 'train_seed_panel[.]sh' >/dev/null || pgrep -f "training[.]train_real .*--work runs/seeds/s$1/" >/dev/null
 }
@@ -22,9 +23,9 @@ waitable() {
 }
 for s in $SEEDS; do waitable "$s"; done
 T=$($DT zoo fetch smollm2)
-mkdir -p sample_traces/seeds
+mkdir -p "$OUT"
 one() {
-  local s=$1 out=sample_traces/seeds/smollm2-long_code-s$1.drift r=--overwrite
+  local s=$1 out=$OUT/smollm2-long_code-s$1.drift r=--overwrite
   while [ ! -e "runs/seeds/s$s/done" ]; do waitable "$s"; sleep 30; done
   [ -f "$out/manifest.json" ] && r=--resume
   OMP_NUM_THREADS=1 $DT capture --target "$T" --drafter "eagle3-s$s=runs/seeds/s$s/drafters/eagle3" \
