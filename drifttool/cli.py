@@ -278,13 +278,14 @@ def compare(
         None, "--trained-window", min=1,
         help="context length the drafters were trained at (default: their config's trained_window, else "
              "rope_scaling.original_max_position_embeddings, else max_position_embeddings, flagged as assumed)"),
+    pool: bool = typer.Option(False, "--pool", help="a live monitor folder as one trace of all its segments "
+                              "(default: each segment its own trace)"),
 ):
     """EAGLE-3 vs 3.1 side by side: per-depth masses, feature RMS, acceptance (95% CIs over groups of prompts)."""
     from .analysis.compare import Comparison
     from .analysis.export import comparison_json
-    from .trace.reader import read_trace
 
-    datas = [read_trace(t) for t in traces]
+    datas = read_traces(traces, pool)
     if any(d.is_tree for d in datas):  # draft trees: per depth, main path vs side branches (docs/trees.md)
         from .analysis.tree_compare import render_tree_table, tree_depth_table
 
@@ -521,6 +522,23 @@ def _demo_checks(out: str, specimen: str, suite: str) -> None:
         raise DriftError(f"--suite {suite!r}: no such bundled suite{did_you_mean(suite, names)}; expected one of "
                          f"{', '.join(shown)}" + (", ..." if len(shown) < len(names) else ""))
     check_out(out, overwrite=True)  # the demo replaces its own trace
+
+
+def read_traces(paths: list[str], pool: bool = False) -> list:
+    """The given traces; a live monitor folder (DRIFTTOOL_MONITOR's dir=) gives its segments, or with `pool` one
+    trace of all of them."""
+    from .dashboard.live import is_live, live_segments, pooled
+    from .trace.reader import read_trace
+
+    out = []
+    for p in paths:
+        if is_live(Path(p)):
+            if not live_segments(Path(p)):
+                raise DriftError(f"{p}: a monitor folder without finished segments yet; nothing to compare")
+            out += [pooled(Path(p))] if pool else [read_trace(s) for s in live_segments(Path(p))]
+        else:
+            out.append(read_trace(p))
+    return out
 
 
 @app.command(cls=HelpSections, short_help="Regression gate: exit 1 when a rule fails.")

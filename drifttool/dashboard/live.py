@@ -23,3 +23,11 @@ def live_segments(path: Path) -> list[Path]:
 def expand(paths: list[str | Path]) -> list[Path]:
     """Each given path, a live folder replaced by its current segments."""
     return [p for a in paths for p in (live_segments(Path(a)) if is_live(Path(a)) else [Path(a)])]
+
+
+def pooled(path: Path):
+    """A live folder as one trace of all its current segments (trace/pooled.py: one setup, each request once)."""
+    from ..trace.pooled import PooledTrace
+
+    path = Path(path)
+    return PooledTrace(live_segments(path), f"{path.resolve().name}-pooled.drift")
