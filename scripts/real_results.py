@@ -17,6 +17,9 @@ import numpy as np
 import pandas as pd
 
 from drifttool.analysis.compare import Comparison
+from drifttool.analysis.fmt import fmt_ci, fmt_mde, fmt_p, fmt_ratio
+from drifttool.analysis.multiple import holm_rejected
+from drifttool.analysis.pooling import by_drafter, pool_by_drafter
 from drifttool.analysis.stats import min_p
 from drifttool.trace import read_trace
 
@@ -42,18 +45,6 @@ def _traces(root: Path) -> list[tuple[str, str, Path]]:
     return out
 
 
-def _ci(v: float, lo: float, hi: float, d: int = 2) -> str:
-    return f"{v:.{d}f} [{lo:.{d}f}, {hi:.{d}f}]" if lo == lo and hi == hi else f"{v:.{d}f} (no CI: < 6 groups)"
-
-
-def _p(p: float) -> str:
-    return "< 0.001" if p < 0.001 else f"{p:.3f}"
-
-
-def _mde(v: float, d: int = 3) -> str:
-    return "∞" if v == float("inf") else f"{v:.{d}f}"
-
-
 def per_suite(root: Path) -> None:
     print(
         "| suite | mode | drafter | groups / prompts | mean acc. length [95% CI] | acc. rate d1 | sink lift d1 → d8 |"
@@ -73,7 +64,7 @@ def per_suite(root: Path) -> None:
             npc = " / ".join(str(int(pc.get((n, i), 0))) for i in (1, 2, 4, k))
             print(
                 f"| {suite} | {mode} | {n} | {int(r.groups)} / {int(r.prompts)} | "
-                f"{_ci(r.mean_acceptance_length, r.al_lo, r.al_hi)} | {v('acceptance_rate', 1):.3f} | "
+                f"{fmt_ci(r.mean_acceptance_length, r.al_lo, r.al_hi)} | {v('acceptance_rate', 1):.3f} | "
                 f"{v('sink_lift', 1):.2f} → {v('sink_lift', k):.2f} | {v('self_lift', 2):.1f} → {v('self_lift', k):.1f} | "
                 f"{v('sink_mass', 1):.3f} → {v('sink_mass', k):.3f} | {v('self_mass', 2):.2f} → {v('self_mass', k):.2f} | "
                 f"{v('rms_in', 1):.2f} → {v('rms_in', k):.2f} | {npc} |"
@@ -94,14 +85,14 @@ def trends(root: Path) -> list[str]:
             dg = 1 if r.metric == "self_lift" else 2  # lifts: multiples of uniform
             ch = f"{r.change:+.{dg}f} [{r.change_lo:+.{dg}f}, {r.change_hi:+.{dg}f}]"
             print(f"| {suite} | {mode} | {r.series} | {r.metric} | {r.base_value:.{dg}f} (d{r.from_depth}) | {ch} | "
-                  f"{_p(r.p)} | {_mde(r.mde, dg)} | {r.n_groups} | {r.verdict} |")
+                  f"{fmt_p(r.p)} | {fmt_mde(r.mde, dg)} | {r.n_groups} | {r.verdict} |")
             tests.append(r)
             if r.verdict in ("rise", "fall"):
                 floor = " — the smallest p that many groups allow" if abs(r.p - min_p(r.n_groups)) < 1e-12 else ""
                 no_sink = r.metric == "sink_lift" and s1.get(r.series, float("nan")) <= 1.0
                 detected.append(f"{r.series} {r.metric} {'rises' if r.change > 0 else 'falls'} by {r.change:+.{dg}f} "
                                 f"from {r.base_value:.{dg}f} at depth {r.from_depth} to depth {k} ({suite}, {mode}; "
-                                f"p {_p(r.p)}, {r.n_groups} groups{floor}"
+                                f"p {fmt_p(r.p)}, {r.n_groups} groups{floor}"
                                 + ("; from no more than uniform: no sink to leave" if no_sink else "") + ")")
     return detected, tests
 
@@ -115,8 +106,8 @@ def between(root: Path) -> None:
         cmp = Comparison.of([read_trace(p)])
         for r in cmp.acceptance_differences().itertuples():
             print(f"| {suite} | {mode} | {r.series} | {r.base_value + r.difference:.2f} vs {r.base_value:.2f} | "
-                  f"{r.difference:+.2f} [{r.difference_lo:+.2f}, {r.difference_hi:+.2f}] | {_p(r.p)} | "
-                  f"{_mde(r.mde, 2)} | {r.n_groups} | {r.verdict.replace('rise', 'higher').replace('fall', 'lower')} |")
+                  f"{r.difference:+.2f} [{r.difference_lo:+.2f}, {r.difference_hi:+.2f}] | {fmt_p(r.p)} | "
+                  f"{fmt_mde(r.mde, 2)} | {r.n_groups} | {r.verdict.replace('rise', 'higher').replace('fall', 'lower')} |")
 
 
 def sentences(root: Path, detected: list[str], tests: list) -> None:
@@ -181,29 +172,11 @@ def sentences(root: Path, detected: list[str], tests: list) -> None:
               "on the true prefix).")
 
 
-def holm_rejected(ps: list[float], alpha: float = 0.05) -> list[bool]:
-    """Holm's step-down over all m tests: per test, whether it stays significant at family-wise `alpha`. A NaN p (no
-    test possible) is never rejected and sorts last (it still counts in m: the family is every test listed)."""
-    m = len(ps)
-    out = [False] * m
-    for i, j in enumerate(sorted(range(m), key=lambda j: (ps[j] != ps[j], ps[j] if ps[j] == ps[j] else 0.0))):
-        if not ps[j] <= alpha / (m - i):  # NaN p: never
-            break
-        out[j] = True
-    return out
-
-
 def pooled(root: Path) -> Comparison:
     """Every generate-mode suite pooled per drafter (series = drafter name, not trace:drafter)."""
-    cmp = Comparison.of(
+    return pool_by_drafter(Comparison.of(
         [read_trace(p) for p in sorted(root.glob("smollm2-*.drift")) if not p.name.endswith("-tf.drift")]
-    )
-    for df in (cmp.rounds, cmp.depths):
-        # plain strings: compact traces store these keys as categoricals, which do not concatenate
-        df["series"] = df["drafter"].astype(str)
-        df["prompt_id"] = df["prompt_id"].astype(str) + "|" + df["series"]  # ids are unique across suites already
-        df["group"] = df["group"].astype(str) + "|" + df["series"]
-    return cmp
+    ))
 
 
 def window(root: Path) -> None:
@@ -239,7 +212,7 @@ def window(root: Path) -> None:
             v = verdict(st["mean"], st["p"], st["mde"], float(pooled_al.get(False, np.nan)) - 1.0)
             ins, bey = (f"{pooled_al[k]:.2f}" if k in pooled_al.index else "–" for k in (False, True))
             print(f"| {suite} | {s} | {len(both)} ({one}) | {ins} / {bey} | "
-                  f"{_ci(st['mean'], st['lo'], st['hi'])} | {_p(st['p'])} | {_mde(st['mde'], 2)} | "
+                  f"{fmt_ci(st['mean'], st['lo'], st['hi'])} | {fmt_p(st['p'])} | {fmt_mde(st['mde'], 2)} | "
                   f"{v.replace('rise', 'higher beyond').replace('fall', 'lower beyond')} |")
     if unpaired:
         print(f"\n{'; '.join(unpaired)} groups: every source document of these suites lies on one side of the window "
@@ -250,10 +223,7 @@ def where(cmp: Comparison) -> None:
     from drifttool.analysis.where_attention import attention_targets
 
     print("\nWhere the heads look (pooled over the generate-mode suites per drafter; descriptive):")
-    h = cmp.heads()
-    d = h["drafter"].astype(str)
-    h = h.assign(series=d, prompt_id=h["prompt_id"].astype(str) + "|" + d)
-    w = attention_targets(h, cmp.rounds)
+    w = attention_targets(by_drafter(cmp.heads()), cmp.rounds)
     if w.empty:
         return
     print("\n| drafter | depth | pos0 | early | recent | self | other | mean max weight |")
@@ -367,11 +337,12 @@ def sink_experiment(root: Path) -> None:
         s = Comparison.of([read_trace(p)]).summary()
         for r in s.itertuples():
             kept = "- (no sink)" if r.sink_retention != r.sink_retention or not has_sink(r) else \
-                f"x{_ci(r.sink_retention, r.sink_retention_lo, r.sink_retention_hi)}, p {_p(r.sink_retention_p)}"
+                f"{fmt_ratio(r.sink_retention, r.sink_retention_lo, r.sink_retention_hi)}, " \
+                f"p {fmt_p(r.sink_retention_p)}"
             rm = "not recorded" if r.recency_ratio != r.recency_ratio else \
-                f"x{_ci(r.recency_ratio, r.recency_ratio_lo, r.recency_ratio_hi)}, p {_p(r.recency_ratio_p)}"
-            print(f"| {what} | {drafter_kind(r.series)} | {_ci(r.sink_lift_d1, r.sink_lift_d1_lo, r.sink_lift_d1_hi, 1)} "
-                  f"| {kept} | {rm} | {_ci(r.mean_acceptance_length, r.al_lo, r.al_hi)} | {r.drift_verdict} | "
+                f"{fmt_ratio(r.recency_ratio, r.recency_ratio_lo, r.recency_ratio_hi)}, p {fmt_p(r.recency_ratio_p)}"
+            print(f"| {what} | {drafter_kind(r.series)} | {fmt_ci(r.sink_lift_d1, r.sink_lift_d1_lo, r.sink_lift_d1_hi, 1)} "
+                  f"| {kept} | {rm} | {fmt_ci(r.mean_acceptance_length, r.al_lo, r.al_hi)} | {r.drift_verdict} | "
                   f"{r.groups} |")
 
 
@@ -466,8 +437,8 @@ def trees(root: Path) -> None:
         main_self, side_self = d2[d2.main_path]["self_mass"].mean(), d2[~d2.main_path]["self_mass"].mean()
         rms_txt = f"{rms.get(1, float('nan')):.2f} → {rms.get(2, float('nan')):.2f}" if rms is not None else "-"
         gains.append(f"{d} {1 + al - c.mean_acceptance_length:+.2f}")
-        print(f"| {d} | {_ci(c.mean_acceptance_length, c.al_lo, c.al_hi)} | "
-              f"{_ci(1 + al, 1 + lo if n_groups >= 6 else float('nan'), 1 + hi)} | "
+        print(f"| {d} | {fmt_ci(c.mean_acceptance_length, c.al_lo, c.al_hi)} | "
+              f"{fmt_ci(1 + al, 1 + lo if n_groups >= 6 else float('nan'), 1 + hi)} | "
               f"{sink.get(1, float('nan')):.3f} → {sink.get(2, float('nan')):.3f} | {main_self:.3f} / {side_self:.3f} | "
               f"{rms_txt} |")
     print(f"\nTree minus chain, tokens per round: {', '.join(gains)}. " + tree_power(n_groups))
@@ -549,7 +520,7 @@ def table2_of(paths: list[Path], what: str) -> None:
         for v in ("eagle3", "eagle3.1"):
             sub = d[d.variant == v]
             cm = cluster_mean(sub[sub.depth.isin([1, k])], m, ["depth"]).set_index("depth")
-            cell = lambda i, cm=cm, m=m, dg=dg: (_ci(cm.loc[i, m], cm.loc[i, f"{m}_lo"], cm.loc[i, f"{m}_hi"], dg)  # noqa: E731
+            cell = lambda i, cm=cm, m=m, dg=dg: (fmt_ci(cm.loc[i, m], cm.loc[i, f"{m}_lo"], cm.loc[i, f"{m}_hi"], dg)  # noqa: E731
                                                  if i in cm.index and cm.loc[i, m] == cm.loc[i, m] else "-")
             pub = PUBLISHED.get(v, {}).get(m)
             print(f"| {name} | {v} | {cell(1)} | {cell(k)} | {f'{pub[0]:.2f} → {pub[1]:.2f}' if pub else '-'} |")
@@ -572,12 +543,12 @@ def template_perturbation(root: Path) -> None:
     print("|---|---|---|---|---|---|---|")
     for r in t.itertuples():
         vs = "-" if r.vs_template_bos != r.vs_template_bos else f"{r.vs_template_bos:+.2f} [{r.vs_lo:+.2f}, {r.vs_hi:+.2f}]"
-        print(f"| {r.series} | {r.variant} | {_ci(r.acceptance_length, r.al_lo, r.al_hi)} | {vs} | "
-              f"{'-' if r.p != r.p else _p(r.p)} | {r.groups} | {r.published:.2f} |")
+        print(f"| {r.series} | {r.variant} | {fmt_ci(r.acceptance_length, r.al_lo, r.al_hi)} | {vs} | "
+              f"{fmt_p(r.p)} | {r.groups} | {r.published:.2f} |")
     b = pt.between(cmp, "eagle3", "eagle3.1")
     if len(b):
         print("\nEAGLE-3.1 − EAGLE-3 per rendering, paired per question (these two checkpoints): " + "; ".join(
-            f"{r.variant} {r.difference:+.2f} [{r.lo:+.2f}, {r.hi:+.2f}] (p {_p(r.p)}, MDE {_mde(r.mde, 2)}, "
+            f"{r.variant} {r.difference:+.2f} [{r.lo:+.2f}, {r.hi:+.2f}] (p {fmt_p(r.p)}, MDE {fmt_mde(r.mde, 2)}, "
             f"{r.groups} questions)"
             for r in b.itertuples()) + ".")
 

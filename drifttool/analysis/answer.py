@@ -21,29 +21,12 @@ import pandas as pd
 
 from ..styles import drafter_kind, split_label
 from ..trace.metric_table import acceptance_length
+from .fmt import fmt_ci, fmt_p, fmt_ratio
 from .metrics import MIN_CLUSTERS
 from .stats import ALPHA
 from .verdict import VERDICTS, detected, flat
 
 WEAK_SINK = 2.0  # a depth-1 sink lift above uniform but below this: a weak sink at most
-
-
-def _p(p: float) -> str:
-    if p != p:
-        return "p -"
-    return "p < 0.001" if p < 0.001 else f"p {p:.3f}" if p < 0.01 else f"p {p:.2f}"
-
-
-def _ci(v: float, lo: float, hi: float, d: int = 2) -> str:
-    if v != v:
-        return "-"
-    return f"{v:.{d}f} [{lo:.{d}f}, {hi:.{d}f}]" if lo == lo and hi == hi else f"{v:.{d}f} (no CI: < 6 groups)"
-
-
-def _ratio(v: float, lo: float, hi: float, d: int = 2) -> str:
-    if v != v:
-        return "-"
-    return f"x{v:.{d}f} [{lo:.{d}f}, {hi:.{d}f}]" if lo == lo and hi == hi else f"x{v:.{d}f} (no CI: < 6 groups)"
 
 
 def side(s, name: str) -> int:
@@ -63,7 +46,8 @@ def growth(s, k: int) -> str:
         return "fed-back RMS not measured"
     word = {1: "grows", -1: "shrinks", 0: "stays flat" if flat(v) else "changes by no factor the groups establish"}[
         side(s, "rms_growth")]
-    out = f"fed-back RMS {word} {_ratio(v, s.rms_growth_lo, s.rms_growth_hi)} from depth 1 to {k}, {_p(s.rms_growth_p)}"
+    out = (f"fed-back RMS {word} {fmt_ratio(v, s.rms_growth_lo, s.rms_growth_hi)} from depth 1 to {k}, "
+           f"{fmt_p(s.rms_growth_p, 'words')}")
     if side(s, "rms_growth") == 0:  # flat is a finding only with what the groups could have detected
         mde = getattr(s, "rms_growth_mde", np.inf)
         out += (f" (its {s.rms_growth_n} groups detect x{mde:.2f} or more at 80% power)" if np.isfinite(mde)
@@ -86,15 +70,15 @@ def sink(s) -> str:
     lo_, hi_ = (lo, hi) if lo == lo and hi == hi else (v, v)
     if not has_sink(s):
         where = "below uniform" if hi_ < 1 and not flat(v) else "no more than uniform"
-        return f"no sink to lose (depth-1 sink lift {_ci(v, lo, hi)}: {where})"
+        return f"no sink to lose (depth-1 sink lift {fmt_ci(v, lo, hi)}: {where})"
     kind = "a weak sink" if v < WEAK_SINK else "the sink"
-    out = f"attends {kind} (depth-1 sink lift {_ci(v, lo, hi)})"
+    out = f"attends {kind} (depth-1 sink lift {fmt_ci(v, lo, hi)})"
     r = getattr(s, "sink_retention", np.nan)
     if r == r:
         word = {-1: "loses part of it", 1: "draws more to it", 0: "no loss the groups establish"}[
             side(s, "sink_retention")]
-        out += (f" and keeps {_ratio(r, s.sink_retention_lo, s.sink_retention_hi)} of it by depth "
-                f"{getattr(s, 'depth_k', 'K')}, {_p(s.sink_retention_p)}: {word}")
+        out += (f" and keeps {fmt_ratio(r, s.sink_retention_lo, s.sink_retention_hi)} of it by depth "
+                f"{getattr(s, 'depth_k', 'K')}, {fmt_p(s.sink_retention_p, 'words')}: {word}")
     return out
 
 
@@ -108,9 +92,9 @@ def elsewhere(s) -> str | None:
 def drift(s, k: int) -> str:
     """The attention half's verdict (analysis/verdict.py) in words, with the recency-matched ratio behind it."""
     v = s.drift_verdict
-    rm = _ratio(s.recency_ratio, s.recency_ratio_lo, s.recency_ratio_hi)
+    rm = fmt_ratio(s.recency_ratio, s.recency_ratio_lo, s.recency_ratio_hi)
     what = (f"own drafts draw {rm} what equally recent prompt tokens drew at depth 1 (recency-matched ratio at depth "
-            f"{k}, {_p(s.recency_ratio_p)}, {s.recency_ratio_n} groups)")
+            f"{k}, {fmt_p(s.recency_ratio_p, 'words')}, {s.recency_ratio_n} groups)")
     if v == "uniform":
         return "uniform attention: every lift within x/÷ 1.05 of uniform, nothing to drift from"
     if v == "drift":
@@ -133,7 +117,7 @@ def acceptance(r, pooled: pd.Series, seeds: int) -> str:
     sig = "detected" if r.p < ALPHA else "not detected"
     return (f"acceptance length {pooled[r.series]:.2f} vs {pooled[r.baseline]:.2f} pooled over rounds (the mean "
             f"per-group difference {r.difference:+.2f} [{r.difference_lo:+.2f}, {r.difference_hi:+.2f}], paired, "
-            f"{_p(r.p)}, {r.n_groups} groups: {sig}) {claim}")
+            f"{fmt_p(r.p, 'words')}, {r.n_groups} groups: {sig}) {claim}")
 
 
 CONTRAST_TEXT = {"recency_ratio": "recency-matched ratio", "rms_growth": "fed-back RMS growth",
@@ -151,7 +135,7 @@ def contrast(rows: pd.DataFrame, base_row, x_row) -> str:
         if q == "sink_retention" and not (has_sink(base_row) and has_sink(x_row)):
             continue
         r = r.iloc[0]
-        parts.append(f"{label} x{r.factor:.2f} [{r.factor_lo:.2f}, {r.factor_hi:.2f}], {_p(r.p)}")
+        parts.append(f"{label} x{r.factor:.2f} [{r.factor_lo:.2f}, {r.factor_hi:.2f}], {fmt_p(r.p, 'words')}")
     return f"against {base_row.series}: {'; '.join(parts)}" if parts else ""
 
 
@@ -332,7 +316,7 @@ def plain_halves(cmp) -> list[str]:
               f"{k}), EAGLE-3.1's {GROW[side(e31, 'rms_growth')]} (x{e31.rms_growth:.2f})")
     if "rms_growth" in ct.index and ct.loc["rms_growth", "p"] < ALPHA:
         hidden += (f": EAGLE-3.1 changes the growth by x{ct.loc['rms_growth', 'factor']:.2f} (paired over groups, "
-                   f"{_p(ct.loc['rms_growth', 'p'])})")
+                   f"{fmt_p(ct.loc['rms_growth', 'p'], 'words')})")
 
     def verdict(name: str, r) -> str:
         rm = f"x{r.recency_ratio:.2f}" if r.recency_ratio == r.recency_ratio else ""

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from ..trace.metric_table import acceptance_length
 from .compare import Comparison
+from .fmt import fmt_mde, fmt_p
 from .report_table import label as _lab
 from .report_table import order as _order
 from .report_table import series_width as _sw
@@ -29,14 +30,6 @@ def _g(v: float, d: int = 3) -> str:
     if math.isinf(v):
         return "inf"
     return f"{v:+.{d}f}" if d else f"{v:.0f}"
-
-
-def _p(p: float) -> str:
-    return "-" if p != p else (f"{p:.3f}" if p >= 0.001 else "<0.001")
-
-
-def _mde(v: float, d: int = 3) -> str:
-    return "inf" if v == float("inf") else ("-" if v != v else f"{v:.{d}f}")
 
 
 def _dig(metric: str) -> int:
@@ -66,7 +59,7 @@ def print_depth_changes(c: Console, cmp: Comparison, tr: pd.DataFrame) -> None:
         for m in ("sink_mass", "self_mass"):
             if (label, m, depth) in idx.index:
                 r = idx.loc[(label, m, depth)]
-                cells += [f"{_g(r.change)}\n(p {_p(r.p)})", _mde(r.mde)]
+                cells += [f"{_g(r.change)}\n(p {fmt_p(r.p, 'terminal')})", fmt_mde(r.mde, style="terminal")]
             else:
                 cells += ["-", "-"]
         ng = int(idx.loc[(label, "sink_mass", depth)].n_groups) if (label, "sink_mass", depth) in idx.index else 0
@@ -118,7 +111,8 @@ def print_verdicts(c: Console, cmp: Comparison, tr: pd.DataFrame) -> None:
         pop = "all" if r.population == "all" else "p.c."
         t.add_row(SHORT.get(r.metric, r.metric), f"{pop} {r.n_rounds}", _lab(r.series),
                   "-" if r.base_value != r.base_value else f"{r.base_value:.{d}f}\n@d{r.from_depth}",
-                  _pm(r.change, r.change_lo, r.change_hi, d), _p(r.p), _mde(r.mde, d), r.verdict)
+                  _pm(r.change, r.change_lo, r.change_hi, d), fmt_p(r.p, "terminal"),
+                  fmt_mde(r.mde, d, style="terminal"), r.verdict)
     c.print(t)
     ng = int(sub["n_groups"].max()) if len(sub) else 0
     c.print(f"{cmp.groups_note()} MDE: smallest change detectable at {POWER:.0%} power, alpha {ALPHA}; "
@@ -148,7 +142,7 @@ def print_between(c: Console, cmp: Comparison, ad: pd.DataFrame, td: pd.DataFram
                "MDE", "groups", "verdict", widths=_sw([r[1] for r in rows]))
     rows.sort(key=lambda r: order.get(r[1], 0))
     for m, s, dv, lo, hi, p, md, n, v, d in rows:
-        t.add_row(m, _lab(s), _pm(dv, lo, hi, d), _p(p), _mde(md, d), str(n),
+        t.add_row(m, _lab(s), _pm(dv, lo, hi, d), fmt_p(p, "terminal"), fmt_mde(md, d, style="terminal"), str(n),
                   v.replace("rise", "higher").replace("fall", "lower"))
     c.print(t)
 
@@ -197,7 +191,7 @@ def _acceptance_sentence(r, pooled: pd.Series) -> str:
     # weighted equally, so its means are named as such (they differ when groups have unequal rounds)
     d = (f"acceptance length {pooled[r.series]:.2f} vs {pooled[r.baseline]:.2f} (pooled over rounds); "
          f"per group {r.base_value + r.difference:.2f} vs {r.base_value:.2f} on average, paired difference "
-         f"{r.difference:+.2f} [{r.difference_lo:+.2f}, {r.difference_hi:+.2f}] (p {_p(r.p)}, "
+         f"{r.difference:+.2f} [{r.difference_lo:+.2f}, {r.difference_hi:+.2f}] (p {fmt_p(r.p, 'terminal')}, "
          f"{r.n_groups} groups)") if r.n_groups > 1 else f"acceptance length: {r.n_groups} common group(s)"
     if r.verdict in ("rise", "fall"):
         v = f"{'higher' if r.difference > 0 else 'lower'}, detected"
@@ -205,9 +199,10 @@ def _acceptance_sentence(r, pooled: pd.Series) -> str:
         v = (f"underpowered: with {r.n_groups} groups no difference can reach p < 0.05 (the sign-flip test's "
              f"smallest p is 2/2^{r.n_groups} = {2 / 2 ** r.n_groups:.3g}; 6 groups or more)")
     elif r.verdict == "underpowered":
-        v = f"underpowered: MDE {_mde(r.mde, 2)} tokens/round exceeds the {r.base_value - 1:.2f} accepted drafts per round"
+        v = (f"underpowered: MDE {fmt_mde(r.mde, 2, style='terminal')} tokens/round exceeds the "
+             f"{r.base_value - 1:.2f} accepted drafts per round")
     else:
-        v = f"no difference detected (MDE {_mde(r.mde, 2)} tokens/round, {r.mde_rel:.0%} of it)"
+        v = f"no difference detected (MDE {fmt_mde(r.mde, 2, style='terminal')} tokens/round, {r.mde_rel:.0%} of it)"
     return f"{r.series} vs {r.baseline}: {d}: {v}."
 
 
@@ -221,7 +216,8 @@ def _trend_sentences(s: pd.DataFrame, pop: str, k: int, no_sink: dict[str, str])
         d = _dig(r.metric)
         out.append(f"{r.series}: {NAMES.get(r.metric, r.metric)} {'rises' if r.change > 0 else 'falls'} "
                    f"from depth {r.from_depth} to {k} by {r.change:+.{d}f} [{r.change_lo:+.{d}f}, "
-                   f"{r.change_hi:+.{d}f}] (from {r.base_value:.{d}f}; p {_p(r.p)}, {r.n_groups} groups, "
+                   f"{r.change_hi:+.{d}f}] (from {r.base_value:.{d}f}; p {fmt_p(r.p, 'terminal')}, "
+                   f"{r.n_groups} groups, "
                    f"{where})" + (f"; {ns}: no sink to leave" if ns else "") + ".")
     under = s[s.verdict == "underpowered"]
     if len(under):

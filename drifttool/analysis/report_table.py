@@ -7,18 +7,15 @@ from rich import box
 from rich.markup import escape as _e
 from rich.table import Table
 
+from .fmt import fmt_ci
+
 SERIES_WIDTH = 20  # series labels longer than this wrap inside their cell (after the colon)
 SERIES_PART_MAX = 32  # a trace or drafter name up to this long stays on one line (longer ones fold)
 
 
 def fmt(v, lo=None, hi=None, d=3) -> str:
-    """'v', or 'v' and '[lo, hi]' on the next line."""
-    if v is None or v != v:
-        return "-"
-    s = f"{v:.{d}f}"
-    if lo is not None and hi is not None and lo == lo and hi == hi:
-        s += f"\n[{lo:.{d}f}, {hi:.{d}f}]"
-    return s
+    """'v', or 'v' and '[lo, hi]' on the next line: analysis.fmt.fmt_ci's terminal style, 3 decimals unless told."""
+    return fmt_ci(v, lo, hi, d, style="terminal")
 
 
 def table(title: str, *cols: str, widths: dict[str, int] | None = None) -> Table:

@@ -36,16 +36,3 @@ def test_the_readme_answer_is_generated():
     lines = [ln for ln in buf.getvalue().splitlines() if ln.strip()]
     assert len(lines) >= 2 and all(ln in (REPO / "README.md").read_text() for ln in lines), lines
 
-
-def test_holm_step_down_by_hand():
-    """The README's multiplicity sentence: Holm over all m tests, stopping at the first p above alpha / (m - i)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("real_results", REPO / "scripts" / "real_results.py")
-    rr = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(rr)
-    # m = 4: 0.005 <= 0.0125, 0.01 <= 0.0167, then 0.03 > 0.025 stops (0.04 is not reached)
-    assert rr.holm_rejected([0.01, 0.04, 0.03, 0.005]) == [True, False, False, True]
-    assert rr.holm_rejected([0.001, 0.2, float("nan")]) == [True, False, False]
-    assert rr.holm_rejected([0.03, 0.03]) == [False, False]  # 0.03 > 0.05 / 2
-    assert rr.holm_rejected([0.02, 0.02]) == [True, True]  # 0.02 <= 0.05 / 2, then <= 0.05 / 1
