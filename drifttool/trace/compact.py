@@ -24,9 +24,10 @@ import pyarrow.parquet as pq
 from ..errors import DriftError
 from .files import lock_trace, settle, write_json_atomic
 from .layout import add_derived, generation, merged_name, parquet_options, sources, to_stored
-from .reader import read_manifest, read_part
+from .manifest_check import read_manifest
 from .schema import DERIVED, ROWS_INDEX, SCHEMA_VERSION, STORED, SUMMARIES, TREE_TABLES, required
 from .summary import head_summary
+from .tables import read_part
 from .validate import check_values
 
 _TABLES = [*STORED, *TREE_TABLES, "head_summary", "rows_index"]

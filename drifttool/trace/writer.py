@@ -80,7 +80,7 @@ class TraceWriter:
 
     def _open(self, manifest: dict[str, Any], resume: bool, overwrite: bool) -> None:
         from .identity import identity_diff
-        from .reader import read_manifest
+        from .manifest_check import read_manifest
 
         mf = self.path / "manifest.json"
         if resume:
