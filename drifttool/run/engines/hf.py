@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +187,11 @@ def _capture_probe(
                           st.keep_rows, st.temperature, st.draft_sampling, st.full_every, st.recent, template_ids)
 
 
+def token_cost(token_ids: dict[str, list[int]], st: RunSettings, n_models: int, probe) -> int:
+    """A prompt's work in tokens for the progress display: its prompt and its new tokens, once per drafter."""
+    return (len(token_ids[probe.id]) + st.new_tokens(probe)) * n_models
+
+
 def run_capture(
     target: str | Target,
     drafters: list[DrafterSpec],
@@ -241,9 +247,7 @@ def run_capture(
         writer.add(probe.id, tables, rows)
         bar.advance(probe.id, int(len(tables.get("rounds", []))), cost(probe))
 
-    def cost(probe) -> int:  # its work in tokens: the prompt and its new tokens, once per drafter
-        return (len(token_ids[probe.id]) + st.new_tokens(probe)) * len(models)
-
+    cost = partial(token_cost, token_ids, st, len(models))
     writer = write_run(out, manifest, lambda w: [(1, p) for p in suite if p.id not in w.done], step, len(models),
                        resume, overwrite, progress, Path(tgt_path) / "tokenizer.json" if tgt_path else None,
                        compact=compact, cost=cost)
