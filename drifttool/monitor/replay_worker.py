@@ -22,7 +22,6 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from ..errors import DriftError
@@ -176,30 +175,16 @@ class Replayer:
 
     def replay(self, jobs: list[Job]) -> list[tuple[Job, dict, dict, str | None]]:
         """(job, shard tables, sampled rows, replay problem or None) per job (checked, events loaded), all replayed
-        side by side."""
-        from ..run.engines.vllm.engine import VllmRun, prompt_shard
-        from ..run.engines.vllm.replay import replay_prompts
-        from ..run.hooks import Capture
+        side by side, exactly as `capture --engine vllm` replays (engine.replay_served)."""
+        from ..run.engines.vllm.engine import Served, replay_served
         from ..run.probes import Probe
-        from ..run.runner import prompt_seed
 
         if os.environ.get(FAULT_ENV) == "replay" or _fault_file(self.dir) == "replay":
             raise DriftError("replay failure injected for a test")
-        st = self.settings
-        run = VllmRun(None, self.info, str(self.info.path), st, {})
-        evs = [j.events or [] for j in jobs]
-        caps = [Capture(self.drafter, sink=st.sink, keep_rows=st.keep_rows, seed=prompt_seed(st.seed, j.meta["key"]),
-                        full_every=st.full_every, recent=st.recent, template_ids=tuple(self.info.template_ids))
-                for j in jobs]
-        work = [(ev, j.meta["prompt_ids"], j.meta["output_ids"]) for ev, j in zip(evs, jobs)]
-        out = []
-        for j, ev, cap, (records, stats) in zip(jobs, evs, caps, replay_prompts(self.drafter, caps, work, st.depth)):
-            probe = Probe(id=j.meta["key"], token_ids=j.meta["prompt_ids"], tags=["live"])
-            res = SimpleNamespace(token_ids=j.meta["output_ids"], spec_decode_metrics=None)
-            tabs, rows, problem = prompt_shard(run, self.name, self.drafter, probe, j.meta["prompt_ids"],
-                                               len(j.meta["output_ids"]), res, ev, float("nan"), cap, records, stats)
-            out.append((j, tabs, rows, problem))
-        return out
+        served = [Served(Probe(id=j.meta["key"], token_ids=j.meta["prompt_ids"], tags=["live"]), j.meta["prompt_ids"],
+                         len(j.meta["output_ids"]), j.meta["output_ids"], j.events or []) for j in jobs]
+        out = replay_served(self.settings, self.info.template_ids, self.name, self.drafter, served)
+        return [(j, tabs, rows, problem) for j, (_, tabs, rows, problem, _) in zip(jobs, out)]
 
 
 def _fault_file(folder: Path) -> str:

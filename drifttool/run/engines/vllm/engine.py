@@ -177,31 +177,57 @@ def per_request_counts(records: list[RoundRecord], metrics) -> dict[str, Any] | 
             "accepted_per_pos": [sum(c for j, c in enumerate(hist) if j > i) for i in range(k)]}
 
 
-def prompt_shard(run: VllmRun, name: str, drafter: DrafterBase, probe: Probe, ids: list[int], mnt: int, out,
-                 events: list, wall: float, cap: Capture, records: list[RoundRecord],
-                 stats: ReplayStats) -> tuple[dict, dict, str | None]:
-    """One replayed prompt as its shard's tables and sampled rows, and the replay's problem (None: agrees)."""
-    st = run.settings
-    out_ids = [int(t) for t in out.token_ids]
-    metrics = getattr(out, "spec_decode_metrics", None)
+@dataclass
+class Served:
+    """One request as vLLM served it, as the replay needs it: the vLLM engine's capture and the live monitor's
+    replay both describe their requests this way (`replay_served`)."""
+
+    probe: Probe
+    ids: list[int]  # the prompt's token ids
+    max_new: int  # the request's max new tokens
+    token_ids: list[int]  # what vLLM emitted
+    events: list  # what the recorder saw of the drafter
+    wall: float = float("nan")  # the request's share of its batch's generate time
+    spec_decode_metrics: Any = None  # vLLM's per-request counters, where it gives them
+
+
+def prompt_shard(st: RunSettings, name: str, drafter: DrafterBase, s: Served, cap: Capture,
+                 records: list[RoundRecord], stats: ReplayStats) -> tuple[dict, dict, str | None]:
+    """One replayed request as its shard's tables and sampled rows, and the replay's problem (None: agrees)."""
+    metrics = s.spec_decode_metrics
     counts = per_request_counts(records, metrics)
     if counts is not None:
-        check_acceptance(records, counts, metrics, f"prompt {probe.id}")
+        check_acceptance(records, counts, metrics, f"prompt {s.probe.id}")
     else:  # vLLM gave no per-request stats: the trace's own counts; the batch check is vLLM's
         counts = acceptance_counts(records)
     problem = verdict(stats.to_dict(), st.dtype)
     cfg = drafter.config
-    tabs = prompt_tables(name, probe.id, records, cap.rounds, cfg.input_aux_layer_ids,
+    tabs = prompt_tables(name, s.probe.id, records, cap.rounds, cfg.input_aux_layer_ids,
                          trained_window(cfg.to_dict())["window"], cfg.sliding_window)
+    out_ids = [int(t) for t in s.token_ids]
     tabs["prompts"] = prompt_row(
-        name, probe, len(ids), len(out_ids), records, wall, max_new_tokens=mnt, engine="vllm",
+        name, s.probe, len(s.ids), len(out_ids), records, s.wall, max_new_tokens=s.max_new, engine="vllm",
         vllm_num_drafts=counts["num_drafts"], vllm_num_draft_tokens=counts["num_draft_tokens"],
         vllm_num_accepted_tokens=counts["num_accepted_tokens"],
         vllm_accepted_per_pos=[int(x) for x in counts["accepted_per_pos"]], output_ids=out_ids,
-        vllm_max_batch=max((e.batch for e in events if isinstance(e, Proposal)), default=1),
+        vllm_max_batch=max((e.batch for e in s.events if isinstance(e, Proposal)), default=1),
         **stats.to_dict(), replay_ok=problem is None,
     )
-    return tabs, add_rows(tabs, name, probe.id, cap.rounds), problem
+    return tabs, add_rows(tabs, name, s.probe.id, cap.rounds), problem
+
+
+def replay_served(st: RunSettings, template_ids, name: str, drafter: DrafterBase,
+                  served: list[Served]) -> Iterator[tuple[Served, dict, dict, str | None, list[RoundRecord]]]:
+    """Each served request replayed through `drafter` (REPLAY_BATCH side by side) and made its shard: (request,
+    tables, sampled rows, replay problem or None, its rounds) — the one replay of the vLLM engine and the monitor."""
+    for i in range(0, len(served), REPLAY_BATCH):
+        part = served[i : i + REPLAY_BATCH]
+        caps = [Capture(drafter, sink=st.sink, keep_rows=st.keep_rows, seed=prompt_seed(st.seed, s.probe.id),
+                        full_every=st.full_every, recent=st.recent, template_ids=tuple(template_ids)) for s in part]
+        jobs = [(s.events, s.ids, s.token_ids) for s in part]
+        for cap, s, (records, stats) in zip(caps, part, replay_prompts(drafter, caps, jobs, st.depth)):
+            tabs, rows, problem = prompt_shard(st, name, drafter, s, cap, records, stats)
+            yield s, tabs, rows, problem, records
 
 
 def capture_batch(run: VllmRun, llm, writer, bar, name: str, drafter: DrafterBase,
@@ -224,21 +250,15 @@ def capture_batch(run: VllmRun, llm, writer, bar, name: str, drafter: DrafterBas
         mine.append(events[str(r.request_id)])
     every: list[RoundRecord] = []
     share = wall / len(batch)  # a batch's wall time, shared: a request's own time is not separable
-    for i in range(0, len(batch), REPLAY_BATCH):
-        part = list(zip(batch, res, mine))[i : i + REPLAY_BATCH]
-        caps = [Capture(drafter, sink=st.sink, keep_rows=st.keep_rows, seed=prompt_seed(st.seed, p.id),
-                        full_every=st.full_every, recent=st.recent, template_ids=tuple(run.target.template_ids))
-                for (p, _, _), _, _ in part]
-        jobs = [(ev, ids, list(r.outputs[0].token_ids)) for (_, ids, _), r, ev in part]
-        for cap, ((probe, ids, mnt), r, ev), (records, stats) in zip(
-                caps, part, replay_prompts(drafter, caps, jobs, st.depth)):
-            tabs, rows, problem = prompt_shard(run, name, drafter, probe, ids, mnt, r.outputs[0], ev, share, cap,
-                                               records, stats)
-            every += records
-            writer.add(f"{name}:{probe.id}", tabs, rows)
-            if problem is not None:  # after the shard: the flag names a prompt the trace holds
-                writer.flag(f"{name}:{probe.id}", "replay", problem)
-            bar.advance(probe.id, len(records))
+    served = [Served(probe, ids, mnt, list(r.outputs[0].token_ids), ev, share,
+                     getattr(r.outputs[0], "spec_decode_metrics", None))
+              for (probe, ids, mnt), r, ev in zip(batch, res, mine)]
+    for s, tabs, rows, problem, records in replay_served(st, run.target.template_ids, name, drafter, served):
+        every += records
+        writer.add(f"{name}:{s.probe.id}", tabs, rows)
+        if problem is not None:  # after the shard: the flag names a prompt the trace holds
+            writer.flag(f"{name}:{s.probe.id}", "replay", problem)
+        bar.advance(s.probe.id, len(records))
     check_acceptance(every, delta, None, f"prompts {batch[0][0].id}..{batch[-1][0].id} (one vLLM batch)")
 
 
