@@ -23,8 +23,20 @@ PAGES = {"depth": (5, 1), "heads": (2, 1), "context": (2, 1), "drilldown": (1, 1
 def _app(monkeypatch, *traces: Path) -> AppTest:
     monkeypatch.setattr(sys, "argv", [str(APP), *map(str, traces)])
     at = AppTest.from_file(str(APP), default_timeout=120)
+    at.argv = list(sys.argv)  # the app reads sys.argv at every run: a shared AppTest must run with its own
     at.run()
     return at
+
+
+@pytest.fixture(autouse=True)
+def _shared_apps_run_with_their_own_argv(request, monkeypatch):
+    """The module's shared AppTests (app_run, default_app) each ran first under their own command line; a test
+    using one reruns it, so it gets that command line back whatever fixture set sys.argv last (in random test
+    order the no-argument app's would otherwise load the sample traces into the two-trace app)."""
+    for name in ("app_run", "default_app"):
+        if name in request.fixturenames:
+            shared = request.getfixturevalue(name)
+            monkeypatch.setattr(sys, "argv", (shared[0] if isinstance(shared, tuple) else shared).argv)
 
 
 def _chart_series(at: AppTest) -> set[str]:
