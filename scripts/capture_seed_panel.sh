@@ -11,8 +11,14 @@ cd "$(dirname "$0")/.."
 DT=${DT:-.venv/bin/drifttool}
 SEEDS=${SEEDS:-0 1 2 3 4 5 6 7}
 OUT=${OUT:-sample_traces/seeds}  # another folder while a new panel replaces the shipped one
-training() {  # is the seed panel, or this seed's training, running?
-  pgrep -f 'train_seed_panel[.]sh' >/dev/null || pgrep -f "training[.]train_real .*--work runs/seeds/s$1/" >/dev/null
+ours() {  # is a process matching $1 running in this checkout (its working folder is ours: another checkout's
+  # training on the same machine is not this panel's)
+  local p
+  for p in $(pgrep -f "$1"); do [ "$(readlink "/proc/$p/cwd" 2>/dev/null)" = "$(pwd -P)" ] && return 0; done
+  return 1
+}
+training() {  # is the seed panel, or this seed's training, running here?
+  ours 'train_seed_panel[.]sh' || ours "training[.]train_real .*--work runs/seeds/s$1/"
 }
 waitable() {
   [ -e "runs/seeds/s$1/done" ] || training "$1" || {
