@@ -9,13 +9,13 @@
 #   2. per seed: training.train_real --sink-layer SINK_LAYER --steps STEPS --lr LR --seed S -> runs/sink/s<S>/drafters
 # Then scripts/capture_sink_panel.sh captures them.
 # Env: SEEDS (default "0 1 2 3 4 5 6 7"), STEPS (120), LR (3e-4: a fine-tune of a pretrained layer),
-#      SINK_LAYER (15: the sink layer whose input is the middle aux feature), FEATURE_MINUTES (18), WINDOW (4096).
+#      SINK_LAYER (15: the sink layer whose input is the middle aux feature), FEATURE_CONVERSATIONS (259), WINDOW (4096).
 # One thread per process (OMP_NUM_THREADS=1): the other core stays free. A log line per step with its tokens/s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 SEEDS=${SEEDS:-0 1 2 3 4 5 6 7}; STEPS=${STEPS:-120}; LR=${LR:-3e-4}; SINK_LAYER=${SINK_LAYER:-15}
-FMIN=${FEATURE_MINUTES:-18}; WINDOW=${WINDOW:-4096}
+NCONV=${FEATURE_CONVERSATIONS:-259}; WINDOW=${WINDOW:-4096}
 export OMP_NUM_THREADS=1
 F=runs/seeds/features
 mkdir -p "$F" runs/sink
@@ -27,9 +27,9 @@ if [ ! -e "$F/heldout.done" ]; then
   touch "$F/heldout.done"
 fi
 if [ ! -e "$F/train.done" ]; then
-  echo "$(date +%T) training features ($FMIN min)" >&2
-  $PY -m training.tf_features --out "$F" --split train --n 12000 --long --max-len "$WINDOW" \
-    --minutes "$FMIN" >> runs/seeds/feat_train.log 2>&1
+  echo "$(date +%T) training features ($NCONV conversations)" >&2
+  $PY -m training.tf_features --out "$F" --split train --n "$NCONV" --long --max-len "$WINDOW" \
+    >> runs/seeds/feat_train.log 2>&1
   touch "$F/train.done"
 fi
 for s in $SEEDS; do
