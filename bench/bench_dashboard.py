@@ -42,12 +42,12 @@ def _drafter_shard(name: str, pid: str, rounds: int, heads: int, growth: float, 
     rms = growth ** (dep - 1) * (1 + rng.normal(0, 0.02, shape))
     match = dep <= acc[:, None] + (rng.random(shape) < 0.2)
     return synthetic.chain_tables(
-        name, pid, acc, K, context=ctx, heads=heads,
-        head_values={"sink_mass": sink, "draft_mass": selfm / 2, "own_mass": selfm / 2, "entropy": 2.0 + 0.1 * dep},
-        depth_values={"match": match, "rms_in": rms, "l2_in": rms * 16, "rms_pre": rms, "l2_pre": rms * 16,
-                      "l2_post": 16.0},
-        aux={"layer_id": AUX_LAYERS, "rms_before": rng.lognormal(0, 0.3, (rounds, len(AUX_LAYERS)))},
-        prompt={"tags": "synthetic"})
+        name, pid, acc, K, context=ctx, heads=heads, values={
+            "heads": {"sink_mass": sink, "draft_mass": selfm / 2, "own_mass": selfm / 2, "entropy": 2.0 + 0.1 * dep},
+            "depths": {"match": match, "rms_in": rms, "l2_in": rms * 16, "rms_pre": rms, "l2_pre": rms * 16,
+                       "l2_post": 16.0},
+            "aux": {"layer_id": AUX_LAYERS, "rms_before": rng.lognormal(0, 0.3, (rounds, len(AUX_LAYERS)))},
+            "prompts": {"tags": "synthetic"}})
 
 
 def write_synthetic(path: Path, rows: int, heads: int, prompts: int = 50, seed: int = 0, compact: bool = True) -> Path:

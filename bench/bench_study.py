@@ -79,9 +79,10 @@ def prompt_shard(
         rows[int(r)] = rng.dirichlet(np.ones(slots), size=k).astype(np.float32)
         tokens[int(r)] = rng.integers(0, 49152, slots).tolist()
     return synthetic.chain_tables(
-        name, pid, acc, k, context=ctx, heads=heads, window=WINDOW, head_values=head_values,
-        depth_values=depth_values, round_values=round_values, aux=aux,
-        prompt={"tags": "synthetic,study", "wall_s": float(rounds * 0.05)}, rows=rows, slot_tokens=tokens)
+        name, pid, acc, k, context=ctx, heads=heads, window=WINDOW,
+        values={"heads": head_values, "depths": depth_values, "rounds": round_values, "aux": aux,
+                "prompts": {"tags": "synthetic,study", "wall_s": float(rounds * 0.05)}},
+        rows={r: (row, tokens[r]) for r, row in rows.items()})
 
 
 def write_study(

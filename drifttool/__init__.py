@@ -23,6 +23,7 @@ _LAZY = {
     "save_drafter": ".model.checkpoint",
     "DrafterConfig": ".model.config",
     "Eagle3Drafter": ".model.drafter",
+    "Decoding": ".run.loop",
     "RoundRecord": ".run.loop",
     "SpecResult": ".run.loop",
     "speculate": ".run.loop",
@@ -43,6 +44,7 @@ __all__ = [
     "compare_many",
     "load",
     "DrafterConfig",
+    "Decoding",
     "DriftError",
     "Eagle3Drafter",
     "RoundRecord",
@@ -89,7 +91,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .model.config import DrafterConfig
     from .model.drafter import Eagle3Drafter
     from .model.target import Target, load_target
-    from .run.loop import RoundRecord, SpecResult, speculate
+    from .run.loop import Decoding, RoundRecord, SpecResult, speculate
     from .run.tree import TreeSpec, parse_tree
     from .run.tree_capture import TreeCapture
     from .run.tree_loop import speculate_tree

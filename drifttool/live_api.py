@@ -20,6 +20,7 @@ from .run.hooks import Capture
 from .run.loop import MODES, SpecResult
 from .run.manifest import build_manifest
 from .run.probes import Probe
+from .run.runner import PromptJob, RunSettings
 from .trace.positions import query_position
 from .trace.sinks import SinkSpec
 from .trace.writer import TraceWriter
@@ -64,8 +65,9 @@ class LiveCapture:
         probe = Probe(prompt_id or f"live-{self._n}", token_ids=ids)
         self._n += 1
         self.cap.new_prompt()
-        tabs, _, res = capture_one(self.target, self.name, self.drafter, self.cap, probe, ids, self.depth, self.mode,
-                                   max_new_tokens or self.max_new_tokens, self.seed, 0.0)
+        st = RunSettings(depth=self.depth, mode=self.mode, max_new_tokens=max_new_tokens or self.max_new_tokens,
+                         sink=self.sink, seed=self.seed, keep_rows=0)
+        tabs, _, res = capture_one(self.target, self.name, self.drafter, self.cap, PromptJob(st, probe, ids))
         for k, v in tabs.items():
             self._tables.setdefault(k, []).append(v)
         self.results.append(res)
@@ -177,6 +179,7 @@ def capture_tree(target, drafter: Eagle3Drafter, prompt: str | list[int], tree: 
     target = load_target(target)
     ids = target.encode(prompt) if isinstance(prompt, str) else token_ids(prompt)
     name = name or Path(drafter.config.source or "").name or drafter.config.variant
-    tabs = capture_tree_prompt(target, {name: drafter}, Probe("live-tree", token_ids=ids), ids, spec, max_new_tokens,
-                               sink or SinkSpec(), seed, temperature)
+    st = RunSettings(depth=spec.max_depth, max_new_tokens=max_new_tokens, sink=sink, seed=seed,
+                     temperature=temperature, keep_rows=0)
+    tabs = capture_tree_prompt(target, {name: drafter}, PromptJob(st, Probe("live-tree", token_ids=ids), ids), spec)
     return {k: v for k, v in tabs.items() if k not in ("depths", "heads", "aux")}

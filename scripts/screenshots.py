@@ -5,7 +5,8 @@ shows (docs/dashboard/screenshots.json; the test command fails on a screenshot w
 
 It runs the browser test that opens every page of the default view on the shipped sample traces in Chromium
 (tests/dashboard/test_dashboard_browser.py) with DRIFTTOOL_UPDATE_SCREENSHOT=1, which copies its full-page
-screenshots to docs/dashboard/ and the Depth page to docs/screenshot_depth.png."""
+screenshots to docs/dashboard/ and the Depth page to docs/screenshot_depth.png; an image is rewritten only when its
+pixels changed (shots.keep_or_replace), so a refactor that draws the same page re-records the hash alone."""
 
 from __future__ import annotations
 

@@ -29,6 +29,29 @@ def code_files(page: str) -> list[Path]:
     return [p for p in (PKG / "dashboard" / "app_pages" / f"{page}.py", PKG / "plots" / f"{page}.py") if p.is_file()]
 
 
+NOISE = 2  # Chromium's antialiasing moves a few dozen pixels by 1 level between two renders of the same page
+
+
+def keep_or_replace(new: Path, dest: Path) -> bool:
+    """Copy a new screenshot over `dest` only when its pixels differ by more than rendering noise (NOISE): a change
+    to a page's code that draws the same picture (a refactor) then re-records the hash without rewriting the image,
+    so the repository does not grow by a copy of every screenshot. True when `dest` was replaced."""
+    from PIL import Image
+
+    if dest.is_file():
+        import numpy as np
+
+        with Image.open(new) as a, Image.open(dest) as b:
+            same = a.size == b.size and int(np.abs(np.asarray(a.convert("RGBA"), np.int16)
+                                                   - np.asarray(b.convert("RGBA"), np.int16)).max()) <= NOISE
+        if same:
+            return False
+    import shutil
+
+    shutil.copyfile(new, dest)
+    return True
+
+
 def code_hash(page: str) -> str:
     h = hashlib.sha256()
     for p in code_files(page):

@@ -105,11 +105,12 @@ def empty(title: str, why: str = "no data for the current filters") -> go.Figure
 
 
 def line_with_band(fig: go.Figure, df: pd.DataFrame, x: str, y: str, name: str, style: dict[str, str],
-                    row: int, col: int, showlegend: bool, n_col: str | None = None, min_n: int = MIN_N) -> None:
-    """One series' line plus a shaded 95% CI band from columns y_lo / y_hi when present.
+                    at: tuple[int, int], showlegend: bool, n_col: str | None = None, min_n: int = MIN_N) -> None:
+    """One series' line plus a shaded 95% CI band from columns y_lo / y_hi when present, in subplot `at` (row, col).
 
     With a count column `n_col`, points over fewer than `min_n` rounds are drawn apart: hollow grey markers,
     no line, no band (their n on hover)."""
+    row, col = at
     df = df.sort_values(x)
     if n_col and n_col in df:
         n = df[n_col].fillna(0).to_numpy()

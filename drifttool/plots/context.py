@@ -38,7 +38,7 @@ def context_curves(by_context: pd.DataFrame, metric: str = "self_mass", max_cols
         for i, b in enumerate(buckets):
             sub = by_context[(by_context["series"] == s) & (by_context["context_bucket"].astype(str) == b)]
             if not sub.empty:
-                _line_with_band(fig, sub, "depth", metric, f"ctx {b}", {"color": shades[i], "dash": "solid"}, r, c,
+                _line_with_band(fig, sub, "depth", metric, f"ctx {b}", {"color": shades[i], "dash": "solid"}, (r, c),
                                 showlegend=(j == 0), n_col=N_COLUMN.get(metric, "n_rounds"), min_n=min_n)
         last_in_col = j + cols >= len(series)
         fig.update_xaxes(title_text="depth" if last_in_col else None, dtick=1, row=r, col=c)

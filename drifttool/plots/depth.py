@@ -32,7 +32,7 @@ def metric_by_depth(per_depth: pd.DataFrame, metrics: Sequence[str], title: str,
     for j, m in enumerate(metrics):
         r, c = _rc(j, cols)
         for s, sub in per_depth.groupby("series", sort=False):
-            _line_with_band(fig, sub, "depth", m, s, styles[s], r, c, showlegend=(j == 0),
+            _line_with_band(fig, sub, "depth", m, s, styles[s], (r, c), showlegend=(j == 0),
                             n_col=N_COLUMN.get(m, "n_rounds"), min_n=min_n)
         fig.update_xaxes(title_text="depth", dtick=1, row=r, col=c)
         if m in logs:
@@ -90,9 +90,9 @@ def recency_profile(per_depth: pd.DataFrame) -> go.Figure:
         r, c = _rc(j, cols)
         sub = per_depth[per_depth["series"] == s]
         st = styles[s]
-        _line_with_band(fig, sub, "keys", "matched_mass", "prompt tokens at depth 1", dict(st, dash="dot"), r, c,
+        _line_with_band(fig, sub, "keys", "matched_mass", "prompt tokens at depth 1", dict(st, dash="dot"), (r, c),
                         showlegend=j == 0)
-        _line_with_band(fig, sub, "keys", "self_mass", "own drafted slots", dict(st, symbol="diamond"), r, c,
+        _line_with_band(fig, sub, "keys", "self_mass", "own drafted slots", dict(st, symbol="diamond"), (r, c),
                         showlegend=j == 0)
         fig.update_xaxes(title_text="j most recent keys", dtick=1, row=r, col=c)
         fig.update_yaxes(title_text="attention mass" if c == 1 else None, row=r, col=c)
@@ -128,7 +128,7 @@ def metric_by_trace(per_depth: pd.DataFrame, metric: str = "self_mass", max_cols
         for s, sub in df[df["_trace"] == t].groupby("series", sort=False):
             d = split_label(s)[1]
             st = dict(styles[s], symbol="circle")
-            _line_with_band(fig, sub, "depth", metric, d, st, r, c, showlegend=d not in shown,
+            _line_with_band(fig, sub, "depth", metric, d, st, (r, c), showlegend=d not in shown,
                             n_col=N_COLUMN.get(metric, "n_rounds"), min_n=min_n)
             shown.add(d)
         fig.update_xaxes(title_text="depth" if j + cols >= len(traces) else None, dtick=1, row=r, col=c)

@@ -230,12 +230,19 @@ def divergence(same: np.ndarray) -> dict[str, Any]:
                                        if (first == k).any()}}
 
 
-def conform(drafter: str, target: str, probes: str, engine: str = "hf", *, depth: int = 4,
-            max_new_tokens: int = 32, limit: int | None = None, engine_overrides: dict[str, str] | None = None,
-            engine_options: dict[str, Any] | None = None, out: str | None = None, device: str = "cpu",
-            dtype: str = "float32", run_diagnosis: bool = True, progress: bool = False) -> ConformReport:
-    """The whole check; see the module docstring. `engine_overrides` make the engine side load the checkpoint
+CONFORM_RUN: dict[str, Any] = {"depth": 4, "max_new_tokens": 32, "limit": None, "device": "cpu", "dtype": "float32"}
+
+
+def conform(drafter: str, target: str, probes: str, engine: str = "hf", *,
+            engine_overrides: dict[str, str] | None = None, engine_options: dict[str, Any] | None = None,
+            out: str | None = None, run_diagnosis: bool = True, progress: bool = False, **run: Any) -> ConformReport:
+    """The whole check; see the module docstring. `run`: the engine run's `depth`, `max_new_tokens`, `limit`,
+    `device` and `dtype` (defaults CONFORM_RUN). `engine_overrides` make the engine side load the checkpoint
     differently (`?flag=value` on --drafter: a planted misread to test the diagnosis with)."""
+    unknown = sorted(set(run) - set(CONFORM_RUN))
+    if unknown:
+        raise TypeError(f"conform: unexpected keyword {unknown[0]!r}; the run takes {', '.join(CONFORM_RUN)}")
+    depth, max_new_tokens, limit, device, dtype = ({**CONFORM_RUN, **run}[k] for k in CONFORM_RUN)
     from ..model.hub import resolve
     from ..trace.reader import read_trace
     from .engines import engine as engine_named

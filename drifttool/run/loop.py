@@ -89,27 +89,47 @@ def check_features(feats: torch.Tensor) -> None:
         raise DriftError("target features: NaN or inf in the target's hidden states (check the target weights/dtype)")
 
 
+@dataclass(frozen=True)
+class Decoding:
+    """How one prompt is decoded, checked at construction: chain depth, generation budget, mode ("generate" or
+    "teacher-forced"), temperature (0 = greedy), the sampling seed, how drafts are drawn when sampling
+    (DRAFT_SAMPLING) and the tokens that end the generation."""
+
+    depth: int = 8
+    max_new_tokens: int = 64
+    mode: str = "generate"
+    temperature: float = 0.0
+    seed: int = 0
+    draft_sampling: str = "greedy"
+    stop_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_settings(self.depth, self.max_new_tokens, self.mode, self.temperature, self.draft_sampling)
+
+
 @torch.no_grad()
 def speculate(
     target: Target,
     drafter: Eagle3Drafter,
     prompt_ids: list[int],
-    depth: int = 8,
-    max_new_tokens: int = 64,
-    mode: str = "generate",
-    temperature: float = 0.0,
-    seed: int = 0,
+    decoding: Decoding | None = None,
+    *,
     observers: list[Observer] = (),
-    stop_ids: tuple[int, ...] = (),
     forced: tuple[list[int], torch.Tensor] | None = None,
-    draft_sampling: str = "greedy",
     prefill: Prefill | None = None,
+    **decoding_kw,
 ) -> SpecResult:
     """Speculatively decode from `prompt_ids`; greedy when temperature == 0 (lossless w.r.t. the target).
+    `decoding` is a Decoding, or give its fields as keywords (`depth=8`, `max_new_tokens=64`, `mode`,
+    `temperature`, `seed`, `draft_sampling`, `stop_ids`), not both.
     With temperature > 0 both `draft_sampling` modes (DRAFT_SAMPLING) preserve the target's distribution.
     mode "teacher-forced": the drafter is fed the target's own greedy continuation (`forced`, else computed).
     `prefill` (generate mode): the target's prompt forward done once for several drafters (`prefill_prompt`)."""
-    check_settings(depth, max_new_tokens, mode, temperature, draft_sampling)
+    if decoding is not None and decoding_kw:
+        raise DriftError(f"speculate: give a Decoding or its fields {sorted(decoding_kw)}, not both")
+    dec = decoding if decoding is not None else Decoding(**decoding_kw)
+    depth, max_new_tokens, mode, temperature = dec.depth, dec.max_new_tokens, dec.mode, dec.temperature
+    seed, draft_sampling, stop_ids = dec.seed, dec.draft_sampling, tuple(dec.stop_ids)
     prompt_ids = token_ids(prompt_ids)
     check_prompt(prompt_ids, target, positions_needed(len(prompt_ids), max_new_tokens, depth))
     gen = torch.Generator(device="cpu").manual_seed(seed)

@@ -23,7 +23,7 @@ from ..trace.writer import TraceWriter
 from .argcheck import need_int, run_settings
 from .drafters import DrafterSpec, check_drafters
 from .hooks import FULL_EVERY
-from .loop import check_settings
+from .loop import Decoding, check_settings
 from .probes import Probe, load_suite
 
 WINDOW_NOTE = ("a drafter with a sliding window W (drafters[].sliding_window) attends slots p with q - W < p <= q; "
@@ -41,17 +41,17 @@ DEFAULT_NEW_TOKENS = 64  # a prompt's generation budget when neither --max-new-t
 
 @dataclass(frozen=True)
 class RunSettings:
-    """What shapes a capture's numbers, checked once (`of`) and recorded in one canonical form (`record`): the
+    """What shapes a capture's numbers, checked at construction and recorded in one canonical form (`record`): the
     manifest's capture settings, which the settings hash and --resume compare."""
 
     depth: int = 8
     mode: str = "generate"
     max_new_tokens: int | None = None  # None: each probe's own max_new_tokens, else DEFAULT_NEW_TOKENS
-    sink: SinkSpec = field(default_factory=SinkSpec)
+    sink: SinkSpec | None = field(default_factory=SinkSpec)  # None: the default sinks
     seed: int = 0
     temperature: float = 0.0
     keep_rows: int = 2
-    dtype: str = "float32"  # canonical name (dtypes.dtype_name)
+    dtype: Any = "float32"  # a name or torch dtype; kept as its canonical name (dtypes.dtype_name)
     device: str = "cpu"
     limit: int | None = None
     draft_sampling: str = "greedy"
@@ -59,34 +59,27 @@ class RunSettings:
     full_every: int = FULL_EVERY  # entropy / head maxima (full rows) on rounds 0, N, 2N, ... (hooks.Capture)
     recent: int = RECENT  # the recent mass: the last R context slots (trace/sinks.recent_index)
 
-    @classmethod
-    def of(cls, depth: int = 8, mode: str = "generate", max_new_tokens: int | None = None,
-           sink: SinkSpec | None = None,
-           seed: int = 0, temperature: float = 0.0, keep_rows: int = 2, dtype: Any = "float32", device: str = "cpu",
-           limit: int | None = None, draft_sampling: str = "greedy", device_map: str | None = None,
-           full_every: int = FULL_EVERY, recent: int = RECENT) -> RunSettings:
-        """Validated settings; each wrong value is one DriftError line naming its CLI option."""
-        run_settings(depth, 1 if max_new_tokens is None else max_new_tokens, temperature, seed, keep_rows, limit, sink)
-        try:
-            dev = torch.device(str(device))
-        except (RuntimeError, ValueError):
-            raise DriftError(f"--device {device!r}: not a device name (expected cpu, cuda, cuda:N or mps)") from None
-        if dev.type not in ("cpu", "cuda", "mps"):
-            raise DriftError(f"--device {device}: drifttool runs models on cpu, cuda[:N] or mps (a {dev.type} device "
-                             "holds no values to measure)")
-        if dev.type == "cuda" and not torch.cuda.is_available():
-            raise DriftError(f"--device {device}: CUDA is not available on this machine")
-        if dev.type == "mps" and not torch.backends.mps.is_available():
-            raise DriftError(f"--device {device}: MPS is not available on this machine")
-        check_settings(depth, 1 if max_new_tokens is None else max_new_tokens, mode, temperature, draft_sampling)
-        need_int("--full-every", full_every, 0, "a round interval >= 0 (1 = every round, 0 = sampled rows only)")
-        need_int("--recent", recent, 1, "a number of context slots >= 1 (the recent mass's key set)")
-        if device_map is not None:
+    def __post_init__(self) -> None:
+        """Every field checked at construction (also after `dataclasses.replace`); each wrong value is one
+        DriftError line naming its CLI option. `sink` None means the default sinks; `dtype` is kept canonical."""
+        run_settings(self.depth, 1 if self.max_new_tokens is None else self.max_new_tokens, self.temperature,
+                     self.seed, self.keep_rows, self.limit, self.sink)
+        object.__setattr__(self, "sink", self.sink or SinkSpec())
+        object.__setattr__(self, "dtype", dtype_name(self.dtype))
+        check_device(self.device)
+        check_settings(self.depth, 1 if self.max_new_tokens is None else self.max_new_tokens, self.mode,
+                       self.temperature, self.draft_sampling)
+        need_int("--full-every", self.full_every, 0, "a round interval >= 0 (1 = every round, 0 = sampled rows only)")
+        need_int("--recent", self.recent, 1, "a number of context slots >= 1 (the recent mass's key set)")
+        if self.device_map is not None:
             from ..model.target import check_device_map
 
-            check_device_map(device_map)
-        return cls(depth, mode, max_new_tokens, sink or SinkSpec(), seed, temperature, keep_rows, dtype_name(dtype),
-                   device, limit, draft_sampling, device_map, full_every, recent)
+            check_device_map(self.device_map)
+
+    @classmethod
+    def of(cls, **fields: Any) -> RunSettings:
+        """Validated settings from keywords (the fields above); kept for callers that build them by name."""
+        return cls(**fields)
 
     def new_tokens(self, probe) -> int:
         """The one precedence rule for a prompt's generation budget: the --max-new-tokens flag when given (it
@@ -126,6 +119,21 @@ class RunSettings:
         }
 
 
+def check_device(device: str) -> None:
+    """A device drifttool can run models on, present on this machine."""
+    try:
+        dev = torch.device(str(device))
+    except (RuntimeError, ValueError):
+        raise DriftError(f"--device {device!r}: not a device name (expected cpu, cuda, cuda:N or mps)") from None
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise DriftError(f"--device {device}: drifttool runs models on cpu, cuda[:N] or mps (a {dev.type} device "
+                         "holds no values to measure)")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DriftError(f"--device {device}: CUDA is not available on this machine")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise DriftError(f"--device {device}: MPS is not available on this machine")
+
+
 def settings_of(settings: RunSettings | None, settings_kw: dict[str, Any], who: str) -> RunSettings:
     """An engine's settings: a checked RunSettings, or its keywords (checked here), not both."""
     if settings is not None and settings_kw:
@@ -134,8 +142,7 @@ def settings_of(settings: RunSettings | None, settings_kw: dict[str, Any], who: 
 
 
 def begin(settings: RunSettings | None, settings_kw: dict[str, Any], drafters: list[DrafterSpec], probes: str,
-          who: str, *, target: Any = None, out: Any = None, resume: bool = False,
-          overwrite: bool = False) -> tuple[RunSettings, list[Probe]]:
+          who: str, *, target: Any = None, out: Output | None = None) -> tuple[RunSettings, list[Probe]]:
     """What every engine's run does first, before anything is loaded or written: the settings checked once, the
     drafter specs checked as a set, every location checked (the output folder, the target and drafter folders:
     preflight), the probe suite read (and cut to `limit`)."""
@@ -144,13 +151,55 @@ def begin(settings: RunSettings | None, settings_kw: dict[str, Any], drafters: l
     if out is not None:
         from .preflight import check_locations
 
-        check_locations(target, drafters, out, resume, overwrite)
+        check_locations(target, drafters, out.path, out.resume, out.overwrite)
     suite = load_suite(probes)
     return st, suite[:st.limit] if st.limit is not None else suite
 
 
 def prompt_seed(seed: int, prompt_id: str) -> int:
     return (seed * 1_000_003 + zlib.crc32(prompt_id.encode())) % (2**31)
+
+
+@dataclass(frozen=True)
+class PromptJob:
+    """One prompt's capture as every function below the run sees it: the run's settings plus this prompt's probe,
+    token ids and the target's template ids (one object passed down instead of a positional list)."""
+
+    settings: RunSettings
+    probe: Probe
+    ids: list[int]
+    template_ids: tuple[int, ...] = ()
+
+    @property
+    def max_new_tokens(self) -> int:
+        return self.settings.new_tokens(self.probe)
+
+    @property
+    def seed(self) -> int:
+        """The prompt's own seed (the run's seed and the prompt id): its sampling and its sampled rows."""
+        return prompt_seed(self.settings.seed, self.probe.id)
+
+    def decoding(self) -> Decoding:
+        st = self.settings
+        return Decoding(depth=st.depth, max_new_tokens=self.max_new_tokens, mode=st.mode, temperature=st.temperature,
+                        seed=self.seed, draft_sampling=st.draft_sampling)
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where and how a run writes its trace: `resume` a partial trace, `overwrite` a finished one, a progress
+    display, and the shards merged into one file per table at the end (`compact`)."""
+
+    path: str
+    resume: bool = False
+    overwrite: bool = False
+    progress: bool = True
+    compact: bool = True
+
+    @classmethod
+    def take(cls, path: Any, kw: dict[str, Any]) -> Output:
+        """The output options popped from an engine's keywords (the rest are run settings)."""
+        return cls(str(path), **{k: kw.pop(k) for k in ("resume", "overwrite", "progress", "compact") if k in kw})
 
 
 class Interrupts:
@@ -194,15 +243,14 @@ class Interrupts:
                 signal.signal(s, h)
 
 
-def write_run(out: str, manifest: dict[str, Any], plan: Callable[[TraceWriter], Iterable[tuple[int, Any]]],
-              step: Callable[[TraceWriter, Any, Any], None], n_models: int, resume: bool = False,
-              overwrite: bool = False, progress: bool = True, tokenizer: Path | None = None,
-              compact: bool = True, cost: Callable[[Any], int] | None = None) -> TraceWriter:
+def write_run(out: Output, manifest: dict[str, Any], plan: Callable[[TraceWriter], Iterable[tuple[int, Any]]],
+              step: Callable[[TraceWriter, Any, Any], None], n_models: int, tokenizer: Path | None = None,
+              cost: Callable[[Any], int] | None = None) -> TraceWriter:
     """The shared body of every engine: open the trace (one writer per folder: the lock is released on any
     exit), plan the work not yet done (`plan(writer)` -> [(prompts in it, item)]), run `step(writer, bar, item)`
     for each under a progress bar with SIGTERM as Ctrl-C, and mark the trace complete (then compact it).
     `cost(item)`: the item's work in tokens (prompt + new tokens, per drafter), for a progress by tokens."""
-    with TraceWriter(out, manifest, resume=resume, overwrite=overwrite) as writer:
+    with TraceWriter(out.path, manifest, resume=out.resume, overwrite=out.overwrite) as writer:
         if tokenizer is not None and tokenizer.is_file():  # lets the dashboard show token text
             import shutil
 
@@ -213,9 +261,9 @@ def write_run(out: str, manifest: dict[str, Any], plan: Callable[[TraceWriter], 
         interrupts = Interrupts()
         writer.guard = interrupts.held
         total = sum(cost(item) for _, item in work) if cost is not None else None
-        with interrupts.installed(), progress_bar(sum(n for n, _ in work), n_models, enabled=progress,
+        with interrupts.installed(), progress_bar(sum(n for n, _ in work), n_models, enabled=out.progress,
                                                   total_tokens=total) as bar:
             for _, item in work:
                 step(writer, bar, item)
-        writer.finish(compact=compact)  # merged to one file per table (trace.compact)
+        writer.finish(compact=out.compact)  # merged to one file per table (trace.compact)
     return writer

@@ -181,16 +181,15 @@ def _prompts_table(c: _Chain, prompt: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame([{col: shape[col] if col in shape else val[col] for col in cols}])
 
 
-def _rows_index(c: _Chain, rows: Mapping[int, np.ndarray], slot_tokens: Mapping[int, Sequence[int]] | None,
-                arrays: dict[str, np.ndarray]) -> pd.DataFrame:
-    """The sampled attention rows put in `arrays` under their tensor names, and their index (slot tokens default
-    to 0s; the default sinks' slots)."""
+def _rows_index(c: _Chain, rows: Mapping[int, Any], arrays: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The sampled attention rows (a row, or (row, slot tokens)) put in `arrays` under their tensor names, and
+    their index (slot tokens default to 0s; the default sinks' slots)."""
     first = SinkSpec().first_n
     index = []
-    for r, row in rows.items():
+    for r, given in rows.items():
+        row, toks = given if isinstance(given, tuple) else (given, None)
         name = f"{c.drafter}|{c.prompt_id}|{int(r)}"
         arrays[name] = np.asarray(row, np.float32)
-        toks = (slot_tokens or {}).get(r)
         index.append({"drafter": c.drafter, "prompt_id": c.prompt_id, "round": int(r), "context_len": int(c.ctx[r]),
                       "tensor": name, "slot_tokens": [0] * arrays[name].shape[-1] if toks is None else list(toks),
                       "sink_slots": np.arange(min(first, int(c.ctx[r])), dtype=np.int64)})
@@ -199,26 +198,32 @@ def _rows_index(c: _Chain, rows: Mapping[int, np.ndarray], slot_tokens: Mapping[
 
 def chain_tables(
     drafter: str, prompt_id: str, accepted: Sequence[int], depth: int, *, context: Sequence[int] | None = None,
-    heads: int = 1, window: int | None = None, head_values: Mapping[str, Any] | None = None,
-    depth_values: Mapping[str, Any] | None = None, round_values: Mapping[str, Any] | None = None,
-    aux: Mapping[str, Any] | None = None, prompt: Mapping[str, Any] | None = None,
-    rows: Mapping[int, np.ndarray] | None = None, slot_tokens: Mapping[int, Sequence[int]] | None = None,
+    heads: int = 1, window: int | None = None, values: Mapping[str, Mapping[str, Any]] | None = None,
+    rows: Mapping[int, Any] | None = None,
 ) -> Shard:
     """One drafter's rounds 0..R-1 on one prompt (`accepted[r]` drafts of `depth` accepted in round r) as a chain
-    capture's tables. Chosen numbers are scalars or arrays over leading axes (see `_grid`):
+    capture's tables. `context`: context_len per round (default 100, 101, ...); `window`: the trained window
+    (rounds and depth rows at or beyond it are flagged beyond_window; None: none is).
 
-    - `context`: context_len per round (default 100, 101, ...); `window`: the trained window (rounds and depth
-      rows at or beyond it are flagged beyond_window; None: none is).
-    - `head_values`: HEAD_VALUES (the measured masses, entropy; default 0) per round x depth, or per round x depth
-      x head for different heads; the heads' optional max_prob / top_pos likewise (written only when chosen).
-    - `depth_values`: the other depth columns (match, default: the accepted drafts; token ids, MAGNITUDES,
-      massive; the optional attn_window_start) per round x depth.
-    - `round_values`: bonus and the optional draft_s / verify_s / full_stats per round.
-    - `aux`: writes the `aux` table: `layer_id` (one per chunk) and rms_before / rms_after / massive per round x
-      chunk. `prompt`: writes the `prompts` row: tags, prompt_len (default the first context), n_generated
+    `values`: chosen numbers per table, each a scalar or an array over leading axes (see `_grid`):
+
+    - "heads": HEAD_VALUES (the measured masses, entropy; default 0) per round x depth, or per round x depth x
+      head for different heads; the heads' optional max_prob / top_pos likewise (written only when chosen).
+    - "depths": the other depth columns (match, default: the accepted drafts; token ids, MAGNITUDES, massive;
+      the optional attn_window_start) per round x depth.
+    - "rounds": bonus and the optional draft_s / verify_s / full_stats per round.
+    - "aux": writes the `aux` table: `layer_id` (one per chunk) and rms_before / rms_after / massive per round x
+      chunk. "prompts": writes the `prompts` row: tags, prompt_len (default the first context), n_generated
       (default accepted + 1 per round), wall_s and the optional group / max_new_tokens.
-    - `rows`: round -> sampled attention row [depth, slots] (float32), with `slot_tokens` (default 0s) and the
-      default sinks' slots, indexed in `rows_index`."""
+
+    `rows`: round -> a sampled attention row [depth, slots] (float32), or (row, its slot tokens; default 0s),
+    indexed in `rows_index` with the default sinks' slots."""
+    values = dict(values or {})
+    unknown = sorted(set(values) - {"heads", "depths", "rounds", "aux", "prompts"})
+    if unknown:
+        raise ValueError(f"chain_tables: values for table {unknown[0]!r}; expected heads, depths, rounds, aux, prompts")
+    head_values, depth_values, round_values = values.get("heads"), values.get("depths"), values.get("rounds")
+    aux, prompt = values.get("aux"), values.get("prompts")
     c = _Chain(drafter, prompt_id, accepted, depth, heads, window, context)
     tables: dict[str, pd.DataFrame] = {"rounds": _rounds_table(c, round_values)}
     cols_h, per_head, per_depth = _head_numbers(c, head_values)
@@ -230,7 +235,7 @@ def chain_tables(
         tables["prompts"] = _prompts_table(c, prompt)
     arrays: dict[str, np.ndarray] = {}
     if rows:
-        tables["rows_index"] = _rows_index(c, rows, slot_tokens, arrays)
+        tables["rows_index"] = _rows_index(c, rows, arrays)
     return Shard(tables, arrays)
 
 
@@ -314,12 +319,13 @@ def write_trace(path: Path, drafters: dict[str, dict], depth: int, window: int =
                 sel = d["prompt"] == p
                 if not sel.any():
                     continue
-                parts.append(chain_tables(
-                    name, p, d["accepted"][sel], k, context=d["context"][sel], window=window,
-                    head_values={**{c: v[sel] for c, v in d["heads"].items()}, "max_prob": 0.5, "top_pos": 0},
-                    depth_values={"rms_in": d["rms_in"][sel]},
-                    round_values={c: v[sel] for c, v in d["rounds"].items()},
-                    prompt=None if groups is None else {"group": groups[p], "prompt_len": 100}))
+                values = {"heads": {**{c: v[sel] for c, v in d["heads"].items()}, "max_prob": 0.5, "top_pos": 0},
+                          "depths": {"rms_in": d["rms_in"][sel]},
+                          "rounds": {c: v[sel] for c, v in d["rounds"].items()}}
+                if groups is not None:
+                    values["prompts"] = {"group": groups[p], "prompt_len": 100}
+                parts.append(chain_tables(name, p, d["accepted"][sel], k, context=d["context"][sel], window=window,
+                                          values=values))
             yield p, join(parts)
 
     return write(path, manifest(drafters, k, mode=mode, window=window, rope_scaling=rope_scaling), shards(),

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from drifttool.dashboard.shots import keep_or_replace
 from tests.support.capture import REPO, child_env
 
 CHROMIUM = os.environ.get("DRIFTTOOL_CHROMIUM", "/usr/bin/chromium")
@@ -205,9 +205,9 @@ def _visit_pages(page, view: str, url: str | None, traces, tmp_path, problems: l
         assert shot.stat().st_size > 10_000
         if UPDATE and view == "default":
             (REPO / "docs" / "dashboard").mkdir(parents=True, exist_ok=True)
-            shutil.copy(shot, REPO / "docs" / "dashboard" / f"{path or 'overview'}.png")
+            keep_or_replace(shot, REPO / "docs" / "dashboard" / f"{path or 'overview'}.png")
         if UPDATE and view == "single" and path == "depth" and traces == [str(SAMPLE)]:
-            shutil.copy(shot, REPO / "docs" / "screenshot_depth.png")  # the README screenshot
+            keep_or_replace(shot, REPO / "docs" / "screenshot_depth.png")  # the README screenshot
     return timings
 
 
@@ -231,7 +231,7 @@ def _visit_tree_page(page, tmp_path) -> None:
     shot = tmp_path / "default_trees.png"
     page.screenshot(path=str(shot), full_page=True)
     if UPDATE:
-        shutil.copy(shot, REPO / "docs" / "dashboard" / "trees.png")
+        keep_or_replace(shot, REPO / "docs" / "dashboard" / "trees.png")
 
 
 def _visit_training_page(page, problems: list[str]) -> None:
@@ -277,31 +277,38 @@ READY_ANY = """() => { const app = document.querySelector('[data-testid="stApp"]
   return app && app.getAttribute('data-test-script-state') === 'notRunning'; }"""
 
 
-def test_every_page_renders_in_chromium(server, tmp_path):
+@contextlib.contextmanager
+def _chromium():
+    """A headless Chromium (Debian's, through playwright), closed on any exit."""
     from playwright.sync_api import sync_playwright
 
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def test_every_page_renders_in_chromium(server, tmp_path):
     view, url, traces = server
     errors: list[str] = []
     problems: list[str] = []
     timings = {}
     seen = {"boxes": 0, "colours": 0}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1700})
-            page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-            timings[view] = _visit_pages(page, view, url, traces, tmp_path, problems, seen)
-            if view == "default":  # one trace (3 drafters) shown by default, the others one click away
-                picked = page.evaluate(CHIPS)
-                assert len(picked) == 1, picked
-                n = _select_all_traces(page)  # ... and every page still reads with all of them at once
-                assert n == len(list((REPO / "sample_traces").glob("*.drift"))) + len(CHAT) > 1, n
-                timings["all"] = _visit_pages(page, "all", None, traces, tmp_path, problems, seen)
-                _visit_tree_page(page, tmp_path)
-                _visit_training_page(page, problems)
-        finally:
-            browser.close()
+    with _chromium() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 1700})
+        page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+        timings[view] = _visit_pages(page, view, url, traces, tmp_path, problems, seen)
+        if view == "default":  # one trace (3 drafters) shown by default, the others one click away
+            picked = page.evaluate(CHIPS)
+            assert len(picked) == 1, picked
+            n = _select_all_traces(page)  # ... and every page still reads with all of them at once
+            assert n == len(list((REPO / "sample_traces").glob("*.drift"))) + len(CHAT) > 1, n
+            timings["all"] = _visit_pages(page, "all", None, traces, tmp_path, problems, seen)
+            _visit_tree_page(page, tmp_path)
+            _visit_training_page(page, problems)
     print("render times (s):", timings)
     assert not errors, errors
     assert seen["boxes"] > 20 and seen["colours"] > 20, seen  # the checks saw the charts' titles and series
@@ -321,24 +328,19 @@ def test_default_view_opens_on_the_headline_whole_and_overview_has_its_path(serv
     view, url, _ = server
     if view != "default":
         pytest.skip("the default view's check")
-    from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1200})
-            page.goto(f"{url}/overview", wait_until="domcontentloaded")
-            page.wait_for_function(READY, arg=["Overview", 0, 1], timeout=180_000)
-            assert "Page not found" not in page.content()
-            chips = page.evaluate(CHIPS)
-            assert [c[0] for c in chips] == [SAMPLE.name.removesuffix(".drift").removeprefix("smollm2-")], chips
-            n = _select_all_traces(page)
-            assert n == len(list((REPO / "sample_traces").glob("*.drift"))) + len(CHAT), n
-            chips = page.evaluate(CHIPS)
-            assert "mt_chat" in [c[0] for c in chips] or not CHAT, chips
-            assert not [c[0] for c in chips if c[1]], f"trace names cut in the sidebar: {chips}"
-        finally:
-            browser.close()
+    with _chromium() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 1200})
+        page.goto(f"{url}/overview", wait_until="domcontentloaded")
+        page.wait_for_function(READY, arg=["Overview", 0, 1], timeout=180_000)
+        assert "Page not found" not in page.content()
+        chips = page.evaluate(CHIPS)
+        assert [c[0] for c in chips] == [SAMPLE.name.removesuffix(".drift").removeprefix("smollm2-")], chips
+        n = _select_all_traces(page)
+        assert n == len(list((REPO / "sample_traces").glob("*.drift"))) + len(CHAT), n
+        chips = page.evaluate(CHIPS)
+        assert "mt_chat" in [c[0] for c in chips] or not CHAT, chips
+        assert not [c[0] for c in chips if c[1]], f"trace names cut in the sidebar: {chips}"
 
 
 def test_training_page_renders_the_checkpoint_series(tmp_path):
@@ -346,23 +348,18 @@ def test_training_page_renders_the_checkpoint_series(tmp_path):
     _require_browser()
     if not SERIES.is_dir():
         pytest.skip(f"{SERIES} not in this checkout")
-    from playwright.sync_api import sync_playwright
 
     with _dashboard([str(SERIES)], tmp_path) as url:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1700})
-                page.goto(f"{url}/training", wait_until="domcontentloaded")
-                page.wait_for_function(READY, arg=["Across training", 4, 0], timeout=180_000)
-                assert page.locator("[data-testid='stException']").count() == 0
-                lines = page.evaluate(COLOURS)
-                assert all({n for n, _ in chart} == {"eagle3", "eagle3.1"} for chart in lines), lines
-                page.screenshot(path=str(tmp_path / "training.png"), full_page=True)
-                if UPDATE:
-                    shutil.copy(tmp_path / "training.png", REPO / "docs" / "dashboard" / "training.png")
-            finally:
-                browser.close()
+        with _chromium() as browser:
+            page = browser.new_page(viewport={"width": 1400, "height": 1700})
+            page.goto(f"{url}/training", wait_until="domcontentloaded")
+            page.wait_for_function(READY, arg=["Across training", 4, 0], timeout=180_000)
+            assert page.locator("[data-testid='stException']").count() == 0
+            lines = page.evaluate(COLOURS)
+            assert all({n for n, _ in chart} == {"eagle3", "eagle3.1"} for chart in lines), lines
+            page.screenshot(path=str(tmp_path / "training.png"), full_page=True)
+            if UPDATE:
+                keep_or_replace(tmp_path / "training.png", REPO / "docs" / "dashboard" / "training.png")
 
 
 SLIDER_VALUES = """() => [...document.querySelectorAll('[data-testid="stSidebar"] [data-testid="stSliderThumbValue"]')]
@@ -374,30 +371,25 @@ def test_a_link_to_a_view_opens_the_same_view_in_a_new_browser(dash_traces, tmp_
     """Open a page with a link (trace b, depths 2-3), move to another page through the sidebar, copy the URL the
     app wrote, open it in a fresh browser context (no session state): same page, same trace, same depth range."""
     _require_browser()
-    from playwright.sync_api import sync_playwright
 
     traces = [str(dash_traces["a"]), str(dash_traces["b"])]
     with _dashboard(traces, tmp_path) as url:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-            try:
-                first = browser.new_page(viewport={"width": 1400, "height": 1200})
-                first.goto(f"{url}/depth?traces=b&depth=2-3", wait_until="domcontentloaded")
-                first.wait_for_function(READY, arg=["Depth", 4, 0], timeout=180_000)
-                picked = first.evaluate(CHIPS)  # b alone, not a
-                assert [c[0] for c in picked] == ["b"], picked
-                assert first.evaluate(SLIDER_VALUES) == ["2", "3"]
-                first.get_by_test_id("stSidebarNavLink").filter(has_text="Heads").first.click()
-                first.wait_for_url(re.compile(r".*/heads\?.*"))
-                first.wait_for_function(READY, arg=["Heads", 2, 0], timeout=180_000)
-                link = first.url
-                assert "traces=b" in link and "depth=2-3" in link, link
-                picked_first = first.evaluate(PICKED)
-                fresh = browser.new_context(viewport={"width": 1400, "height": 1200}).new_page()
-                fresh.goto(link, wait_until="domcontentloaded")
-                fresh.wait_for_function(READY, arg=["Heads", 2, 0], timeout=180_000)
-                assert fresh.evaluate(PICKED) == picked_first
-                assert fresh.evaluate(SLIDER_VALUES) == ["2", "3"]
-                assert fresh.locator("[data-testid='stException']").count() == 0
-            finally:
-                browser.close()
+        with _chromium() as browser:
+            first = browser.new_page(viewport={"width": 1400, "height": 1200})
+            first.goto(f"{url}/depth?traces=b&depth=2-3", wait_until="domcontentloaded")
+            first.wait_for_function(READY, arg=["Depth", 4, 0], timeout=180_000)
+            picked = first.evaluate(CHIPS)  # b alone, not a
+            assert [c[0] for c in picked] == ["b"], picked
+            assert first.evaluate(SLIDER_VALUES) == ["2", "3"]
+            first.get_by_test_id("stSidebarNavLink").filter(has_text="Heads").first.click()
+            first.wait_for_url(re.compile(r".*/heads\?.*"))
+            first.wait_for_function(READY, arg=["Heads", 2, 0], timeout=180_000)
+            link = first.url
+            assert "traces=b" in link and "depth=2-3" in link, link
+            picked_first = first.evaluate(PICKED)
+            fresh = browser.new_context(viewport={"width": 1400, "height": 1200}).new_page()
+            fresh.goto(link, wait_until="domcontentloaded")
+            fresh.wait_for_function(READY, arg=["Heads", 2, 0], timeout=180_000)
+            assert fresh.evaluate(PICKED) == picked_first
+            assert fresh.evaluate(SLIDER_VALUES) == ["2", "3"]
+            assert fresh.locator("[data-testid='stException']").count() == 0

@@ -94,8 +94,8 @@ def test_capture_run_sink_default_is_auto_and_zero_means_none(tiny):
 
 
 def test_every_engine_run_has_the_protocol_signature():
-    """Each engine's run takes the EngineRun parameters (target, drafters, probes, out, settings, and the
-    keyword-only resume / overwrite / progress / extra_manifest), checked without importing vLLM."""
+    """Each engine's run takes the EngineRun parameters (target, drafters, probes, out, settings, the keyword-only
+    extra_manifest, and the output's and settings' keywords in **kw), checked without importing vLLM."""
     import ast
     import importlib.util
     import inspect
@@ -108,6 +108,7 @@ def test_every_engine_run_has_the_protocol_signature():
         fn = next(n for n in ast.walk(ast.parse(open(src).read())) if isinstance(n, ast.FunctionDef) and n.name == e.entry)
         names = [a.arg for a in fn.args.args] + [a.arg for a in fn.args.kwonlyargs]
         assert all(w in names for w in want), (e.name, set(want) - set(names))
+        assert fn.args.kwarg is not None, e.name  # resume / overwrite / progress and the settings' fields
         assert [a.arg for a in fn.args.args][:4] == ["target", "drafters", "probes", "out"], e.name
 
 

@@ -33,8 +33,8 @@ def test_readers_take_a_prompt_without_rounds(tmp_path):
     from drifttool.trace.synthetic import chain_tables, manifest, write
 
     def shards():
-        yield "p0", chain_tables("d", "p0", [1, 2, 3, 0, 1], 4, prompt={"group": "g0", "prompt_len": 100})
-        yield "p1", chain_tables("d", "p1", [], 4, prompt={"group": "g1", "prompt_len": 100})
+        yield "p0", chain_tables("d", "p0", [1, 2, 3, 0, 1], 4, values={"prompts": {"group": "g0", "prompt_len": 100}})
+        yield "p1", chain_tables("d", "p1", [], 4, values={"prompts": {"group": "g1", "prompt_len": 100}})
 
     path = write(tmp_path / "zero.drift", manifest({"d": {}}, 4), shards())
     tr = read_trace(path)

@@ -20,10 +20,11 @@ OPTION_FLAGS = {"device_map": "--device-map", "tree": "--tree", "compact": "--no
 
 
 class EngineRun(Protocol):
-    """The one signature every engine's run implements (the hf and vLLM engines; `Engine.load` returns it)."""
+    """The one signature every engine's run implements (the hf and vLLM engines; `Engine.load` returns it): `kw`
+    holds the run settings' fields (runner.RunSettings), the output's (runner.Output: resume, overwrite, progress,
+    compact) and the engine's own options (OPTION_FLAGS)."""
 
     def __call__(self, target: Any, drafters: list, probes: str, out: str, settings: Any = None, *,
-                 resume: bool = False, overwrite: bool = False, progress: bool = True,
                  extra_manifest: dict[str, Any] | None = None, **kw: Any) -> Path: ...
 
 

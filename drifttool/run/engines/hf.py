@@ -21,30 +21,25 @@ from ..drafters import DrafterSpec, check_mtp_targets, load_drafters, parse_over
 from ..hooks import Capture
 from ..loop import Prefill, check_prompt, positions_needed, prefill_prompt, speculate, teacher_forcing_data
 from ..manifest import build_manifest, drafter_identity  # noqa: F401 - drafter_identity re-exported
-from ..probes import Probe, check_text_length
+from ..probes import check_text_length
 from ..records import add_rows, prompt_row, prompt_tables
-from ..runner import RunSettings, begin, prompt_seed, write_run
+from ..runner import Output, PromptJob, RunSettings, begin, write_run
 from ..tree import TreeSpec, parse_tree
 from .hf_tree import capture_tree_prompt
 from .shard import each_drafter
 
 
-def capture_one(
-    target: Target, name: str, drafter: Eagle3Drafter, cap: Capture, probe: Probe, ids: list[int], depth: int,
-    mode: str, max_new_tokens: int, seed: int, temperature: float, forced=None, draft_sampling: str = "greedy",
-    prefill: Prefill | None = None,
-):
+def capture_one(target: Target, name: str, drafter: Eagle3Drafter, cap: Capture, job: PromptJob, forced=None,
+                prefill: Prefill | None = None):
     """One drafter on one prompt through an attached Capture; returns (tables, sampled rows, SpecResult)."""
     t0 = time.perf_counter()
-    res = speculate(target, drafter, ids, depth=depth, max_new_tokens=max_new_tokens, mode=mode,
-                    temperature=temperature, seed=prompt_seed(seed, probe.id), observers=[cap], forced=forced,
-                    draft_sampling=draft_sampling, prefill=prefill)
+    res = speculate(target, drafter, job.ids, job.decoding(), observers=[cap], forced=forced, prefill=prefill)
     wall = time.perf_counter() - t0
-    tabs = prompt_tables(name, probe.id, res.rounds, cap.rounds, drafter.config.input_aux_layer_ids,
+    tabs = prompt_tables(name, job.probe.id, res.rounds, cap.rounds, drafter.config.input_aux_layer_ids,
                          trained_window(drafter.config.to_dict())["window"], drafter.config.sliding_window)
-    tabs["prompts"] = prompt_row(name, probe, len(ids), len(res.output_ids), res.rounds, wall,
-                                 max_new_tokens=max_new_tokens)
-    rows = add_rows(tabs, name, probe.id, cap.rounds)
+    tabs["prompts"] = prompt_row(name, job.probe, len(job.ids), len(res.output_ids), res.rounds, wall,
+                                 max_new_tokens=job.max_new_tokens)
+    rows = add_rows(tabs, name, job.probe.id, cap.rounds)
     return tabs, rows, res
 
 
@@ -133,24 +128,22 @@ def sink_rule(evidence: dict) -> str:
     return "auto: target" if evidence.get("auto") else "target"
 
 
-def capture_prompt(
-    target: Target, drafters: dict[str, Eagle3Drafter], probe: Probe, ids: list[int], depth: int, mode: str,
-    max_new_tokens: int, sink: SinkSpec, seed: int, keep_rows: int, temperature: float,
-    draft_sampling: str = "greedy", full_every: int = 1, recent: int = RECENT, template_ids: tuple[int, ...] = (),
-) -> tuple[dict[str, pd.DataFrame], dict]:
+def capture_prompt(target: Target, drafters: dict[str, Eagle3Drafter],
+                   job: PromptJob) -> tuple[dict[str, pd.DataFrame], dict]:
     """All drafters on one prompt (the target's teacher-forced pass shared); the shard's tables and rows."""
+    st = job.settings
     # the target's work on the prompt is done once and shared: its teacher-forced pass, or its prompt forward
     t0 = time.perf_counter()
-    forced = teacher_forcing_data(target, ids, depth, max_new_tokens) if mode == "teacher-forced" else None
-    prefill = prefill_prompt(target, ids) if mode == "generate" and len(drafters) > 1 else None
+    forced = (teacher_forcing_data(target, job.ids, st.depth, job.max_new_tokens) if st.mode == "teacher-forced"
+              else None)
+    prefill = prefill_prompt(target, job.ids) if st.mode == "generate" and len(drafters) > 1 else None
     shared = forced is not None or prefill is not None
     prefill_s = time.perf_counter() - t0 if shared else 0.0  # the target's shared work: in no drafter's wall_s
 
     def run(name: str, d: Eagle3Drafter):
-        with Capture(d, sink=sink, keep_rows=keep_rows, seed=prompt_seed(seed, probe.id), full_every=full_every,
-                     recent=recent, template_ids=tuple(template_ids)) as cap:
-            tabs, arr, _ = capture_one(target, name, d, cap, probe, ids, depth, mode, max_new_tokens, seed,
-                                       temperature, forced, draft_sampling, prefill)
+        with Capture(d, sink=st.sink, keep_rows=st.keep_rows, seed=job.seed, full_every=st.full_every,
+                     recent=st.recent, template_ids=tuple(job.template_ids)) as cap:
+            tabs, arr, _ = capture_one(target, name, d, cap, job, forced, prefill)
         tabs["prompts"] = tabs["prompts"].assign(prefill_s=prefill_s)
         return tabs, arr
 
@@ -174,17 +167,13 @@ def _tree_settings(tree: TreeSpec | str | None, st: RunSettings) -> tuple[TreeSp
     return tree, dataclasses.replace(st, depth=tree.max_depth)
 
 
-def _capture_probe(
-    tgt: Target, models: dict[str, Eagle3Drafter], probe: Probe, ids: list[int], st: RunSettings,
-    max_new_tokens: int, tree: TreeSpec | None, template_ids: tuple[int, ...],
-) -> tuple[dict[str, pd.DataFrame], dict | None]:
+def _capture_probe(tgt: Target, models: dict[str, Eagle3Drafter], job: PromptJob,
+                   tree: TreeSpec | None) -> tuple[dict[str, pd.DataFrame], dict | None]:
     """One probe through every drafter as draft trees or chains: the shard's tables and sampled rows (trees
     write none)."""
     if tree is not None:
-        return capture_tree_prompt(tgt, models, probe, ids, tree, max_new_tokens, st.sink, st.seed,
-                                   st.temperature, st.recent, template_ids), None
-    return capture_prompt(tgt, models, probe, ids, st.depth, st.mode, max_new_tokens, st.sink, st.seed,
-                          st.keep_rows, st.temperature, st.draft_sampling, st.full_every, st.recent, template_ids)
+        return capture_tree_prompt(tgt, models, job, tree), None
+    return capture_prompt(tgt, models, job)
 
 
 def token_cost(token_ids: dict[str, list[int]], st: RunSettings, n_models: int, probe) -> int:
@@ -199,25 +188,22 @@ def run_capture(
     out: str,
     settings: RunSettings | None = None,
     *,
-    resume: bool = False,
-    overwrite: bool = False,
-    progress: bool = True,
     extra_manifest: dict[str, Any] | None = None,
     tree: TreeSpec | str | None = None,
-    compact: bool = True,
-    **settings_kw: Any,
+    **kw: Any,
 ) -> Path:
     """Capture every probe with every drafter into the trace `out`; returns its path.
 
-    `settings` is a checked `RunSettings`, or give its keywords (`depth=8`, `mode`, `max_new_tokens`, `dtype`,
-    `device`, `sink`, `seed`, `keep_rows`, `temperature`, `limit`, `draft_sampling`, `device_map`, `full_every`;
-    see `RunSettings.of`). `draft_sampling` (temperature > 0 only): "greedy" as vLLM drafts by default, or
-    "probabilistic" (see loop.DRAFT_SAMPLING). `device_map` (e.g. "auto") spreads the target over devices; the
-    drafters then run on its last device. `tree` (run/tree.py: static rank paths or dynamic:top_k=..,depth=..,
-    total=..): draft trees instead of chains; the depth is then the tree's depth bound. `compact`: merge the
-    shards into one file per table when the capture finishes (trace.compact)."""
-    st, suite = begin(settings, settings_kw, drafters, probes, "run_capture", target=target, out=out,
-                      resume=resume, overwrite=overwrite)  # before anything is loaded
+    `settings` is a checked `RunSettings`, or give its fields as keywords (`depth=8`, `mode`, `max_new_tokens`,
+    `dtype`, `device`, `sink`, `seed`, `keep_rows`, `temperature`, `limit`, `draft_sampling`, `device_map`,
+    `full_every`, `recent`). The output's keywords (runner.Output): `resume`, `overwrite`, `progress`, `compact`
+    (merge the shards into one file per table when the capture finishes). `draft_sampling` (temperature > 0
+    only): "greedy" as vLLM drafts by default, or "probabilistic" (see loop.DRAFT_SAMPLING). `device_map` (e.g.
+    "auto") spreads the target over devices; the drafters then run on its last device. `tree` (run/tree.py:
+    static rank paths or dynamic:top_k=..,depth=..,total=..): draft trees instead of chains; the depth is then
+    the tree's depth bound."""
+    output = Output.take(out, kw)
+    st, suite = begin(settings, kw, drafters, probes, "run_capture", target=target, out=output)  # before loading
     tree, st = _tree_settings(tree, st)
     from ...model.hub import resolve
 
@@ -239,16 +225,15 @@ def run_capture(
     manifest = build_manifest(tgt, tgt_path, models, settings_, extra_manifest)
 
     def step(writer, bar, probe) -> None:
-        mnt = st.new_tokens(probe)
+        job = PromptJob(st, probe, token_ids[probe.id], template_ids)
         try:
-            tables, rows = _capture_probe(tgt, models, probe, token_ids[probe.id], st, mnt, tree, template_ids)
+            tables, rows = _capture_probe(tgt, models, job, tree)
         except DriftError as e:  # e.g. NaN/inf target features: name the target and the probe
             raise DriftError(f"{tgt_path or tgt.name}: probe {probe.id!r}: {e}") from None
         writer.add(probe.id, tables, rows)
         bar.advance(probe.id, int(len(tables.get("rounds", []))), cost(probe))
 
     cost = partial(token_cost, token_ids, st, len(models))
-    writer = write_run(out, manifest, lambda w: [(1, p) for p in suite if p.id not in w.done], step, len(models),
-                       resume, overwrite, progress, Path(tgt_path) / "tokenizer.json" if tgt_path else None,
-                       compact=compact, cost=cost)
+    writer = write_run(output, manifest, lambda w: [(1, p) for p in suite if p.id not in w.done], step, len(models),
+                       Path(tgt_path) / "tokenizer.json" if tgt_path else None, cost=cost)
     return writer.path

@@ -37,7 +37,7 @@ from ...loop import RoundRecord, positions_needed
 from ...manifest import build_manifest
 from ...probes import Probe
 from ...records import add_rows, prompt_row, prompt_tables
-from ...runner import RunSettings, begin, prompt_seed, write_run
+from ...runner import Output, RunSettings, begin, prompt_seed, write_run
 from .crosscheck import acceptance_counts, check_acceptance, metrics_delta, spec_metrics, tolerance, verdict
 from .events import read_events
 from .launch import DEFAULT_ARGS, first_line, import_vllm, parse_vllm_args, shutdown, start_llm
@@ -348,23 +348,21 @@ def run_capture_vllm(
     out: str,
     settings: RunSettings | None = None,
     *,
-    resume: bool = False,
-    overwrite: bool = False,
-    progress: bool = True,
     extra_manifest: dict[str, Any] | None = None,
     vllm_kwargs: dict[str, Any] | None = None,
     engine_args: list[str] | None = None,
-    **settings_kw: Any,
+    **kw: Any,
 ) -> Path:
     """Like `run_capture`, but vLLM runs the speculative decoding; returns the trace path.
 
-    `settings` is a checked `RunSettings`, or give its keywords (`depth=8`, `max_new_tokens`, `dtype`, `device`,
-    `sink`, `seed`, `keep_rows`, `temperature`, `limit`, ...; see `RunSettings.of`). One vLLM engine per drafter;
+    `settings` is a checked `RunSettings`, or give its fields as keywords (`depth=8`, `max_new_tokens`, `dtype`,
+    `device`, `sink`, `seed`, `keep_rows`, `temperature`, `limit`, ...); the output's keywords (runner.Output):
+    `resume`, `overwrite`, `progress`. One vLLM engine per drafter;
     shards are keyed `DRAFTER:PROMPT`. `dtype` applies to vLLM and to the replay drafter, `device` to the replay
     drafter. `vllm_kwargs` (or `engine_args`, `--vllm-arg` strings KEY=VALUE) go to `vllm.LLM` (they may not
     contradict launch.REQUIRED_ARGS)."""
-    st, suite = begin(settings, settings_kw, drafters, probes, "run_capture_vllm", target=target,
-                      out=out, resume=resume, overwrite=overwrite)
+    output = Output.take(out, kw)
+    st, suite = begin(settings, kw, drafters, probes, "run_capture_vllm", target=target, out=output)
     st, sink_rule = vllm_sink(st)
     llm_kwargs = {**parse_vllm_args(engine_args or []), **(vllm_kwargs or {})}
     check_vllm_settings(st, target)
@@ -392,7 +390,7 @@ def run_capture_vllm(
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
-    writer = write_run(out, manifest, plan, step, len(models), resume, overwrite, progress)
+    writer = write_run(output, manifest, plan, step, len(models))
     for f in writer.manifest.get("flags", []):
         print(f"drifttool: warning: {f['key']}: {f['message']}", file=sys.stderr)
     return writer.path
