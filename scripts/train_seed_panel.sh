@@ -7,7 +7,7 @@
 #   2. one feature worker over the first FEATURE_CONVERSATIONS training conversations -> runs/seeds/features/train
 #      (a fixed count, so every seed of the panel, in any session, trains on the same data; skipped once finished)
 #   3. per seed: training.train_real --steps STEPS --seed S -> runs/seeds/s<S>/drafters/{eagle3,eagle3.1}
-# Env: SEEDS (default "0 1 2 3 4 5 6 7"), STEPS (default 120), FEATURE_CONVERSATIONS (default 259: 246,260 tokens),
+# Env: SEEDS (default "0 1 2 3 4 5 6 7"), STEPS (default 120), FEATURE_CONVERSATIONS (default 259),
 # WINDOW (default 4096). Two invocations with disjoint SEEDS may run at once, one per core, once the features exist.
 # One thread per process (OMP_NUM_THREADS=1): the other core stays free.
 set -euo pipefail
