@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
+
+import numpy as np
 
 PKG = Path(__file__).resolve().parents[1]
 REPO = PKG.parent
@@ -32,22 +35,21 @@ def code_files(page: str) -> list[Path]:
 NOISE = 2  # Chromium's antialiasing moves a few dozen pixels by 1 level between two renders of the same page
 
 
+def _pixels(path: Path) -> np.ndarray:
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return np.asarray(im.convert("RGBA"), np.int16)
+
+
 def keep_or_replace(new: Path, dest: Path) -> bool:
     """Copy a new screenshot over `dest` only when its pixels differ by more than rendering noise (NOISE): a change
     to a page's code that draws the same picture (a refactor) then re-records the hash without rewriting the image,
     so the repository does not grow by a copy of every screenshot. True when `dest` was replaced."""
-    from PIL import Image
-
     if dest.is_file():
-        import numpy as np
-
-        with Image.open(new) as a, Image.open(dest) as b:
-            same = a.size == b.size and int(np.abs(np.asarray(a.convert("RGBA"), np.int16)
-                                                   - np.asarray(b.convert("RGBA"), np.int16)).max()) <= NOISE
-        if same:
+        a, b = _pixels(new), _pixels(dest)
+        if a.shape == b.shape and int(np.abs(a - b).max()) <= NOISE:
             return False
-    import shutil
-
     shutil.copyfile(new, dest)
     return True
 
