@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 from _common import median, print_table
 
-from drifttool.run.attention_stats import key_counts
+from drifttool.run.attention_stats import Gathered, key_counts
 from drifttool.run.hooks import HEAD_FIELDS, RoundCapture
+from drifttool.run.key_sets import TailSlots
 from drifttool.run.loop import RoundRecord
 from drifttool.run.records import prompt_tables
 from drifttool.trace import TraceWriter, read_table
@@ -40,12 +40,12 @@ def depths_shard(rounds: int, seed: int = 0):
                                 accepted=acc, match=[j < acc for j in range(K)], bonus=ids[0],
                                 input_ids=ids[K:]))
         heads = rng.random((K, 1, len(HEAD_FIELDS)), dtype=np.float32)
-        heads[..., :3] /= 3  # sink, draft, own: a distribution's masses (sum <= 1), as the reader checks
+        heads[..., [HEAD_FIELDS.index(f) for f in ("sink_mass", "draft_mass", "own_mass")]] /= 3  # sink, draft, own: a distribution's masses (sum <= 1), as the reader checks
         n = 512 + 2 * r  # key counts that agree with each other (the reader checks them): 4 sinks, 32 recent
-        sets = [torch.arange(4), torch.arange(n - 32, n), torch.zeros(0, dtype=torch.long)]
+        sets = [np.arange(4), np.arange(n - 32, n), np.zeros(0, dtype=np.int64)]
         caps.append(RoundCapture(round=r, context_len=n, heads=heads,
                                  hidden=rng.random((K, 7), dtype=np.float32),
-                                 aux=rng.random((3, 3), dtype=np.float32), counts=key_counts(n, K, sets)))
+                                 aux=rng.random((3, 3), dtype=np.float32), counts=key_counts(Gathered.of(n, sets, TailSlots.chain(K)))))
     return prompt_tables("eagle3", "p", recs, caps, [1, 2, 3], 2048)["depths"]
 
 

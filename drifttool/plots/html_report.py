@@ -12,6 +12,7 @@ import pandas as pd
 from ..analysis.compare import Comparison
 from ..analysis.report import plain_summary
 from ..analysis.views import build_view
+from ..trace import metric_table
 from ..trace.reader import TraceData
 from ..version import __version__
 from . import (
@@ -46,6 +47,18 @@ PER_DEPTH_COLUMNS = [("series", "series", None), ("depth", "depth", 0), ("rounds
                      ("sink mass", "sink_mass", 4), ("self mass", "self_mass", 4),
                      ("prompt mass", "prompt_mass", 4), ("fed-back RMS", "rms_in", 2),
                      ("acceptance rate", "acceptance_rate", 3)]
+
+
+def mass_columns() -> list[tuple[str, str, int | None]]:
+    """Every mass of the metric table with its lift (a row added to the table is reported without a change here)."""
+    lab = metric_table.labels()
+    cols = [("series", "series", None), ("depth", "depth", 0)]
+    for m in metric_table.METRICS:
+        if m.unit == metric_table.MASS:
+            cols.append((lab[m.name], m.name, 4))
+            if m.lift:
+                cols.append((lab[m.lift], m.lift, 2))
+    return cols
 
 
 def _cell(v, d: int | None) -> str:
@@ -124,5 +137,7 @@ def html_report(traces: list[TraceData], title: str = "drifttool report") -> str
                                  config={"displaylogo": False}))
         first = False
     parts.append("<h2>Per depth</h2>" + _table(v.per_depth, PER_DEPTH_COLUMNS))
+    parts.append("<h2>Every mass per depth</h2><p>Each per-head mass of the metric table (docs/metrics.md) and its "
+                 "lift over the uniform share, head-mean per depth.</p>" + _table(v.per_depth, mass_columns()))
     parts.append("</body></html>")
     return "\n".join(parts)

@@ -1,18 +1,16 @@
-"""The per-round maths of the capture, pure functions of tensors: masked draft-query scores, region masses
-(sink / earlier draft steps / own slot), entropy, the head's largest weight and its slot, hidden-state
-magnitudes and the massive-activation flag. `hooks.Capture` collects the tensors and calls these once per
-round; what counts as a sink is `SinkSpec`'s alone (the caller passes the sink positions).
+"""The per-round maths of the capture. The device does what touches the key cache: each query row's probabilities
+on the few keys the masses read (`lse_probs`: from the fused kernel's log-sum-exp, O(keys read) whatever the
+context length; `full_probs`: from the whole row on full rounds, with entropy and the head maxima) and the hidden
+states' sums of squares. The host (numpy) turns those into every per-head field of the metric table
+(`head_values`), chains and trees alike: each context mass sums its key set's columns, each tail mass weighs the
+drafted slots by its `slots` rule over the row's ancestor / own masks (key_sets.TailSlots), the matched control and
+the window mass come from the chain's depth-1 row and recent set. `hooks.Capture` and `tree_capture.TreeCapture`
+call these once per round; what counts as a sink is `SinkSpec`'s alone.
 
-Cost: this runs once per round over K x heads x L scores, so every full-length pass counts (with K=8, 8 heads
-and 16k context one pass reads and writes 4 MiB; see bench/bench_overhead.py). Hence: scores in the
-[nkv, K, rep, L] layout one matmul writes; the chain mask only on the K-1 draft slots at the tail (the context
-is visible to every depth); one exp shared by masses and entropy (no entr); sink mass gathered from the few
-sink columns.
-
-`lse_masses` is the cheap path: with each query row's log-sum-exp from the fused attention kernel, the sink
-and chain masses are exp(q.k * scale - lse) over the S sink keys and K-1 draft keys alone, O(K (S+K) heads)
-per round whatever the context length; prompt mass is the rest. Entropy and the head maxima need the full row
-and come only from `head_stats`."""
+Cost (bench/bench_overhead.py): this runs every round, so on the cheap path it is a handful of torch ops (a gather
+of the keys read, one batched matmul, one exp) and one host transfer; everything per metric is numpy on arrays of
+K x heads x (keys read) values. On full rounds the K x heads x L scores take one pass each for max, exp, sum and
+the entropy's product (never L x L)."""
 
 from __future__ import annotations
 
@@ -20,24 +18,25 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
 import torch
-from einops import rearrange
 
 from ..trace import metric_table
-from .key_sets import matched_index
+from .key_sets import TailSlots
 
 # The per-head fields in the capture's packed order (trace/metric_table.head_fields): the context masses (sink,
-# recent, template, ...: each a key set of the metric table), the draft / own masses over this chain's draft slots,
-# entropy, max_prob = the head's largest attention weight (1/z: after subtracting the row max the top key's weight is
-# exp(0)) and top_pos = the key slot it sits on (slot t holds token t+1's pair at position t).
+# recent, template, ...: each a key set of the metric table), the tail masses over this chain's (tree path's)
+# drafted slots, entropy, max_prob = the head's largest attention weight and top_pos = the key slot it sits on
+# (slot t holds token t+1's pair at position t), the matched and window masses. Read them by name (`field`).
 HEAD_FIELDS = metric_table.head_fields()
 HIDDEN_FIELDS = ("rms_in", "l2_in", "rms_pre", "l2_pre", "rms_post", "l2_post", "massive")
 MASS_FIELDS = metric_table.measured_masses()  # every round (lse); the others on full rounds only (NaN / NaN / -1)
 MASS_IDX = tuple(HEAD_FIELDS.index(m) for m in MASS_FIELDS)
 # per depth: the keys the query saw and how many of them each mass's key set holds (the uniform share's terms)
 COUNT_FIELDS = metric_table.key_counts()
+ROW_FIELDS = (*(m.name for m in metric_table.of_kind("row")), *metric_table.ROW_EXTRAS)  # full rounds only
 _CONTEXT = metric_table.context_masses()
-_TAIL = ("draft_mass", "own_mass")  # computed here from the chain's (or tree's) draft-slot masks
+_TAIL = tuple(m.name for m in metric_table.of_kind("tail"))
 _MATCHED = tuple(m.name for m in metric_table.of_kind("matched"))  # from the depth-1 row, stored at depth k
 _WINDOW = tuple(m.name for m in metric_table.of_kind("window"))  # the last R keys: own drafted slots + newest context
 _RECENT = _CONTEXT.index("recent_mass")  # the context set whose newest slots the window mass keeps
@@ -46,6 +45,11 @@ _RECENT = _CONTEXT.index("recent_mass")  # the context set whose newest slots th
 CHECKED_FULL = tuple(i for i, f in enumerate(HEAD_FIELDS) if f not in _MATCHED)
 CHECKED_LSE = tuple(i for i in MASS_IDX if HEAD_FIELDS[i] not in _MATCHED)
 CHECKED_TREE = tuple(i for i in CHECKED_FULL if HEAD_FIELDS[i] not in _WINDOW)  # trees: no window mass either
+
+
+def field(heads: np.ndarray, name: str) -> np.ndarray:
+    """One per-head field [...] of a packed array [..., len(HEAD_FIELDS)], by name."""
+    return heads[..., HEAD_FIELDS.index(name)]
 
 
 def head_fields(heads) -> dict:
@@ -58,22 +62,206 @@ def head_fields(heads) -> dict:
     return f
 
 
-def key_counts(n: int, k_: int, sets, window: int | None = None, n_self=None):
-    """COUNT_FIELDS [K, C] (int64, numpy) of a chain's K depth queries: keys seen (after the sliding window), and
-    among them each context mass's slots (`sets`, in the metric table's order) and the self slots (earlier draft
-    steps + own slot: k - 1 at depth k). Uniform attention over the seen keys puts count / n_keys on each set: the
-    lifts' denominator. n_self: per-row self counts for a tree's rows (default: the chain's)."""
-    import numpy as np
+def window_start(n: int, j: int, window: int | None) -> int:
+    """First slot depth j (0-based, query slot n-1+j) can attend under a sliding window (None: slot 0)."""
+    return max(0, n + j - window) if window is not None else 0
 
-    lo = np.array([window_start(n, j, window) for j in range(k_)])
-    j = np.arange(k_)
-    # depth j sees slots lo..n-1+j; its self slots n..n-1+j, those a sliding window still shows
-    out = {"n_keys": n + j - lo,
-           "n_self": j - np.clip(lo - n, 0, None) if n_self is None else np.asarray(n_self)}
-    for m, s in zip(metric_table.of_kind("context"), sets):
-        idx = np.asarray(s.cpu() if hasattr(s, "cpu") else s).reshape(-1)
-        out[m.count] = (idx[None, :] >= lo[:, None]).sum(1)
-    return np.stack([out[c] for c in COUNT_FIELDS], -1).astype(np.int64)
+
+# -- which keys a round reads -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Gathered:
+    """The keys a round's masses read, in one index: each context set's slots (`sizes`, metric-table order), the F
+    drafted tail slots n..n+F-1, then the matched control's m slots (chains). `lo` [R]: each row's first visible slot
+    (a sliding window), `tail`: the rows' ancestor / own masks."""
+
+    index: np.ndarray  # [G] int64
+    sizes: tuple[int, ...]
+    n: int
+    f: int
+    m: int
+    tail: TailSlots
+    lo: np.ndarray  # [R] int64
+    chain: bool = True
+
+    @classmethod
+    def of(cls, n: int, sets: list[np.ndarray], tail: TailSlots, matched: np.ndarray | None = None,
+           lo: np.ndarray | None = None) -> Gathered:
+        f = tail.anc.shape[1]
+        mi = matched if matched is not None else np.zeros(0, np.int64)
+        index = np.concatenate([*sets, np.arange(n, n + f, dtype=np.int64), mi])
+        r = tail.anc.shape[0]
+        return cls(index, tuple(len(s) for s in sets), n, f, len(mi), tail,
+                   np.zeros(r, np.int64) if lo is None else np.asarray(lo, np.int64), matched is not None)
+
+    @property
+    def windowed(self) -> bool:
+        return bool(self.lo.any())
+
+    @property
+    def visible(self) -> np.ndarray:
+        """[R, G] bool: the row's query attended that key (inside its window; a drafted slot only on its path)."""
+        vis = self.index[None, :] >= self.lo[:, None]
+        s = sum(self.sizes)
+        vis[:, s:s + self.f] &= self.tail.path
+        return vis
+
+    def hidden(self, device) -> torch.Tensor:
+        """[R, G] bool on `device`: the gathered keys each row did not see (masked before the exp)."""
+        if self.chain and not self.windowed:
+            return _chain_hidden(self.sizes, self.tail.anc.shape[0], self.m, str(device))
+        return torch.from_numpy(~self.visible).to(device)
+
+    def weights(self) -> np.ndarray:
+        """[R, G, len(HEAD_FIELDS)]: per row, which gathered keys each mass sums (context sets, tail rules, the
+        window mass; zero columns for the fields computed otherwise). Cached for a chain's layout."""
+        if self.chain:
+            return _chain_weights(self.sizes, self.tail.anc.shape[0], self.m)
+        return _weights(self.sizes, self.tail, self.m, False)
+
+
+def chain_lo(n: int, k_: int, window: int | None) -> np.ndarray:
+    """[K] first visible slot of each depth row of a chain (all 0 without a sliding window)."""
+    return np.array([window_start(n, j, window) for j in range(k_)], dtype=np.int64)
+
+
+_COL = {name: i for i, name in enumerate(HEAD_FIELDS)}
+_ROW_COLS = [_COL[f] for f in ROW_FIELDS]
+
+
+def _weights(sizes: tuple[int, ...], tail: TailSlots, m: int, chain: bool) -> np.ndarray:
+    r, f = tail.anc.shape
+    s = sum(sizes)
+    w = np.zeros((r, s + f + m, len(HEAD_FIELDS)))
+    o = 0
+    for name, size in zip(_CONTEXT, sizes):
+        w[:, o:o + size, _COL[name]] = 1
+        o += size
+    for name, tw in zip(_TAIL, tail.weights):
+        w[:, s:s + f, _COL[name]] = tw
+    if chain:  # the last R keys whatever they are: the row's path + the recent set less its j oldest at depth j
+        rs, size = sum(sizes[:_RECENT]), sizes[_RECENT]
+        for name in _WINDOW:
+            for j in range(r):
+                w[j, rs + min(j, size):rs + size, _COL[name]] = 1
+            w[:, s:s + f, _COL[name]] = tail.path
+    return w
+
+
+@lru_cache(maxsize=64)
+def _chain_weights(sizes: tuple[int, ...], k_: int, m: int) -> np.ndarray:
+    return _weights(sizes, TailSlots.chain(k_), m, True)
+
+
+@lru_cache(maxsize=64)
+def _chain_hidden(sizes: tuple[int, ...], k_: int, m: int, device: str) -> torch.Tensor:
+    g = Gathered.of(0, [np.zeros(x, np.int64) for x in sizes], TailSlots.chain(k_), np.zeros(m, np.int64))
+    return torch.from_numpy(~g.visible).to(device)
+
+
+@lru_cache(maxsize=64)
+def _matched_weights(m: int, k_: int) -> tuple[np.ndarray, np.ndarray]:
+    """[m, K]: depth j (0-based) sums the last j of the matched control's m slots (ascending); [K] bool: the depths
+    with no value (depth 1, and j > m)."""
+    w = np.zeros((m, k_))
+    for j in range(1, min(m, k_ - 1) + 1):
+        w[m - j:, j] = 1
+    return w, (np.arange(k_) == 0) | (np.arange(k_) > m)
+
+
+# -- device side ------------------------------------------------------------------------------------------------------
+def _grouped(q: torch.Tensor, nkv: int) -> torch.Tensor:
+    """[R, nh, hd] -> [nkv, R * rep, hd]: GQA, query head h = g * rep + r reads kv head g."""
+    r, nh, hd = q.shape
+    return q.reshape(r, nkv, nh // nkv, hd).transpose(0, 1).reshape(nkv, r * (nh // nkv), hd)
+
+
+def lse_probs(qh: torch.Tensor, keys: torch.Tensor, index: torch.Tensor, lse: torch.Tensor,
+              scale: float | None = None, hidden: torch.Tensor | None = None) -> torch.Tensor:
+    """[nh, R, G] fp32: each query row's attention weight exp(q.k * scale - lse) on the G gathered keys, from the
+    R query rows qh [nh, R, hd] (head-major, as the hooks stack them) and each row's log-sum-exp lse [nh, R] over
+    the keys it attended; 0 where `hidden` [R, G] (keys the row did not see). The keys are gathered before the fp32
+    upcast: a bf16 cache is never copied whole. One gather, one fused matmul-add, one mask, one exp; head h = g *
+    rep + r reads kv head g, so the head-major rows group by kv head without a copy."""
+    nh, r, hd = qh.shape
+    nkv = keys.shape[0]
+    kg = keys[:, index].float()  # [nkv, G, hd] (index_select would copy a strided cache view whole first)
+    neg = lse.float().reshape(nkv, -1, 1).neg()
+    s = torch.baddbmm(neg, qh.float().reshape(nkv, -1, hd), kg.transpose(1, 2), alpha=scale or 1.0 / math.sqrt(hd))
+    s = s.view(nh, r, -1)
+    if hidden is not None:
+        s.masked_fill_(hidden[None], float("-inf"))
+    return s.exp_()
+
+
+def masked_logits(q: torch.Tensor, keys: torch.Tensor, n: int, scale: float | None = None,
+                  window: int | None = None, tail: TailSlots | None = None) -> torch.Tensor:
+    """Masked scaled scores [nkv, R, rep, L] (fp32) of R query rows q [R, nh, hd] (head h = g * rep + r uses kv
+    head g) over keys [nkv, L, hd]. Context slots 0..n-1 are visible to every row (but for a sliding window's
+    oldest); drafted slots n..L-1 only on the row's path (tail; default: the chain's, row j at slot n-1+j)."""
+    r, nh, hd = q.shape
+    nkv, length, _ = keys.shape
+    s = torch.matmul(_grouped(q.float(), nkv), keys.float().transpose(1, 2)).view(nkv, r, nh // nkv, length)
+    s.mul_(scale or 1.0 / math.sqrt(hd))
+    s[..., n:].masked_fill_(_hidden(tail or TailSlots.chain(r), length - n, str(s.device)), float("-inf"))
+    for j in range(r):  # a sliding window hides slots <= n-1+j-W from depth j (sinks included: zero mass)
+        lo = window_start(n, j, window)
+        if lo > 0:
+            s[:, j, :, :lo] = float("-inf")
+    return s
+
+
+def _hidden(tail: TailSlots, f: int, device: str) -> torch.Tensor:
+    """[1, R, 1, F] bool: the drafted slots a row does not see (slots past the tail's F are hidden too)."""
+    if tail.anc.shape[1] == f:
+        return _hidden_mask(tail.path.tobytes(), tail.path.shape, device)
+    path = np.zeros((tail.anc.shape[0], f), bool)
+    path[:, : tail.anc.shape[1]] = tail.path[:, :f]
+    return _hidden_mask(path.tobytes(), path.shape, device)
+
+
+@lru_cache(maxsize=64)
+def _hidden_mask(path: bytes, shape: tuple[int, int], device: str) -> torch.Tensor:
+    p = np.frombuffer(path, dtype=bool).reshape(shape)
+    return torch.from_numpy(~p).to(device)[None, :, None, :]
+
+
+def probabilities(q: torch.Tensor, keys: torch.Tensor, n: int, scale: float | None = None,
+                  window: int | None = None) -> torch.Tensor:
+    """Attention probabilities [K, nh, L] of K draft-step queries [K, nh, hd] over keys [nkv, L, hd] (fp32)."""
+    p = masked_logits(q, keys, n, scale, window).softmax(-1)
+    return p.permute(1, 0, 2, 3).reshape(p.shape[1], -1, p.shape[-1])
+
+
+def full_probs(d: torch.Tensor, g: Gathered, index: torch.Tensor, keep_row: bool = False
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """From masked logits d [nkv, R, rep, L] (consumed in place): the gathered keys' probabilities [nh, R, G] (as
+    lse_probs gives them), the row fields [nh, R, 3] (entropy, max_prob, top_pos: ROW_FIELDS) and, when keep_row,
+    the head-mean rows [R, L].
+
+    Softmax by hand, so the pieces serve every statistic: d = s - rowmax, e = exp(d), z = sum e, p = e / z,
+    entropy = log z - sum(e * d) / z, max_prob = 1 / z (the top key's weight is exp(0)). Full-length passes: max,
+    sub, exp, sum, mul, sum."""
+    mx, top = d.max(-1)  # the max pass the softmax needs anyway also names the most-attended slot
+    d.sub_(mx.unsqueeze(-1))
+    e = d.exp()
+    z = e.sum(-1)
+    p = e.index_select(-1, index) / z[..., None]
+    row = (e / z[..., None]).mean((0, 2)) if keep_row else None
+    ed = e.mul_(d)
+    ed[..., g.n:].nan_to_num_(0.0)  # hidden draft slots: 0 * -inf
+    lo = int(g.lo.max()) if g.lo.size else 0
+    if lo > 0:
+        ed[..., :lo].nan_to_num_(0.0)  # slots before the sliding window
+    rows = torch.stack([z.log() - ed.sum(-1) / z, z.reciprocal(), top.to(z.dtype)], -1)  # slot ids < 2^24: exact
+    nkv, r, rep, _ = d.shape
+    return (p.transpose(1, 2).reshape(nkv * rep, r, -1), rows.transpose(1, 2).reshape(nkv * rep, r, -1), row)
+
+
+def hidden_sums(x: torch.Tensor) -> torch.Tensor:
+    """[2 * M] fp32 from hidden states x [M, H] (any float dtype): each row's L2 norm, then its largest |x| (all the
+    magnitudes and the massive flag need, bar the rare median); two norms accumulated in fp32."""
+    norm = torch.linalg.vector_norm
+    return torch.cat([norm(x, 2, -1, dtype=torch.float32), norm(x, math.inf, -1, dtype=torch.float32)])
 
 
 def massive(x: torch.Tensor) -> torch.Tensor:
@@ -86,207 +274,84 @@ def massive(x: torch.Tensor) -> torch.Tensor:
     return (big & (a >= 1000 * med)).any(-1)
 
 
-def rms(x: torch.Tensor) -> torch.Tensor:
-    return x.pow(2).mean(-1).sqrt()
+def massive_rows(x: torch.Tensor, amax: np.ndarray) -> np.ndarray:
+    """`massive` per row of x [M, H] given each row's largest |x| (host): the rule holds iff the largest |x| is
+    > 100 and >= 1000x the median, so the median is computed only for rows above 100 (rare)."""
+    out = np.zeros(amax.shape, bool)
+    big = np.flatnonzero(amax > 100)
+    if big.size:
+        med = x[torch.from_numpy(big).to(x.device)].abs().float().median(-1).values.cpu().numpy()
+        out[big] = amax[big] >= 1000 * med
+    return out
 
 
-def window_start(n: int, j: int, window: int | None) -> int:
-    """First slot depth j (0-based, query slot n-1+j) can attend under a sliding window (None: slot 0)."""
-    return max(0, n + j - window) if window is not None else 0
+# -- host side --------------------------------------------------------------------------------------------------------
+def head_values(p: np.ndarray, g: Gathered, rows: np.ndarray | None = None) -> np.ndarray:
+    """HEAD_FIELDS [R, nh, F] (float32) from the gathered probabilities p [nh, R, G] (host copy of lse_probs or
+    full_probs: zero on keys a row did not see) and, on full rounds, the row fields [nh, R, 3] (else entropy /
+    max_prob NaN, top_pos -1). Every mass of the metric table in one batched product with the layout's
+    weights (context sets, tail slot rules, the window mass), plus the matched control from the chain's depth-1 row."""
+    r = p.shape[1]
+    p = p.transpose(1, 0, 2).astype(np.float64)  # [R, nh, G]
+    out = np.matmul(p, g.weights())
+    out[..., _ROW_COLS] = _NOT_COMPUTED if rows is None else rows.transpose(1, 0, 2)
+    if g.chain and _MATCHED:
+        w, nan = _matched_weights(g.m, r)
+        col = (p[0, :, p.shape[-1] - g.m:] @ w).T  # [K, nh]: depth j's mass on the depth-1 row's last j slots
+        col[nan] = np.nan
+        out[..., _COL[_MATCHED[0]]] = col
+    elif not g.chain:
+        out[..., [_COL[f] for f in (*_MATCHED, *_WINDOW)]] = np.nan
+    return out.astype(np.float32)
 
 
-@lru_cache(maxsize=32)
-def chain_masks(k_: int, device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Over the K-1 draft slots at the tail (col c = slot n+c = the input of depth c+2), per depth j
-    (0-based): hidden [1, K, 1, K-1] (c >= j), earlier draft steps [K, 1, K-1] (c < j-1) and own slot
-    (c == j-1). Built once per (K, device)."""
-    ones = torch.ones(k_, k_ - 1, device=device)
-    seen, draft = ones.tril(-1), ones.tril(-2)
-    return (seen == 0)[None, :, None, :], draft[:, None], (seen - draft)[:, None]
+_NOT_COMPUTED = np.array([*(np.nan,) * (len(ROW_FIELDS) - 1), -1.0])
 
 
-@dataclass(frozen=True)
-class Tail:
-    """Per query row, the tail slots (after the n context slots) it cannot see, and among those it sees which are
-    earlier draft steps of its own path and which is its own input slot. A chain is a tree of width one: its
-    tail is `chain_tail`; a draft tree's comes from its ancestor masks (`tree_tail`). Everything else about
-    the statistics is shared."""
-
-    hidden: torch.Tensor  # [1, R, 1, F] bool, in masked_logits' [nkv, R, rep, L] layout
-    draft: torch.Tensor  # [R, 1, F] float weights
-    own: torch.Tensor  # [R, 1, F] float weights
-
-
-def chain_tail(k_: int, device: str) -> Tail:
-    """The chain's K rows over its K-1 draft slots (chain_masks)."""
-    return Tail(*chain_masks(k_, device))
-
-
-def tree_tail(anc: torch.Tensor, own: torch.Tensor) -> Tail:
-    """R query rows over F fed slots from bool masks [R, F]: strict ancestors' slots and the row's own slot."""
-    return Tail((~(anc | own))[None, :, None, :], anc.float()[:, None], own.float()[:, None])
-
-
-def masked_logits(q: torch.Tensor, keys: torch.Tensor, n: int, scale: float | None = None,
-                  window: int | None = None, tail: Tail | None = None) -> torch.Tensor:
-    """Masked scaled scores [nkv, K, rep, L] (fp32) of the K draft-step queries q [K, nh, hd] (head
-    h = g * rep + r uses kv head g) over keys [nkv, L, hd]. Depth j (0-based) sits at slot n-1+j and
-    sees slots <= n-1+j: only draft slots n..L-1 can be hidden (and, under a window, the oldest slots).
-    tail: which draft slots each row sees (default: the chain's; a tree's from tree_tail)."""
-    k_, nh, hd = q.shape
-    nkv, length, _ = keys.shape
-    qg = rearrange(q.float(), "k (g r) d -> g (k r) d", g=nkv)  # GQA: kv head g serves query heads g*rep..
-    s = torch.matmul(qg, keys.float().transpose(1, 2)).view(nkv, k_, nh // nkv, length)
-    s.mul_(scale or 1.0 / math.sqrt(hd))
-    s[..., n:].masked_fill_((tail or chain_tail(k_, str(q.device))).hidden.to(s.device), float("-inf"))
-    for j in range(k_):  # a sliding window hides slots <= n-1+j-W from depth j (sinks included: zero mass)
-        lo = window_start(n, j, window)
-        if lo > 0:
-            s[:, j, :, :lo] = float("-inf")
-    return s
-
-
-def probabilities(q: torch.Tensor, keys: torch.Tensor, n: int, scale: float | None = None,
-                  window: int | None = None) -> torch.Tensor:
-    """Attention probabilities [K, nh, L] of K draft-step queries [K, nh, hd] over keys [nkv, L, hd] (fp32)."""
-    p = masked_logits(q, keys, n, scale, window).softmax(-1)
-    return rearrange(p, "g k r l -> k (g r) l")
-
-
-def head_stats(d: torch.Tensor, n: int, sets: list[torch.Tensor], window: int | None = None,
-               keep_row: bool = False, tail: Tail | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """HEAD_FIELDS [K, nh, F] from masked logits d [nkv, K, rep, L] (consumed in place), and when keep_row the
-    head-mean attention rows [K, L]. sets: each context mass's slots (metric_table.context_sets: sink first).
-
-    Softmax by hand, so the pieces serve every statistic: d = s - rowmax, e = exp(d), z = sum e, p = e / z,
-    entropy = log z - sum(e * d) / z. Full-length passes: max, sub, exp, sum, mul, sum; everything else
-    touches the few sink columns or the K-1 draft columns."""
-    k_ = d.shape[1]
-    mx, top = d.max(-1)  # the max pass the softmax needs anyway also names the most-attended slot
-    d.sub_(mx.unsqueeze(-1))
-    e = d.exp()
-    z = e.sum(-1)
-    f = {name: e.index_select(-1, s.to(e.device)).sum(-1) / z for name, s in zip(_CONTEXT, sets)}
-    if tail is None:  # a chain: depth k's control is the depth-1 row's mass on its k-1 most recent non-sink keys
-        mi = matched_index(n, k_ - 1, sets[0]).to(e.device)
-        f.update(matched(e[:, 0, :, :].index_select(-1, mi) / z[:, 0, :, None], k_, 1))
-    else:  # a tree's rows are nodes, not depths: no matched control (docs/metrics.md)
-        f.update({m: torch.full_like(z, float("nan")) for m in _MATCHED})
-    t = tail or chain_tail(k_, str(d.device))
-    w = e[..., n:] / z[..., None]  # draft slots (a chain's n .. n+K-2: the inputs of depths 2..K)
-    draft, own = (w * t.draft.to(w)).sum(-1), (w * t.own.to(w)).sum(-1)
-    if tail is None:  # the last R keys whatever they are: own slots + the recent set less its j oldest at depth j
-        r = e.index_select(-1, sets[_RECENT].to(e.device)) / z[..., None]  # [nkv, K, rep, R']
-        f.update({m: r.sum(-1) - _oldest(r, k_, 1) + draft + own for m in _WINDOW})
-    else:
-        f.update({m: torch.full_like(z, float("nan")) for m in _WINDOW})
-    row = (e / z[..., None]).mean((0, 2)) if keep_row else None  # [K, L] head mean, before e is reused
-    ed = e.mul_(d)
-    ed[..., n:].nan_to_num_(0.0)  # hidden draft slots: 0 * -inf
-    lo = window_start(n, k_ - 1, window)
-    if lo > 0:
-        ed[..., :lo].nan_to_num_(0.0)  # slots before the sliding window
-    f.update(draft_mass=draft, own_mass=own, entropy=z.log() - ed.sum(-1) / z, max_prob=z.reciprocal(),
-             top_pos=top.to(z.dtype))  # slot ids < 2^24: exact in fp32
-    heads = rearrange(torch.stack([f[name] for name in HEAD_FIELDS], -1), "g k r f -> k (g r) f")
-    return heads, row
-
-
-def _oldest(r: torch.Tensor, k_: int, axis: int) -> torch.Tensor:
-    """Per depth j (dimension `axis` of r [..., R'], of size K): the mass on the j oldest of the recent set's R'
-    slots (all of them when j > R')."""
-    c = torch.nn.functional.pad(r.cumsum(-1), (1, 0))  # c[..., i] = mass on the i oldest
-    idx = torch.clamp(torch.arange(k_, device=r.device), max=r.shape[-1])
-    view = [1] * c.dim()
-    view[axis] = k_
-    return c.gather(-1, idx.view(view).expand(*c.shape[:-1], 1)).squeeze(-1)
-
-
-def matched(tail_p: torch.Tensor, k_: int, axis: int) -> dict[str, torch.Tensor]:
-    """The matched mass of every depth from the depth-1 row's probabilities on the matched control's m <= K-1 slots
-    tail_p [..., m] (sinks.matched_index: the last non-sink context slots, ascending): depth j (0-based) gets the
-    mass on the last j of them (j = 1..m; NaN at depth 1 and where j > m), stacked on `axis` of the result (head_stats' [nkv, K, rep] layout: 1; lse_masses'
-    [K, nh]: 0)."""
-    m = tail_p.shape[-1]
-    last = tail_p.flip(-1).cumsum(-1)  # [..., m]: mass on the last 1, 2, .. m slots
-    nan = torch.full((*tail_p.shape[:-1], 1 + k_ - 1 - m), float("nan"), dtype=last.dtype, device=last.device)
-    cols = torch.cat([nan[..., :1], last, nan[..., 1:]], -1)  # [..., K]: row 0 and rows beyond the context NaN
-    return {_MATCHED[0]: cols.movedim(-1, axis)} if _MATCHED else {}
-
-
-def lse_masses(q: torch.Tensor, keys: torch.Tensor, n: int, lse: torch.Tensor, sets: list[torch.Tensor],
-               scale: float | None = None, window: int | None = None) -> torch.Tensor:
-    """HEAD_FIELDS [K, nh, F] from the K draft-step queries q [K, nh, hd], the round's keys [nkv, L, hd] and each
-    query row's log-sum-exp lse [K, nh] over the keys it attended: each context mass (`sets`, as head_stats takes
-    them) and the earlier-draft / own masses exactly as `head_stats` defines them (same slots, same window rule),
-    entropy and max_prob NaN, top_pos -1 (not computed). Only the context sets' keys and the K-1 draft keys are
-    read, gathered before the fp32 upcast (bf16 caches stay).
-    About ten small ops, all in the [K, nh, keys] layout (no reshuffles): this runs every round, and on a small
-    drafter its fixed cost is what capture adds."""
-    k_, nh, hd = q.shape
-    nkv = keys.shape[0]
-    dev = q.device
-    sets = [s.to(dev) for s in sets]
-    # every context set's slots, then the K-1 draft slots, then the matched control's last m non-sink context slots
-    mi = matched_index(n, k_ - 1, sets[0]).to(dev)
-    m = mi.numel()
-    idx = torch.cat([*sets, torch.arange(n, n + k_ - 1, device=dev), mi])
-    kg = keys[:, idx].float().repeat_interleave(nh // nkv, 0)  # [nh, S+K-1, hd]: head h reads kv head h // rep
-    s = torch.bmm(q.float().transpose(0, 1), kg.transpose(1, 2)).transpose(0, 1)  # [K, nh, S+K-1]
-    p = (s * (scale or 1.0 / math.sqrt(hd)) - lse.float()[..., None]).exp_()
-    if window is not None and window_start(n, k_ - 1, window) > 0:  # some key left some depth's window
-        lo = torch.tensor([window_start(n, j, window) for j in range(k_)], device=dev)
-        p.mul_((idx[None, :] >= lo[:, None]).float()[:, None, :])  # [K, 1, S+K-1]: inside the window
-    ctl = p[0, :, p.shape[-1] - m:]  # [nh, m]: the depth-1 row on the last m context slots (window applied above)
-    masses = torch.bmm(p[..., :p.shape[-1] - m], _region_weights(k_, tuple(s.shape[0] for s in sets), str(dev)))
-    masses = masses.add_(_not_computed(k_, nh, str(dev)))  # [K, nh, F]
-    if _WINDOW:  # the window mass: self + the recent set less its j oldest slots at depth j
-        o = sum(x.shape[0] for x in sets[:_RECENT])
-        r = p[..., o:o + sets[_RECENT].shape[0]]  # [K, nh, R']
-        self_ = masses[..., HEAD_FIELDS.index("draft_mass")] + masses[..., HEAD_FIELDS.index("own_mass")]
-        for name in _WINDOW:
-            masses[..., HEAD_FIELDS.index(name)] = r.sum(-1) - _oldest(r, k_, 0) + self_
-    for name, col in matched(ctl, k_, 0).items():
-        masses[..., HEAD_FIELDS.index(name)] = col
-    return masses
+def key_counts(g: Gathered) -> np.ndarray:
+    """COUNT_FIELDS [R, C] (int64) of a chain's (or tree's) R query rows: keys seen (after the sliding window), and
+    among them each context mass's slots and each tail or derived mass's drafted slots. Uniform attention over the
+    seen keys puts count / n_keys on each set: the lifts' denominator."""
+    if g.chain and not g.windowed:  # a chain's counts depend on n only through n_keys (column 0)
+        c = _chain_counts(g.sizes, g.tail.anc.shape[0]).copy()
+        c[:, 0] += g.n
+        return c
+    return _counts(g)
 
 
 @lru_cache(maxsize=64)
-def _region_weights(k_: int, sizes: tuple[int, ...], device: str) -> torch.Tensor:
-    """[K, sum(sizes)+K-1, F] in HEAD_FIELDS order: per depth, which of the gathered keys (each context set's
-    slots, then the K-1 draft slots) count towards each context mass, the earlier draft steps and the own slot
-    (chain_masks' rule); the row-only fields' columns are zero (_not_computed adds their NaN / -1)."""
-    _, draft_w, own_w = chain_masks(k_, device)
-    s = sum(sizes)
-    w = torch.zeros(k_, s + k_ - 1, len(HEAD_FIELDS), device=device)
-    o = 0
-    for name, size in zip(_CONTEXT, sizes):
-        w[:, o:o + size, HEAD_FIELDS.index(name)] = 1
-        o += size
-    w[:, s:, HEAD_FIELDS.index("draft_mass")] = draft_w[:, 0]
-    w[:, s:, HEAD_FIELDS.index("own_mass")] = own_w[:, 0]
-    return w
+def _chain_counts(sizes: tuple[int, ...], k_: int) -> np.ndarray:
+    return _counts(Gathered.of(0, [np.zeros(x, np.int64) for x in sizes], TailSlots.chain(k_), np.zeros(0, np.int64)))
 
 
-@lru_cache(maxsize=32)
-def _not_computed(k_: int, nh: int, device: str) -> torch.Tensor:
-    """[K, nh, F]: NaN for entropy and max_prob, -1 for top_pos, 0 elsewhere (the fields only a full row gives)."""
-    base = torch.zeros(len(HEAD_FIELDS), device=device)
-    for name in HEAD_FIELDS:
-        if name in _CONTEXT or name in _TAIL or name in _MATCHED or name in _WINDOW:
-            continue
-        base[HEAD_FIELDS.index(name)] = -1.0 if name == "top_pos" else float("nan")
-    return base.expand(k_, nh, len(HEAD_FIELDS))
+def _counts(g: Gathered) -> np.ndarray:
+    r = g.tail.anc.shape[0]
+    s = sum(g.sizes)
+    if g.windowed:
+        vis = g.visible
+        seen_tail = vis[:, s:s + g.f]
+        starts = np.cumsum((0, *g.sizes))
+        ctx = np.stack([vis[:, a:b].sum(1) for a, b in zip(starts[:-1], starts[1:])], -1)
+        n_ctx = np.maximum(g.n - g.lo, 0)
+    else:
+        seen_tail, ctx, n_ctx = g.tail.path, np.broadcast_to(np.array(g.sizes), (r, len(g.sizes))), np.full(r, g.n)
+    out = {"n_keys": n_ctx + seen_tail.sum(1)}
+    out.update({m.count: ctx[:, i] for i, m in enumerate(metric_table.of_kind("context")) if m.count})
+    weights = dict(zip(_TAIL, g.tail.weights))
+    for m in metric_table.of_kind("tail", "derived"):
+        if m.count:
+            w = weights.get(m.name)
+            if w is None:
+                w = sum(weights[x] for x in m.parts if x in weights)
+            out[m.count] = ((np.asarray(w) > 0) & seen_tail).sum(1)
+    return np.stack([out[c] for c in COUNT_FIELDS], -1).astype(np.int64)
 
 
-def hidden_stats(x: torch.Tensor) -> torch.Tensor:
-    """HIDDEN_FIELDS [K, 7] from the layer input, pre and post hidden states x [3, K, H] (fp32): rms and L2 of
-    each, and whether the input or pre state holds a massive activation."""
-    ss = x.pow(2).sum(-1)  # one pass serves both: l2 = sqrt(ss), rms = sqrt(ss / H)
-    l2, r = ss.sqrt(), (ss / x.shape[-1]).sqrt()
-    return torch.stack([r[0], l2[0], r[1], l2[1], r[2], l2[2], massive(x[:2]).any(0).float()], -1)
-
-
-def aux_stats(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
-    """Per aux chunk [A, 3]: rms before and after fc_norm, and the massive flag of the input (fp32 [A, Ht])."""
-    return torch.stack([rms(before), rms(after), massive(before).float()], -1)
+def hidden_values(sums: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray]:
+    """From hidden_sums' host copy of [in; pre; post] ([3 * K] L2 norms, then [3 * K] largest |x|) and the width
+    H: HIDDEN_FIELDS [K, 7] without the massive flag (column 6 = 0) and each row's largest |x| [3, K]."""
+    k3 = sums.size // 2
+    out = np.zeros((k3 // 3, 7))
+    out[:, 1:6:2] = sums[:k3].reshape(3, -1).T  # [K, 3] l2
+    out[:, 0:6:2] = out[:, 1:6:2] / math.sqrt(h)  # rms = l2 / sqrt(H)
+    return out, sums[k3:].reshape(3, -1)

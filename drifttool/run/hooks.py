@@ -2,15 +2,18 @@
 turns them into per-depth, per-head attention masses and hidden magnitudes.
 
 Per draft step the hooks only keep references (the query row, its log-sum-exp from the fused attention kernel,
-the layer input, pre, post). At the end of a round the region masses come from the few sink and draft keys and
-the log-sum-exp (attention_stats.lse_masses, independent of context length). On full rounds — every
-`full_every`-th round, rounds whose row is sampled, and any round without a log-sum-exp — the K query rows are
-instead scored against the round's final key cache in one matmul + softmax (K×heads×L, never L×L): the reference
-path, which also gives entropy and the head maxima. `full_every=1` is the reference path on every round.
-Adapters map hook names onto a module, so the same capture can sit on a foreign drafter."""
+the layer input, pre, post). At the end of a round each query row's probabilities on the few keys the masses read
+(the metric table's context sets, the drafted slots, the matched control's slots) come from the log-sum-exp
+(attention_stats.lse_probs, independent of context length), and every field from them on the host
+(attention_stats.head_values). On full rounds — every `full_every`-th round, rounds whose row is sampled, and any
+round without a log-sum-exp — the K query rows are instead scored against the round's final key cache in one
+matmul + softmax (K×heads×L, never L×L): the reference path, which also gives entropy and the head maxima.
+`full_every=1` is the reference path on every round. Adapters map hook names onto a module, so the same capture
+can sit on a foreign drafter."""
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -137,15 +140,21 @@ class RoundCapture:
 
     round: int
     context_len: int
-    heads: np.ndarray  # [K, nh, 8] HEAD_FIELDS
+    heads: np.ndarray  # [K, nh, len(HEAD_FIELDS)]: read a field by name (`field`)
     hidden: np.ndarray  # [K, 7] HIDDEN_FIELDS
     aux: np.ndarray  # [A, 3] rms before, rms after, massive (depth-1 slot features)
     row: np.ndarray | None = None  # [K, L] head-mean attention rows (sampled rounds only)
     slot_tokens: list[int] | None = None
     sink_slots: list[int] | None = None  # the context slots counted as sinks (sampled rounds only)
     full: bool = True  # entropy / max_prob / top_pos computed (a full round); else NaN / NaN / -1
-    counts: np.ndarray | None = None  # [K, 5] COUNT_FIELDS: keys seen and the size of each mass's key set
+    counts: np.ndarray | None = None  # [K, C] COUNT_FIELDS: keys seen and the size of each mass's key set
 
+    def field(self, name: str) -> np.ndarray:
+        """One per-head field [K, nh] by its metric-table name (HEAD_FIELDS)."""
+        return stats.field(self.heads, name)
+
+
+_VIEW_ROWS = 64  # a refresh of up to this many slots keeps views of its last row (no copy); a longer one copies it
 
 # every 16th round of a prompt gets full rows (entropy, head maxima): their cost amortised to ~1/16
 FULL_EVERY = 16
@@ -176,52 +185,55 @@ class Capture(Observer):
         self._seen = 0
         self._qk: dict[int, tuple[torch.Tensor, torch.Tensor, int, list[int]]] = {}
         self._final_keys: torch.Tensor | None = None
-        self._ids, self._ids_of = torch.zeros(0, dtype=torch.long), None  # see _context_ids
+        self._ids, self._ids_of = np.zeros(0, dtype=np.int64), None  # see _context_ids
         self._reset_round()
 
     # -- hooks -------------------------------------------------------------------------------
     def _reset_round(self) -> None:
-        self._q: list[torch.Tensor] = []
-        self._lse: list[torch.Tensor | None] = []
-        self._h: dict[str, list[torch.Tensor]] = {"in": [], "pre": [], "post": []}
-        self._aux_pre: list[torch.Tensor | None] = []
-        self._aux_post: list[torch.Tensor | None] = []
+        """Empty the per-round stores in place: the taps hold their bound `append`s across rounds."""
+        if not hasattr(self, "_q"):
+            self._q: list[torch.Tensor] = []
+            self._lse: list[torch.Tensor | None] = []
+            self._h: dict[str, list[torch.Tensor]] = {"in": [], "pre": [], "post": []}
+            n_aux = len(self.adapter.aux_pre)
+            self._aux_pre: list[torch.Tensor | None] = [None] * n_aux
+            self._aux_post: list[torch.Tensor | None] = [None] * len(self.adapter.aux_post)
+        for store in (self._q, self._lse, *self._h.values()):
+            store.clear()
+        for store in (self._aux_pre, self._aux_post):
+            store[:] = [None] * len(store)
 
     def _taps(self, mods: dict[str, nn.Module]) -> list[tuple[str, object]]:
         ad = self.adapter
 
-        # Per step only a reference is kept (a single-slot step's output is tiny); a multi-slot refresh
-        # keeps a copy of its last row so the full [T, ...] output can be freed. Rows are joined and
-        # reduced once, in end_round.
-        def last_row(store):
+        # Per step only a reference is kept (a single-slot step's output is tiny; a short refresh's last row is kept
+        # as a view). A long refresh (the prompt's prefill) keeps a copy of its last row so its whole [T, ...]
+        # output can be freed. Rows are joined and reduced once, in end_round: a tap is one Python call.
+        def last_row(store: list):
+            app = store.append
+
             def f(out):
-                store().append(out if out.shape[-2] == 1 else out[..., -1:, :].clone())
+                t = out.shape[-2]
+                app(out if t == 1 else out[..., -1:, :] if t <= _VIEW_ROWS else out[..., -1:, :].clone())
 
             return f
 
-        def aux(attr, idx):  # look the list up per call: _reset_round replaces it every round
+        def aux(store: list, idx: int):
             def f(out):
-                store = getattr(self, attr)
-                while len(store) <= idx:
-                    store.append(None)
-                store[idx] = (
-                    out[0, -1].detach().clone()
-                )  # a copy: a view would keep the whole [T, Ht] output alive
+                store[idx] = out[0, -1] if out.shape[1] <= _VIEW_ROWS else out[0, -1].clone()
 
             return f
 
         def lse_row(out):  # [B, nh, T] -> the last row [B, nh, 1]; None where the kernel gave none
-            self._lse.append(
-                None if out is None else out[..., -1:] if out.shape[-1] == 1 else out[..., -1:].clone()
-            )
+            self._lse.append(out if out is None or out.shape[-1] == 1 else out[..., -1:].clone())
 
-        taps = [(ad.q, last_row(lambda: self._q)),
-                *((getattr(ad, name), last_row(lambda key=key: self._h[key]))
+        taps = [(ad.q, last_row(self._q)),
+                *((getattr(ad, name), last_row(self._h[key]))
                   for name, key in (("layer_in", "in"), ("pre", "pre"), ("post", "post")))]
         if ad.lse is not None and ad.lse in mods:  # a kernel that gives no lse: full rows every round
             taps.append((ad.lse, lse_row))
-        taps += [(name, aux("_aux_pre", i)) for i, name in enumerate(ad.aux_pre)]
-        taps += [(name, aux("_aux_post", i)) for i, name in enumerate(ad.aux_post)]
+        taps += [(name, aux(self._aux_pre, i)) for i, name in enumerate(ad.aux_pre)]
+        taps += [(name, aux(self._aux_post, i)) for i, name in enumerate(ad.aux_post)]
         return taps
 
     def new_prompt(self) -> None:
@@ -240,12 +252,12 @@ class Capture(Observer):
 
     def end_round(self, drafter, cache, record) -> None:
         keys = cache.keys()[0]  # [nkv, L, hd], L = n - 1 + K
-        q = torch.cat(self._q, -2)[0].transpose(0, 1).detach().contiguous()  # [K, nh, hd]
-        rc = self._compute(q, keys, record)
+        qh = torch.cat(self._q, -2)[0].detach()  # [nh, K, hd]
+        rc = self._compute(qh, keys, record)
         self.rounds.append(rc)
         if self.keep_qk:
             n = self._ctx
-            self._qk[record.round] = (q, keys[:, n:].clone(), n, list(record.input_ids))
+            self._qk[record.round] = (qh.transpose(0, 1).contiguous(), keys[:, n:].clone(), n, list(record.input_ids))
             self._final_keys = keys.clone()  # slots < n never change after commit
 
     # -- the per-round computation (the maths: attention_stats) ------------------------------------
@@ -254,80 +266,78 @@ class Capture(Observer):
         Depth j (0-based) sits at slot n-1+j and sees slots <= n-1+j."""
         return stats.probabilities(q, keys, n, self.scale, self.window)
 
-    def _context_ids(self, n: int) -> torch.Tensor:
-        """Token ids of positions 0..n-1. The loop's `seq` only grows and committed tokens never change, so
-        only the tokens committed since the last round are converted (a list -> tensor copy of the whole
-        context costs milliseconds at 16k)."""
+    def _context_ids(self, n: int) -> np.ndarray:
+        """Token ids of positions 0..n-1 (int64, host). The loop's `seq` only grows and committed tokens never
+        change, so only the tokens committed since the last round are converted (a list -> array copy of the whole
+        context costs a millisecond at 16k)."""
         if self._ids_of is not self._seq:
-            self._ids, self._ids_of = torch.tensor(self._seq[:n], dtype=torch.long), self._seq
+            self._ids, self._ids_of = np.asarray(self._seq[:n], dtype=np.int64), self._seq
         elif self._ids.shape[0] < n:
-            self._ids = torch.cat(
-                [self._ids, torch.tensor(self._seq[self._ids.shape[0] : n], dtype=torch.long)]
-            )
+            self._ids = np.concatenate([self._ids, np.asarray(self._seq[self._ids.shape[0] : n], dtype=np.int64)])
         return self._ids[:n]
 
-    def _compute(self, q: torch.Tensor, keys: torch.Tensor, record) -> RoundCapture:
-        """One matmul + softmax over the round's K queries, the statistics, and one host transfer."""
+    def _compute(self, qh: torch.Tensor, keys: torch.Tensor, record) -> RoundCapture:
+        """The round's device work (the gathered keys' probabilities, the hidden sums), one host transfer, then
+        every field on the host (attention_stats.head_values). qh: the K query rows, head-major [nh, K, hd]."""
         n = self._ctx
-        k_, nh, _ = q.shape
+        nh, k_, _ = qh.shape
         dev = keys.device
-        sink_pos = self.sink.index(self._context_ids(n))  # context positions only (on the host)
-        sets = key_sets.context_sets(key_sets.KeyContext(n, lambda: self._context_ids(n), sink_pos,
-                                                                 self.recent, self.template_ids))
+        ids = self._context_ids(n)
+        sink_pos = self.sink.index(ids)  # context positions only (on the host)
+        sets = key_sets.context_sets(key_sets.KeyContext(n, lambda: ids, sink_pos, self.recent, self.template_ids))
+        g = stats.Gathered.of(n, sets, key_sets.TailSlots.chain(k_), key_sets.matched_index(n, k_ - 1, sink_pos),
+                              stats.chain_lo(n, k_, self.window))
+        index = torch.from_numpy(g.index).to(dev)
         keep = self._sample_row()
         lse = self._round_lse(k_)
         full = keep or lse is None or (self.full_every > 0 and record.round % self.full_every == 0)
         if full:
-            d = stats.masked_logits(q, keys, n, self.scale, self.window)  # [nkv, K, rep, L]
-            heads, row = stats.head_stats(d, n, [s.to(dev) for s in sets], self.window, keep)
+            d = stats.masked_logits(qh.transpose(0, 1), keys, n, self.scale, self.window)  # [nkv, K, rep, L]
+            p, rows, row = stats.full_probs(d, g, index, keep)
         else:
-            heads, row = stats.lse_masses(q, keys, n, lse, sets, self.scale, self.window), None
+            p, rows, row = stats.lse_probs(qh, keys, index, lse, self.scale, g.hidden(dev)), None, None
         h = self._h
-        x = torch.cat(h["in"] + h["pre"] + h["post"], -2)[0].detach().float().view(3, k_, -1)  # [3, K, H]
-        hidden = stats.hidden_stats(x)
-        aux = torch.zeros(len(self._aux_pre), 3, device=dev)
+        x = torch.cat(h["in"] + h["pre"] + h["post"], -2)[0].detach()  # [3K, H]
         got = [i for i, a in enumerate(self._aux_pre) if a is not None]
-        if got:
-            aux[got] = stats.aux_stats(
-                torch.stack([self._aux_pre[i] for i in got]).float(),
-                torch.stack([self._aux_post[i] for i in got]).float(),
-            )
-        packed = torch.cat([heads.flatten(), hidden.flatten(), aux.flatten()])
-        if keep:
-            packed = torch.cat([packed, row.flatten()])
-        host = packed.cpu().numpy()  # the one host transfer of the round
-        o1 = heads.numel()
-        # checked on the host copy (no extra device sync); entropy / max_prob are NaN by design on lse rounds
-        # (the matched masses are NaN by design at depth 1)
-        cols = list(stats.CHECKED_FULL if full else stats.CHECKED_LSE)
-        checked = np.concatenate([host[:o1].reshape(-1, len(HEAD_FIELDS))[:, cols].ravel(), host[o1:]])
-        if not np.isfinite(checked).all():
+        xa = torch.stack([*(self._aux_pre[i] for i in got), *(self._aux_post[i] for i in got)]) if got else None
+        parts = [p.flatten(), stats.hidden_sums(x), *(() if xa is None else (stats.hidden_sums(xa),)),
+                 *(() if rows is None else (rows.flatten(),)), *(() if row is None else (row.flatten(),))]
+        host = torch.cat(parts).cpu().numpy()  # the one host transfer of the round
+        if not np.isfinite(host).all():  # every value the fields come from (hidden keys are 0, not -inf, here)
             raise DriftError(
                 f"drafter activations: NaN or inf in round {record.round} (attention or hidden states "
                 "overflow; check rms_norm_eps, the weights' scale, or try --dtype float32)"
             )
-        o2 = o1 + hidden.numel()
-        o3 = o2 + aux.numel()
-        rc = RoundCapture(
-            round=record.round,
-            context_len=n,
-            heads=host[:o1].reshape(k_, nh, len(HEAD_FIELDS)),
-            hidden=host[o1:o2].reshape(k_, len(HIDDEN_FIELDS)),
-            aux=host[o2:o3].reshape(-1, 3),
-            full=full,
-            counts=stats.key_counts(n, k_, sets, self.window),
-        )
+        o = p.numel()
+        hidden, amax = stats.hidden_values(host[o : o + 6 * k_], x.shape[-1])
+        o += 6 * k_
+        if amax[:2].max() > 100:
+            hidden[:, 6] = stats.massive_rows(x[: 2 * k_], amax[:2].ravel()).reshape(2, k_).any(0)
+        aux = np.zeros((len(self._aux_pre), 3))
+        if got:
+            na = len(got)
+            aux[got, :2] = host[o : o + 2 * na].reshape(2, na).T / math.sqrt(xa.shape[-1])  # rms = l2 / sqrt(H)
+            if host[o + 2 * na : o + 3 * na].max() > 100:
+                aux[got, 2] = stats.massive_rows(xa[:na], host[o + 2 * na : o + 3 * na])
+            o += 4 * na
+        rh = None
+        if rows is not None:
+            rh = host[o : o + rows.numel()].reshape(rows.shape)
+            o += rows.numel()
+        rc = RoundCapture(round=record.round, context_len=n, heads=stats.head_values(host[: p.numel()].reshape(p.shape),
+                          g, rh), hidden=hidden.astype(np.float32), aux=aux.astype(np.float32), full=full,
+                          counts=stats.key_counts(g))
         if keep:
-            rc.row = host[o3:].reshape(k_, -1).astype(np.float16)
+            rc.row = host[o:].reshape(k_, -1).astype(np.float16)
             rc.slot_tokens = list(self._seq[1 : n + 1]) + list(record.input_ids[1:])
             rc.sink_slots = sink_pos.tolist()  # what the sink mass summed over: the drill-down marks these
         return rc
 
     def _round_lse(self, k_: int) -> torch.Tensor | None:
-        """[K, nh] log-sum-exp of the round's K query rows, or None when any step lacked one."""
+        """[nh, K] log-sum-exp of the round's K query rows, or None when any step lacked one."""
         if len(self._lse) != k_ or any(x is None for x in self._lse):
             return None
-        return torch.cat(self._lse, -1)[0].transpose(0, 1)
+        return torch.cat(self._lse, -1)[0]
 
     def _sample_row(self) -> bool:
         if self.keep_rows <= 0:

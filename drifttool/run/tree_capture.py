@@ -30,17 +30,19 @@ class TreeRoundCapture:
     round: int
     context_len: int
     rows: list[int]  # node of each query row (0 = root, then the fed nodes in tree numbering)
-    heads: np.ndarray  # [R, nh, 7] stats.HEAD_FIELDS (a tree node's query row carries what a chain's depth row does)
+    heads: np.ndarray  # [R, nh, len(HEAD_FIELDS)] (a tree node's query row carries what a chain's depth row does)
     hidden: np.ndarray  # [R, 7] attention_stats.HIDDEN_FIELDS
 
+    def field(self, name: str) -> np.ndarray:
+        """One per-head field [R, nh] by its metric-table name (HEAD_FIELDS)."""
+        return stats.field(self.heads, name)
 
-def region_masks(
-    parents: list[int], rows: list[int], col: dict[int, int], f: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+
+def region_masks(parents: list[int], rows: list[int], col: dict[int, int], f: int) -> key_sets.TailSlots:
     """Over the F fed slots (col[u] = the column of fed node u), per query row of node rows[r] (0 = the root, which
     sees no fed slot): its strict ancestors' slots [R, F] and its own slot [R, F]."""
-    anc = torch.zeros(len(rows), f, dtype=torch.bool)
-    own = torch.zeros(len(rows), f, dtype=torch.bool)
+    anc = np.zeros((len(rows), f), dtype=bool)
+    own = np.zeros((len(rows), f), dtype=bool)
     for r, u in enumerate(rows):
         if u == 0:
             continue
@@ -49,24 +51,7 @@ def region_masks(
         while a > 0:
             anc[r, col[a]] = True
             a = parents[a]
-    return anc, own
-
-
-def tree_head_stats(
-    q: torch.Tensor,
-    keys: torch.Tensor,
-    n: int,
-    anc: torch.Tensor,
-    own: torch.Tensor,
-    sets: list[torch.Tensor],
-    scale: float | None = None,
-) -> torch.Tensor:
-    """stats.HEAD_FIELDS [R, nh, F] (sets: each context mass's slots, metric_table.context_sets) of R query rows q [R, nh, hd] over keys [nkv, n + F, hd] (context slots 0..n-1,
-    then the F fed slots), each row seeing the context and the fed slots marked in anc | own ([R, F]): the chain's
-    maths (attention_stats.masked_logits + head_stats) under the tree's tail masks."""
-    tail = stats.tree_tail(anc.to(keys.device), own.to(keys.device))
-    d = stats.masked_logits(q, keys, n, scale, tail=tail)
-    return stats.head_stats(d, n, [s.to(keys.device) for s in sets], tail=tail)[0]
+    return key_sets.TailSlots(anc, own)
 
 
 @dataclass
@@ -112,24 +97,21 @@ class TreeCapture(Observer):
         rows = [0, *tree.fed]
         col = {u: tree.slot[u] - n for u in tree.fed}
         keep = torch.tensor([0] + [1 + col[u] for u in tree.fed], device=q.device)
-        anc, own = region_masks(tree.parents, rows, col, keys.shape[1] - n)
-        ctx = torch.tensor(self._seq[:n], dtype=torch.long)
+        tail = region_masks(tree.parents, rows, col, keys.shape[1] - n)
+        ctx = np.asarray(self._seq[:n], dtype=np.int64)
         sets = key_sets.context_sets(key_sets.KeyContext(n, lambda: ctx, self.sink.index(ctx), self.recent,
-                                                                 self.template_ids))
-        heads = tree_head_stats(q.index_select(0, keep), keys, n, anc, own, sets, self.scale)
-        x = torch.stack(
-            [torch.cat(st[k], -2)[0].detach().float().index_select(0, keep) for k in ("in", "pre", "post")]
-        )
-        hidden = stats.hidden_stats(x)
-        host = torch.cat([heads.flatten(), hidden.flatten()]).cpu().numpy()
-        o = heads.numel()
-        checked = np.concatenate([host[:o].reshape(-1, heads.shape[-1])[:, list(stats.CHECKED_TREE)].ravel(), host[o:]])
-        if not np.isfinite(checked).all():  # (the matched and window masses are NaN on trees by design)
-            raise DriftError(
-                f"drafter activations: NaN or inf in tree round {record.round} (try --dtype float32)"
-            )
-        self.rounds.append(
-            TreeRoundCapture(
-                record.round, n, rows, host[:o].reshape(heads.shape), host[o:].reshape(len(rows), -1)
-            )
-        )
+                                                         self.template_ids))
+        g = stats.Gathered.of(n, sets, tail)
+        d = stats.masked_logits(q.index_select(0, keep), keys, n, self.scale, tail=tail)
+        p, rws, _ = stats.full_probs(d, g, torch.from_numpy(g.index).to(keys.device))
+        x = torch.cat([torch.cat(st[k], -2)[0].detach().index_select(0, keep) for k in ("in", "pre", "post")])
+        r_ = len(rows)
+        host = torch.cat([p.flatten(), rws.flatten(), stats.hidden_sums(x)]).cpu().numpy()  # one host transfer
+        if not np.isfinite(host).all():
+            raise DriftError(f"drafter activations: NaN or inf in tree round {record.round} (try --dtype float32)")
+        o = p.numel() + rws.numel()
+        heads = stats.head_values(host[: p.numel()].reshape(p.shape), g, host[p.numel() : o].reshape(rws.shape))
+        hidden, amax = stats.hidden_values(host[o:], x.shape[-1])
+        if (amax[:2] > 100).any():
+            hidden[:, 6] = stats.massive_rows(x[: 2 * r_], amax[:2].ravel()).reshape(2, r_).any(0)
+        self.rounds.append(TreeRoundCapture(record.round, n, rows, heads, hidden.astype(np.float32)))

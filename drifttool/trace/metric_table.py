@@ -1,12 +1,14 @@
 """The per-head / per-depth metrics, one declaration each: what a metric measures, when the capture computes it,
 its valid range, label and unit, which way is better for a gate, and the key set whose uniform share it is read
 against (its lift). The capture (run/attention_stats, run/hooks, run/tree_capture), the records, the schema,
-validation, the head summary, the views, check and the plots all read `METRICS`; adding a context-slot mass is
-one `Metric` with a `keys` rule (tests/package/test_one_declaration.py adds one at run time).
+validation, the head summary, the views, check, the plots and the live monitor all read `METRICS`; adding a
+context-slot mass is one `Metric` with a `keys` rule, adding a drafted-slot mass one with a `slots` rule
+(tests/package/test_one_declaration.py adds one of each at run time).
 
 Kinds: `context` = attention mass on a set of context slots (`keys` names them; computed every round from the
-kernel's log-sum-exp, and from the full row on full rounds); `tail` = mass on this chain's own draft slots (draft:
-the earlier steps, own: the query's own input slot); `matched` = the depth-1 query's mass on its k-1 most recent keys (sinks skipped),
+kernel's log-sum-exp, and from the full row on full rounds); `tail` = mass on this chain's (or tree path's) own drafted
+slots, by a `slots` rule over each query row's ancestor and own-slot masks (draft: the earlier steps, own: the
+query's own input slot); `matched` = the depth-1 query's mass on its k-1 most recent keys (sinks skipped),
 stored at depth k (the recency-matched control of the k-1 own slots at depth k: the same distances, prompt tokens
 instead of drafts; NaN at depth 1, beyond the context, and on draft trees); `window` = the R most recent keys whatever
 they are (own drafted slots and context, chains; NaN on trees); `row` = needs the full attention row (full
@@ -26,7 +28,8 @@ class Metric:
     """One per-head metric (head-mean per depth in the depths table).
 
     kind: context | tail | row | derived (module docstring). keys: a context mass's slots (int64 positions < n,
-    ascending; sinks excluded unless it is the sink mass itself). count: its key-count column (the uniform share is
+    ascending; sinks excluded unless it is the sink mass itself). slots: a tail mass's weights over the round's
+    drafted slots from each query row's ancestor / own masks (run/key_sets.TailSlots: chains and trees alike). count: its key-count column (the uniform share is
     count / n_keys; the lift `<stem>_lift` = mass / share). parts: a derived mass's terms (`1 -` them when
     `complement`). lo / hi: the valid range. better: +1 higher is better, -1 lower is better, 0 neither (check
     --baseline needs one). added: written after schema 3's first traces: older traces read it as NaN. live: its
@@ -38,6 +41,7 @@ class Metric:
     what: str
     kind: str
     keys: str | Callable | None = None  # a rule run/key_sets.py resolves ("sink", "recent", "template") or a callable
+    slots: str | Callable | None = None  # a tail mass's drafted slots: "ancestors", "own" or a callable (key_sets)
     count: str | None = None
     parts: tuple[str, ...] = ()
     complement: bool = False
@@ -65,9 +69,10 @@ MASS = "share of attention"
 METRICS: tuple[Metric, ...] = (
     Metric("sink_mass", "sink mass", MASS, "attention on the sink positions (--sink)", "context",
            keys="sink", count="n_sink", better=1, live=("lift", "sum")),
-    Metric("draft_mass", "draft mass", MASS, "attention on this chain's earlier draft slots", "tail", better=-1,
-           base_depth=2),
-    Metric("own_mass", "own-slot mass", MASS, "attention on the query's own input slot", "tail", better=-1),
+    Metric("draft_mass", "draft mass", MASS, "attention on this chain's earlier draft slots", "tail",
+           slots="ancestors", better=-1, base_depth=2),
+    Metric("own_mass", "own-slot mass", MASS, "attention on the query's own input slot", "tail", slots="own",
+           better=-1),
     Metric("recent_mass", "recent mass (last R slots)", MASS, "attention on the last R context slots (--recent; "
            "sinks excluded)", "context", keys="recent", count="n_recent",
            added=True, live=("lift",)),

@@ -74,11 +74,18 @@ class SinkSpec:
         return [i for i, t in enumerate(ids) if i < first or i in pos or t in toks]
 
     def mask(self, token_ids):
-        """Boolean torch mask over positions 0..L-1: positions_in's rule, vectorised for the capture's every round
-        (tests/package/test_one_definition_per_concept.py holds the two equal); torch only here."""
+        """Boolean mask over positions 0..L-1: positions_in's rule, vectorised for the capture's every round
+        (tests/package/test_one_definition_per_concept.py holds the two equal). A numpy array of ids gives a numpy
+        mask, a torch tensor a torch mask on its device."""
+        self.positions_in([])  # an unresolved target / auto rule is refused the same way
+        if not _is_torch(token_ids):
+            import numpy as np
+
+            m = np.zeros(len(token_ids), dtype=bool)
+            m[self.index(token_ids)] = True
+            return m
         import torch
 
-        self.positions_in([])  # an unresolved target / auto rule is refused the same way
         length = token_ids.shape[0]
         m = torch.zeros(length, dtype=torch.bool, device=token_ids.device)
         m[: min(self.first_n, length)] = True
@@ -90,8 +97,24 @@ class SinkSpec:
         return m
 
     def index(self, token_ids):
-        """Sink positions (ascending, int64 torch tensor) given the token id at each position."""
-        return self.mask(token_ids).nonzero()[:, 0]
+        """Sink positions (ascending int64) given the token id at each position: a numpy array for numpy ids (the
+        capture's every round: a rule without token ids never reads them), a torch tensor for a tensor."""
+        if _is_torch(token_ids):
+            return self.mask(token_ids).nonzero()[:, 0]
+        import numpy as np
+
+        self.positions_in([])
+        length = len(token_ids)
+        fixed = sorted({*range(min(self.first_n, length)), *(p for p in self.positions if p < length)})
+        if not self.token_ids:
+            return np.array(fixed, dtype=np.int64)
+        m = np.isin(np.asarray(token_ids), self.token_ids)
+        m[fixed] = True
+        return np.flatnonzero(m).astype(np.int64)
+
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.split(".")[0] == "torch"
 
 
 def _merged(have: list[int], new: list[int]) -> list[int]:

@@ -117,7 +117,7 @@ def test_mla_capture_reports_the_decompressed_heads(kimi):
         for head in range(rc.heads):
             mine = torch.from_numpy(cap.attention(r.round, j + 1, head=head))
             torch.testing.assert_close(mine, ref[j].probs[head, -1].float(), atol=1e-5, rtol=0)
-        sink = cap.rounds[-1].heads[j, :, 0]
+        sink = cap.rounds[-1].field("sink_mass")[j]
         np.testing.assert_allclose(sink, ref[j].probs[:, -1, :2].sum(-1).numpy(), atol=1e-5)
 
 

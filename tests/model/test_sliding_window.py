@@ -131,9 +131,9 @@ def test_capture_masses_are_over_the_window(loaded):
             lo = max(0, n + j - W)
             assert float(eager[:, :lo].abs().max() if lo else 0.0) == 0.0
             if lo >= 4:
-                assert np.all(rc.heads[j, :, 0] == 0.0)  # sink mass
-            np.testing.assert_allclose(rc.heads[j, :, 0], eager[:, :4].sum(-1).numpy(), atol=1e-5)
-            assert np.isfinite(rc.heads[j, :, 3]).all()  # entropy over the visible slots
+                assert np.all(rc.field("sink_mass")[j] == 0.0)  # sink mass
+            np.testing.assert_allclose(rc.field("sink_mass")[j], eager[:, :4].sum(-1).numpy(), atol=1e-5)
+            assert np.isfinite(rc.field("entropy")[j]).all()  # entropy over the visible slots
 
 
 @pytest.mark.parametrize("mode", ["generate", "teacher-forced"])

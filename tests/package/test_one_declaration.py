@@ -77,51 +77,122 @@ def test_the_four_eagle_flags_keep_their_hash(target):
 
 
 # -- a per-head metric: one Metric row, end to end ------------------------------------------------------------------
-# Run in a child process: the row is added before any stage imports the table (as a real declaration is).
+# Run in a child process: the rows are added before any stage imports the table (as a real declaration is). Two rows:
+# a context mass (a key rule) and a mass on the drafted slots (a slot rule over each query row's ancestor / own masks,
+# applied to chains and trees alike): the first drafted slot of the row's path.
 CHILD = r'''
 import json, sys
 from pathlib import Path
+import numpy as np
 import torch
 from drifttool.trace import metric_table as mt
 
-mt.METRICS = (*mt.METRICS, mt.Metric("last_slot_mass", "last-slot mass", mt.MASS, "attention on the last context slot",
-                                     "context", keys=lambda c: torch.tensor([c.n - 1]), count="n_last", better=-1,
-                                     added=True))
+
+def first_slot(t):  # the path's first drafted slot (the depth-2 input): one-hot per row, none for a row without one
+    w = np.zeros(t.anc.shape)
+    rows = np.flatnonzero(t.path.any(1))
+    w[rows, t.path[rows].argmax(1)] = 1
+    return w
+
+
+mt.METRICS = (*mt.METRICS,
+              mt.Metric("last_slot_mass", "last-slot mass", mt.MASS, "attention on the last context slot", "context",
+                        keys=lambda c: np.array([c.n - 1]), count="n_last", better=-1, added=True),
+              mt.Metric("first_draft_mass", "first-draft mass", mt.MASS, "attention on the path's first drafted slot",
+                        "tail", slots=first_slot, count="n_first", better=-1, added=True, base_depth=2,
+                        live=("lift", "sum")))
 from drifttool.cli import main
 import drifttool as dt
-from tests.support.capture import build_models, prompt, write_probes
+from tests.support.capture import TINY, build_models, make_drafter, prompt, write_probes
 
 root, sample = Path(sys.argv[1]), sys.argv[2]
+out, rc = {}, {}
+
+# captured: against the drafter's own eager attention rows (lse path and full rows), chains; a tree of width one
+from drifttool.model.tiny import tiny_target
+from drifttool.run.hooks import Capture
+from drifttool.run.tree import parse_tree
+from drifttool.run.tree_capture import TreeCapture
+from drifttool.run.tree_loop import speculate_tree
+
+t = tiny_target(**TINY)
+d = make_drafter(t, 4, 2, 3)
+ids = prompt(17, 11)
+rows = []
+h = d.layer.self_attn.hook_probs.register_forward_hook(lambda _m, _i, o: rows.append(o[0, :, -1].double()))
+d.set_attn_impl("eager")
+caps = [Capture(d, full_every=0), Capture(d, full_every=1)]
+with caps[0], caps[1]:
+    res = dt.speculate(t, d, ids, depth=4, max_new_tokens=14, mode="teacher-forced", observers=caps)
+h.remove()
+d.set_attn_impl("sdpa")
+worst, depth1 = 0.0, 0.0
+for i, rec in enumerate(res.rounds):
+    n = rec.context_len
+    for j in range(4):
+        want = rows[i * 4 + j][:, n].numpy() if j else np.zeros(4)  # depth j+1 >= 2 sees slot n, the first draft
+        for c in caps:
+            worst = max(worst, float(np.abs(c.rounds[i].field("first_draft_mass")[j] - want).max()))
+out["eager_max_diff"] = worst
+out["eager_rounds"] = len(res.rounds)
+counts = caps[0].rounds[0].counts[:, list(mt.key_counts()).index("n_first")]
+out["n_first"] = counts.tolist()
+with Capture(d) as cc:
+    dt.speculate(t, d, ids, depth=4, max_new_tokens=14, observers=[cc])
+with TreeCapture(d) as tc:
+    speculate_tree(t, d, ids, parse_tree("dynamic:top_k=1,depth=4,total=5"), max_new_tokens=14, observers=[tc])
+out["tree_vs_chain"] = max(float(np.abs(a.field("first_draft_mass") - b.field("first_draft_mass")).max())
+                           for a, b in zip(cc.rounds, tc.rounds))
+
 m = build_models(root)
 probes = write_probes(root / "p.jsonl", [{"id": f"p{i}", "token_ids": prompt(i, 24), "max_new_tokens": 10}
                                          for i in range(3)])
-out, rc = {}, {}
 for name, full in (("a", "1"), ("b", "0")):  # full rows every round, and the kernel's lse path only
     rc["capture_" + name] = main(["capture", "--target", str(m["target"]), "--drafter", f"e3={m['eagle3']}",
                                   "--drafter", f"e31={m['eagle31']}", "--probes", str(probes), "--depth", "3",
                                   "--full-every", full, "--quiet", "--out", str(root / f"{name}.drift")])
 a, b = dt.load(root / "a.drift"), dt.load(root / "b.drift")
 da, db = a.depths, b.depths
-out["mass_max_diff_lse_vs_full"] = float((da["last_slot_mass"] - db["last_slot_mass"]).abs().max())
-out["mass_range"] = [float(da["last_slot_mass"].min()), float(da["last_slot_mass"].max())]
-lift = da["last_slot_mass"].astype(float) * da["n_keys"] / da["n_last"]
-out["lift_recomputed"] = float((lift - da["last_slot_lift"]).abs().max())
-out["n_last"] = sorted(set(da["n_last"].tolist()))
-out["heads_cols"] = "last_slot_mass" in a.heads.columns
+for mass, count, lift in (("last_slot_mass", "n_last", "last_slot_lift"), ("first_draft_mass", "n_first",
+                                                                          "first_draft_lift")):
+    out[mass] = {"lse_vs_full": float((da[mass] - db[mass]).abs().max()),
+                 "range": [float(da[mass].min()), float(da[mass].max())],
+                 "lift_recomputed": float((da[mass].astype(float) * da["n_keys"] / da[count] - da[lift]).abs().max()),
+                 "counts": sorted(set(da[count].tolist())), "heads_col": mass in a.heads.columns}
 import contextlib, io
 buf = io.StringIO()
 with contextlib.redirect_stdout(buf):
     rc["compare"] = main(["compare", str(root / "a.drift"), "--json"])
 pd_rows = json.loads(buf.getvalue())["per_depth"]
-out["compare_has"] = all("last_slot_lift" in r and "last_slot_mass" in r for r in pd_rows)
+out["compare_has"] = all(all(k in r for k in ("last_slot_lift", "last_slot_mass", "first_draft_mass",
+                                              "first_draft_lift")) for r in pd_rows)
 rc["check_pass"] = main(["check", str(root / "a.drift"), "--rule", "last_slot_lift@depth1>=0"])
 rc["check_fail"] = main(["check", str(root / "a.drift"), "--rule", "last_slot_mass@depth1>=2"])
+rc["check_tail_fail"] = main(["check", str(root / "a.drift"), "--rule", "first_draft_mass@depth2>=2"])
 rc["check_baseline"] = main(["check", str(root / "b.drift"), "--baseline", str(root / "a.drift"),
                              "--baseline-metric", "last_slot_mass@depth1"])
 rc["report"] = main(["report", str(root / "a.drift"), "-o", str(root / "r.html")])
-out["report_has"] = "last" in (root / "r.html").read_text()
+html = (root / "r.html").read_text()
+out["report_has"] = "last-slot mass" in html and "first-draft mass" in html and "first-draft lift" in html
 old = dt.load(sample).depths
-out["old_trace_nan"] = bool(old["last_slot_mass"].isna().all() and old["last_slot_lift"].isna().all())
+out["old_trace_nan"] = bool(old["last_slot_mass"].isna().all() and old["last_slot_lift"].isna().all()
+                            and old["first_draft_mass"].isna().all())
+
+# exported: the live monitor's series on /metrics, from the same depths table the trace stores
+from drifttool.monitor.metrics import Aggregates, exposition
+from drifttool.trace.reader import read_trace
+dep = read_trace(root / "a.drift").table("depths")
+dep = dep[dep["drafter"] == "e3"]
+agg = Aggregates()
+agg.add_request(dep, {"model_name": "m", "engine": "0", "drafter": "e3"})
+agg.write(root / "metrics" / "run1-replay.json")
+text = exposition(root / "metrics", "run1")
+from prometheus_client.parser import text_string_to_metric_families
+fams = {f.name: f for f in text_string_to_metric_families(text)}
+got = sum(s.value for s in fams["drifttool:attention_mass"].samples if s.labels["keys"] == "first_draft")
+out["metrics_sum"] = [got, float(dep["first_draft_mass"].sum())]
+hist = [s for s in fams["drifttool:first_draft_lift"].samples if s.name.endswith("_count")]
+out["metrics_hist_count"] = [sum(s.value for s in hist), int(np.isfinite(dep["first_draft_mass"]).sum())]
 
 from streamlit.testing.v1 import AppTest
 app = Path(dt.__file__).parent / "dashboard" / "app.py"
@@ -132,6 +203,8 @@ at.switch_page("app_pages/heads.py").run()
 at.radio(key="heads_read").set_value("mass").run()
 at.selectbox(key="heads_metric").set_value("last_slot_mass").run()
 out["dashboard_exceptions"] = [str(e.message) for e in at.exception]
+at.selectbox(key="heads_metric").set_value("first_draft_mass").run()
+out["dashboard_exceptions"] += [str(e.message) for e in at.exception]
 out["dashboard_charts"] = len(at.get("plotly_chart"))
 out["rc"] = rc
 print("RESULT " + json.dumps(out))
@@ -155,9 +228,17 @@ def test_a_metric_declared_once_runs_end_to_end(tmp_path):
     assert line, p.stderr[-3000:]
     r = json.loads(line[len("RESULT "):])
     assert r["rc"] == {"capture_a": 0, "capture_b": 0, "compare": 0, "check_pass": 0, "check_fail": 1,
-                       "check_baseline": 0, "report": 0}, r
-    assert r["mass_max_diff_lse_vs_full"] < 1e-5  # the kernel's lse path and the full rows agree
-    assert 0 <= r["mass_range"][0] and 0 < r["mass_range"][1] <= 1
-    assert r["lift_recomputed"] < 1e-4 and r["n_last"] == [1]
-    assert r["heads_cols"] and r["compare_has"] and r["report_has"] and r["old_trace_nan"]
+                       "check_tail_fail": 1, "check_baseline": 0, "report": 0}, r
+    # the tail row: captured as the eager rows say (lse path and full rows), a width-one tree as the chain
+    assert r["eager_rounds"] >= 3 and r["eager_max_diff"] < 1e-5 and r["tree_vs_chain"] < 1e-5, r
+    assert r["n_first"] == [0, 1, 1, 1]  # depth 1 has no drafted slot; deeper ones see exactly one first slot
+    for mass in ("last_slot_mass", "first_draft_mass"):  # stored: lse = full rows, in range, lift from the counts
+        x = r[mass]
+        assert x["lse_vs_full"] < 1e-5 and 0 <= x["range"][0] and 0 < x["range"][1] <= 1, (mass, x)
+        assert x["lift_recomputed"] < 1e-4 and x["heads_col"], (mass, x)
+    assert r["last_slot_mass"]["counts"] == [1] and r["first_draft_mass"]["counts"] == [0, 1]
+    assert r["compare_has"] and r["report_has"] and r["old_trace_nan"]
     assert r["dashboard_exceptions"] == [] and r["dashboard_charts"] >= 1
+    # exported on /metrics: the summed mass equals the table's, and the lift histogram holds every finite row
+    assert abs(r["metrics_sum"][0] - r["metrics_sum"][1]) < 1e-3 * max(1.0, r["metrics_sum"][1]), r["metrics_sum"]
+    assert r["metrics_hist_count"][0] > 0

@@ -4,6 +4,7 @@ the capture counted, `tok:` sinks at position 0 included); the dtype is parsed o
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -33,6 +34,12 @@ def test_sink_positions_one_definition():
     spec = SinkSpec.parse("first:1;pos:4,50;tok:7")
     ids = [7, 1, 2, 7, 3, 7]
     assert spec.positions_in(ids) == [0, 3, 4, 5] == spec.mask(torch.tensor(ids)).nonzero()[:, 0].tolist()
+    # the capture's host path (numpy ids), with and without token ids, equals the definition
+    for rule in ("first:1;pos:4,50;tok:7", "first:3;pos:1,9", "pos:2", "tok:7,3", "first:0"):
+        sp = SinkSpec.parse(rule)
+        for n in (0, 1, 4, 6):
+            assert sp.index(np.array(ids[:n])).tolist() == sp.positions_in(ids[:n]), (rule, n)
+            assert np.flatnonzero(sp.mask(np.array(ids[:n]))).tolist() == sp.positions_in(ids[:n]), (rule, n)
     assert SinkSpec.from_dict(spec.to_dict()) == spec and SinkSpec.from_dict(None) == SinkSpec()
     # the drill-down's fallback (no recorded slots) uses the same SinkSpec; position 0's token is unknown there
     assert plots.sink_slots(spec.to_dict(), 6, ids[1:]) == [0, 3, 4, 5]

@@ -105,22 +105,24 @@ def test_rows_and_masses_equal_eager(target, nh, nkv, sink, mode):
             np.testing.assert_allclose(cap.attention(rec.round, j + 1), row.mean(0).numpy(), atol=ATOL, rtol=0)
             # region masses of every head
             exp = expected_masses(row, n, j, mask, recent=5)
-            np.testing.assert_allclose(rc.heads[j, :, :4], exp[:, :4], atol=ATOL, rtol=0)
-            np.testing.assert_allclose(rc.heads[j, :, 6], exp[:, 5], atol=ATOL, rtol=0)  # recent mass
+            for i, name in enumerate(("sink_mass", "draft_mass", "own_mass", "entropy")):
+                np.testing.assert_allclose(rc.field(name)[j], exp[:, i], atol=ATOL, rtol=0)
+            np.testing.assert_allclose(rc.field("recent_mass")[j], exp[:, 5], atol=ATOL, rtol=0)
             # template mass: the slots holding the planted template ids (7, 9), sinks excluded
             tpl = torch.isin(torch.tensor(seq[:n]), torch.tensor(TEMPLATE)) & (mask == 0)
-            np.testing.assert_allclose(rc.heads[j, :, 7], (row[:, :n].double() @ tpl.double()).numpy(), atol=ATOL, rtol=0)
+            np.testing.assert_allclose(rc.field("template_mass")[j], (row[:, :n].double() @ tpl.double()).numpy(),
+                                       atol=ATOL, rtol=0)
             # the key counts of the uniform share, counted from the eager row's own length and masks
             rec_slots = (torch.arange(n) >= n - 5) & (mask == 0)
             assert rc.counts[j].tolist() == [n + j, int(mask.sum()), j, int(rec_slots.sum()), int(tpl.sum())]
             # concentration: each head's largest weight and the slot it sits on
-            np.testing.assert_allclose(rc.heads[j, :, 4], row.max(-1).values.numpy(), atol=ATOL, rtol=0)
-            assert (rc.heads[j, :, 5] == row.argmax(-1).numpy()).all()
-            prompt_mass = 1.0 - rc.heads[j, :, 0] - rc.heads[j, :, 1] - rc.heads[j, :, 2]
+            np.testing.assert_allclose(rc.field("max_prob")[j], row.max(-1).values.numpy(), atol=ATOL, rtol=0)
+            assert (rc.field("top_pos")[j] == row.argmax(-1).numpy()).all()
+            prompt_mass = 1.0 - rc.field("sink_mass")[j] - rc.field("draft_mass")[j] - rc.field("own_mass")[j]
             np.testing.assert_allclose(prompt_mass, exp[:, 4], atol=ATOL, rtol=0)
         # depth 1 sits on a target-feature slot: self mass exactly 0
-        assert (rc.heads[0, :, 1] == 0).all() and (rc.heads[0, :, 2] == 0).all()
-        assert (rc.heads[1:, :, 2] > 0).all()  # later depths do attend their own slot
+        assert (rc.field("draft_mass")[0] == 0).all() and (rc.field("own_mass")[0] == 0).all()
+        assert (rc.field("own_mass")[1:] > 0).all()  # later depths do attend their own slot
 
 
 def test_trace_tables_regions_sum_to_one(target):
@@ -183,7 +185,8 @@ def test_uniform_attention_masses_are_slot_ratios(target):
             for j in range(K):
                 length = n + j  # visible slots of depth j+1
                 exp = [n_sink / length, max(j - 1, 0) / length, (1 if j >= 1 else 0) / length, math.log(length)]
-                np.testing.assert_allclose(rc.heads[j, :, :4], np.tile(exp, (4, 1)), atol=1e-6, rtol=0,
+                got = np.stack([rc.field(f)[j] for f in ("sink_mass", "draft_mass", "own_mass", "entropy")], -1)
+                np.testing.assert_allclose(got, np.tile(exp, (4, 1)), atol=1e-6, rtol=0,
                                            err_msg=f"sink {s} round {rec.round} depth {j + 1}")
 
 

@@ -50,8 +50,8 @@ def test_wrong_lse_masses_fail(capsys, monkeypatch):
     """A planted error of 1e-3 in the lse path's sink mass is a FAIL and exit 1."""
     import drifttool.run.hooks as hooks
 
-    real = hooks.stats.lse_masses
-    monkeypatch.setattr(hooks.stats, "lse_masses", lambda *a, **kw: real(*a, **kw) + 1e-3)
+    real = hooks.stats.lse_probs
+    monkeypatch.setattr(hooks.stats, "lse_probs", lambda *a, **kw: real(*a, **kw) + 1e-3)
     assert _module().main(["--device", "cpu", "--scale", "tiny", "--dtype", "float32"]) == 1
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("lse_masses_vs_full"))
     assert "FAIL" in line

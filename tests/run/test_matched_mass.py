@@ -12,6 +12,7 @@ import torch
 from drifttool.model.tiny import tiny_target
 from drifttool.run import attention_stats as stats
 from drifttool.run.hooks import Capture
+from drifttool.run.key_sets import TailSlots
 from drifttool.run.loop import speculate
 from drifttool.trace.sinks import SinkSpec
 from tests.run.test_capture_attention import EagerRows
@@ -82,8 +83,10 @@ def test_matched_mass_is_the_depth1_rows_mass_on_its_last_keys(target, full_ever
 def test_self_count_under_a_window_smaller_than_the_depth():
     """Depth 8 under a 6-key window sees 6 keys, all of them its own slots at most: n_self <= n_keys, and the uniform
     share n_self / n_keys is what uniform attention puts on the self slots it can see."""
-    counts = stats.key_counts(100, 8, [torch.tensor([0])] + [torch.zeros(0, dtype=torch.long)] * 2, window=6)
-    n_keys, n_self = counts[:, 0], counts[:, 2]
+    empty = np.zeros(0, dtype=np.int64)
+    g = stats.Gathered.of(100, [np.array([0]), empty, empty], TailSlots.chain(8), lo=stats.chain_lo(100, 8, 6))
+    counts = stats.key_counts(g)
+    n_keys, n_self = (counts[:, stats.COUNT_FIELDS.index(c)] for c in ("n_keys", "n_self"))
     assert n_keys.tolist() == [6] * 8
     assert n_self.tolist() == [0, 1, 2, 3, 4, 5, 6, 6]
     assert (n_self <= n_keys).all()

@@ -89,11 +89,11 @@ def test_capture_rows_and_lse_masses_equal_eager_attention(deepseek):
             for head in range(p.shape[0]):
                 mine = torch.from_numpy(cap.attention(r.round, j + 1, head=head))
                 torch.testing.assert_close(mine, p[head], atol=1e-5, rtol=0)
-            np.testing.assert_allclose(rc.heads[j, :, 0], p[:, :2].sum(-1).numpy(), atol=1e-5)  # sink: slots 0, 1
+            np.testing.assert_allclose(rc.field("sink_mass")[j], p[:, :2].sum(-1).numpy(), atol=1e-5)  # sink: slots 0, 1
             # own slot (depth 1's slot n-1 holds a committed token: no own draft slot) and the earlier drafts' slots
             own = p[:, n - 1 + j].numpy() if j else np.zeros(p.shape[0])
-            np.testing.assert_allclose(rc.heads[j, :, 2], own, atol=1e-5)
-            np.testing.assert_allclose(rc.heads[j, :, 1], p[:, n:n - 1 + j].sum(-1).numpy(), atol=1e-5)
+            np.testing.assert_allclose(rc.field("own_mass")[j], own, atol=1e-5)
+            np.testing.assert_allclose(rc.field("draft_mass")[j], p[:, n:n - 1 + j].sum(-1).numpy(), atol=1e-5)
             checked += 1
     assert checked == DEPTH * len(res.rounds) >= 6
 

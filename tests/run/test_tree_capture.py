@@ -69,9 +69,10 @@ def test_tree_rows_equal_eager_attention(trained_pair, spec):
                 ],
                 -1,
             ).numpy()
-            np.testing.assert_allclose(rc.heads[r, :, :5], want, atol=1e-5, rtol=0)
-            assert (rc.heads[r, :, 5] == p.argmax(-1).numpy()).all()
-            total = rc.heads[r, :, 0] + rc.heads[r, :, 1] + rc.heads[r, :, 2]
+            got = np.stack([rc.field(f)[r] for f in ("sink_mass", "draft_mass", "own_mass", "entropy", "max_prob")], -1)
+            np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+            assert (rc.field("top_pos")[r] == p.argmax(-1).numpy()).all()
+            total = rc.field("sink_mass")[r] + rc.field("draft_mass")[r] + rc.field("own_mass")[r]
             assert (total <= 1 + 1e-5).all()
             checked += 1
     assert checked > 2 * len(res.rounds)
@@ -97,6 +98,7 @@ def test_top1_tree_capture_equals_chain_capture(trained_pair, k):
     assert len(cc.rounds) == len(tc.rounds) == len(chain.rounds)
     for a, b in zip(cc.rounds, tc.rounds):
         assert b.rows == list(range(k))  # root + nodes 1..k-1 fed: the producers of depths 1..k
-        np.testing.assert_allclose(b.heads[:, :, :5], a.heads[:, :, :5], atol=1e-5, rtol=0)
-        assert (b.heads[:, :, 5] == a.heads[:, :, 5]).all()
+        for f in ("sink_mass", "draft_mass", "own_mass", "entropy", "max_prob", "recent_mass", "template_mass"):
+            np.testing.assert_allclose(b.field(f), a.field(f), atol=1e-5, rtol=0, err_msg=f)
+        assert (b.field("top_pos") == a.field("top_pos")).all()
         np.testing.assert_allclose(b.hidden, a.hidden, rtol=1e-6, atol=1e-6)
