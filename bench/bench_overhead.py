@@ -19,6 +19,8 @@ jobs, wall time mostly measures the scheduler) and wall time (reported beside it
     python bench/bench_overhead.py --smoke                       # seconds
     python bench/bench_overhead.py --profile 16k --paths new     # cProfile of capture-on rounds
     python bench/bench_overhead.py --alternate 16k --reps 200    # paired off/taps/on blocks: mean +- SE
+    python bench/bench_overhead.py --alternate 2k,16k --against db94bc4 --json bench/results/capture_overhead.json
+        # before / after in one run: the revision's package and this checkout's, alternated block by block
 """
 
 from __future__ import annotations
@@ -196,6 +198,89 @@ def alternate(a, n: int, samples: int) -> None:
           f"{samples} paired blocks), taps alone {statistics.mean(ms['taps']) / off:.3f}x")
 
 
+def against(a, contexts: list[int], rev: str) -> dict:
+    """Before / after in one run: two worker processes (bench/_overhead_worker.py), one importing the package as
+    it was at `rev` (exported with `git archive`), one this checkout's; every block times off, taps only and the
+    full capture in both, in an order flipped each block, so both versions see the same moments of the machine.
+    Each version's ratios are against its own capture-off rounds (mean of the paired blocks, standard error)."""
+    import json
+    import os
+    import statistics
+    import subprocess
+    import sys
+    import tarfile
+    import tempfile
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parent
+    repo = bench.parent
+    sha = subprocess.run(["git", "rev-parse", rev], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+    subject = subprocess.run(["git", "log", "-1", "--format=%s", sha], cwd=repo, capture_output=True, text=True,
+                             check=True).stdout.strip()
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "drifttool"], cwd=repo, capture_output=True,
+                                text=True).stdout.strip())
+    opts = ["--shape", a.shape, "--dtype", a.dtype, "--hidden", str(a.hidden), "--heads", str(a.heads),
+            "--kv-heads", str(a.kv_heads), "--vocab", str(a.vocab), "--depth", str(a.depth),
+            "--full-every", str(a.full_every)]
+    out = {"before": {"rev": sha, "subject": subject}, "after": {"rev": head, "uncommitted": dirty},
+           "blocks": a.reps, "rounds_per_block": 2, "shape": a.shape, "dtype": a.dtype, "full_every": a.full_every,
+           "torch": torch.__version__, "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d"), "contexts": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        arch = subprocess.run(["git", "archive", sha, "drifttool"], cwd=repo, capture_output=True, check=True).stdout
+        with tarfile.open(fileobj=__import__("io").BytesIO(arch)) as tf:
+            tf.extractall(tmp, filter="data")
+        roots = {"before": tmp, "after": str(repo)}
+        for n in contexts:
+            procs = {v: subprocess.Popen([sys.executable, str(bench / "_overhead_worker.py"), root, str(n), *opts],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=bench)
+                     for v, root in roots.items()}
+            try:
+                for v, p in procs.items():
+                    ready = p.stdout.readline().split()
+                    if not ready or ready[0] != "READY" or not ready[1].startswith(roots[v]):
+                        raise SystemExit(f"--against: the {v} worker did not start on {roots[v]} ({ready})")
+                ms = {(v, m): [] for v in procs for m in ("off", "taps", "on")}
+                order = list(ms)
+                for i in range(a.reps):
+                    for v, m in order if i % 2 == 0 else order[::-1]:
+                        procs[v].stdin.write(f"{m} {2 * i}\n")
+                        procs[v].stdin.flush()
+                        ms[(v, m)].append(float(procs[v].stdout.readline()))
+            finally:
+                for p in procs.values():
+                    p.stdin.close()
+                    p.wait(timeout=60)
+            res = {}
+            for v in procs:
+                off = statistics.mean(ms[(v, "off")])
+                res[v] = {"off_ms": 1e3 * off}
+                for m in ("taps", "on"):
+                    diff = [x - y for x, y in zip(ms[(v, m)], ms[(v, "off")])]
+                    res[v][m] = {"mean": statistics.mean(ms[(v, m)]) / off,
+                                 "se": statistics.stdev(diff) / len(diff) ** 0.5 / off}
+            out["contexts"][fmt_ctx(n)] = res
+    print(f"# before / after, paired alternation: {a.reps} blocks x 2 rounds per mode and version, {a.shape} shape, "
+          f"{a.dtype}, full rows every {a.full_every}; before = {sha[:8]} ({subject[:60]}), after = "
+          f"{head[:8]}{' + uncommitted changes' if dirty else ''}")
+    rows, parts = [], []
+    for ctx, res in out["contexts"].items():
+        bar = bar_for(a.shape, parse_contexts(ctx)[0])
+        for v in ("before", "after"):
+            r = res[v]
+            rows.append([ctx, v, f"{r['off_ms']:.2f}", f"{r['taps']['mean']:.3f}x +- {r['taps']['se']:.3f}",
+                         f"{r['on']['mean']:.3f}x +- {r['on']['se']:.3f}",
+                         "" if bar is None else ("met" if r["on"]["mean"] <= bar else "MISSED") + f" <= {bar:.2f}"])
+        parts.append(f"{ctx} {res['before']['on']['mean']:.3f}x -> {res['after']['on']['mean']:.3f}x (taps "
+                     f"{res['before']['taps']['mean']:.3f}x -> {res['after']['taps']['mean']:.3f}x)")
+    print_table(["context", "version", "off ms", "taps alone / off", "capture / off", "bar"], rows)
+    print("SUMMARY overhead-before-after: " + ", ".join(parts))
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
+        print(f"written: {a.json}")
+    return out
+
+
 def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", choices=("bench", "real"), default="bench")
@@ -217,6 +302,10 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--profile", metavar="CTX", help="cProfile capture-on rounds at one context and exit")
     ap.add_argument("--alternate", metavar="CTX", help="paired per-block alternation off / taps / on at one "
                     "context (mean cost with its standard error; --reps blocks) and exit")
+    ap.add_argument("--against", metavar="REV", help="with --alternate (a comma list of contexts): time the package "
+                    "as it was at git revision REV beside this checkout's, block by block, in one run")
+    ap.add_argument("--json", metavar="PATH", help="with --against: write the results here (docs_gen reads "
+                    "bench/results/capture_overhead.json into docs/benchmarks.md)")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     paths = tuple(p for p in a.paths.split(",") if p)
@@ -224,6 +313,11 @@ def main(argv=None) -> list[dict]:
         ap.error(f"--paths: expected a comma list of {', '.join(PATHS)}")
     if a.smoke:
         a.contexts, a.reps, a.rounds, a.warmup = "256,1k", 3, 3, 1
+    if a.against:
+        if not a.alternate:
+            ap.error("--against needs --alternate CTX[,CTX...]")
+        against(a, parse_contexts(a.alternate), a.against)
+        return []
     if a.alternate:
         alternate(a, parse_contexts(a.alternate)[0], a.reps)
         return []

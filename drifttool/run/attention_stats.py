@@ -45,6 +45,8 @@ _RECENT = _CONTEXT.index("recent_mass")  # the context set whose newest slots th
 CHECKED_FULL = tuple(i for i, f in enumerate(HEAD_FIELDS) if f not in _MATCHED)
 CHECKED_LSE = tuple(i for i in MASS_IDX if HEAD_FIELDS[i] not in _MATCHED)
 CHECKED_TREE = tuple(i for i in CHECKED_FULL if HEAD_FIELDS[i] not in _WINDOW)  # trees: no window mass either
+CHECKED_FULL, CHECKED_LSE = list(CHECKED_FULL), list(CHECKED_LSE)  # (numpy takes a list as a fancy index)
+MASS_CHECKED = [i for i in CHECKED_LSE]  # masses: each at most 1 (a share of one row's attention)
 
 
 def field(heads: np.ndarray, name: str) -> np.ndarray:
@@ -105,11 +107,11 @@ class Gathered:
         vis[:, s:s + self.f] &= self.tail.path
         return vis
 
-    def hidden(self, device) -> torch.Tensor:
-        """[R, G] bool on `device`: the gathered keys each row did not see (masked before the exp)."""
+    def hidden(self) -> np.ndarray:
+        """[R, G] bool: the gathered keys each row did not see (masked before the exp)."""
         if self.chain and not self.windowed:
-            return _chain_hidden(self.sizes, self.tail.anc.shape[0], self.m, str(device))
-        return torch.from_numpy(~self.visible).to(device)
+            return _chain_hidden(self.sizes, self.tail.anc.shape[0], self.m)
+        return ~self.visible
 
     def weights(self) -> np.ndarray:
         """[R, G, len(HEAD_FIELDS)]: per row, which gathered keys each mass sums (context sets, tail rules, the
@@ -153,9 +155,9 @@ def _chain_weights(sizes: tuple[int, ...], k_: int, m: int) -> np.ndarray:
 
 
 @lru_cache(maxsize=64)
-def _chain_hidden(sizes: tuple[int, ...], k_: int, m: int, device: str) -> torch.Tensor:
+def _chain_hidden(sizes: tuple[int, ...], k_: int, m: int) -> np.ndarray:
     g = Gathered.of(0, [np.zeros(x, np.int64) for x in sizes], TailSlots.chain(k_), np.zeros(m, np.int64))
-    return torch.from_numpy(~g.visible).to(device)
+    return ~g.visible
 
 
 @lru_cache(maxsize=64)
@@ -175,22 +177,40 @@ def _grouped(q: torch.Tensor, nkv: int) -> torch.Tensor:
     return q.reshape(r, nkv, nh // nkv, hd).transpose(0, 1).reshape(nkv, r * (nh // nkv), hd)
 
 
-def lse_probs(qh: torch.Tensor, keys: torch.Tensor, index: torch.Tensor, lse: torch.Tensor,
-              scale: float | None = None, hidden: torch.Tensor | None = None) -> torch.Tensor:
-    """[nh, R, G] fp32: each query row's attention weight exp(q.k * scale - lse) on the G gathered keys, from the
-    R query rows qh [nh, R, hd] (head-major, as the hooks stack them) and each row's log-sum-exp lse [nh, R] over
-    the keys it attended; 0 where `hidden` [R, G] (keys the row did not see). The keys are gathered before the fp32
-    upcast: a bf16 cache is never copied whole. One gather, one fused matmul-add, one mask, one exp; head h = g *
-    rep + r reads kv head g, so the head-major rows group by kv head without a copy."""
+def to_host(*tensors: torch.Tensor | None) -> list[np.ndarray | None]:
+    """Each tensor as a float32 host array (None stays None), in one device-to-host transfer: on CUDA one copy of a
+    few hundred KiB and one sync per round; on CPU the views are free but for one copy of the small pieces."""
+    parts = [t for t in tensors if t is not None]
+    if not parts:
+        return [None] * len(tensors)
+    flat = torch.cat([t.reshape(-1).float() for t in parts]).cpu().numpy()
+    out, o = [], 0
+    for t in tensors:
+        if t is None:
+            out.append(None)
+            continue
+        out.append(flat[o:o + t.numel()].reshape(t.shape))
+        o += t.numel()
+    return out
+
+
+def lse_probs(qh: np.ndarray, kg: np.ndarray, lse: np.ndarray, scale: float, hidden: np.ndarray | None = None
+              ) -> np.ndarray:
+    """[nh, R, G] float32: each query row's attention weight exp(q.k * scale - lse) on the G gathered keys kg
+    [nkv, G, hd], from the R query rows qh [nh, R, hd] (head-major, as the hooks stack them; head h = g * rep + r
+    reads kv head g) and each row's log-sum-exp lse [nh, R] over the keys it attended; 0 where `hidden` [R, G] (keys
+    the row did not see). Host arrays: the keys were gathered on the device before the fp32 upcast (a bf16 cache
+    is never copied whole), and a handful of numpy ops on K x heads x G values cost microseconds. A weight that
+    would overflow (a score far above its row's log-sum-exp: the kernel's lse and these scores disagree) is kept
+    finite but far above 1, which the capture's mass check refuses."""
     nh, r, hd = qh.shape
-    nkv = keys.shape[0]
-    kg = keys[:, index].float()  # [nkv, G, hd] (index_select would copy a strided cache view whole first)
-    neg = lse.float().reshape(nkv, -1, 1).neg()
-    s = torch.baddbmm(neg, qh.float().reshape(nkv, -1, hd), kg.transpose(1, 2), alpha=scale or 1.0 / math.sqrt(hd))
-    s = s.view(nh, r, -1)
+    nkv = kg.shape[0]
+    s = np.matmul(qh.reshape(nkv, -1, hd), kg.transpose(0, 2, 1)).reshape(nh, r, -1)
+    s *= scale
+    s -= lse[..., None]
     if hidden is not None:
-        s.masked_fill_(hidden[None], float("-inf"))
-    return s.exp_()
+        s[:, hidden] = -np.inf
+    return np.exp(np.minimum(s, 80.0, out=s), out=s)
 
 
 def masked_logits(q: torch.Tensor, keys: torch.Tensor, n: int, scale: float | None = None,
@@ -257,31 +277,17 @@ def full_probs(d: torch.Tensor, g: Gathered, index: torch.Tensor, keep_row: bool
     return (p.transpose(1, 2).reshape(nkv * rep, r, -1), rows.transpose(1, 2).reshape(nkv * rep, r, -1), row)
 
 
-def hidden_sums(x: torch.Tensor) -> torch.Tensor:
-    """[2 * M] fp32 from hidden states x [M, H] (any float dtype): each row's L2 norm, then its largest |x| (all the
-    magnitudes and the massive flag need, bar the rare median); two norms accumulated in fp32."""
-    norm = torch.linalg.vector_norm
-    return torch.cat([norm(x, 2, -1, dtype=torch.float32), norm(x, math.inf, -1, dtype=torch.float32)])
-
-
-def massive(x: torch.Tensor) -> torch.Tensor:
-    """Massive-activation flag per row: some |x| > 100 and >= 1000x the row's median |x|."""
-    a = x.abs().float()
-    big = a > 100
-    if a.device.type == "cpu" and not bool(big.any()):  # nothing above 100: no row qualifies, skip the median
-        return torch.zeros(a.shape[:-1], dtype=torch.bool)  # (on CPU the test costs no device sync)
-    med = a.median(dim=-1, keepdim=True).values
-    return (big & (a >= 1000 * med)).any(-1)
-
-
-def massive_rows(x: torch.Tensor, amax: np.ndarray) -> np.ndarray:
-    """`massive` per row of x [M, H] given each row's largest |x| (host): the rule holds iff the largest |x| is
-    > 100 and >= 1000x the median, so the median is computed only for rows above 100 (rare)."""
-    out = np.zeros(amax.shape, bool)
-    big = np.flatnonzero(amax > 100)
-    if big.size:
-        med = x[torch.from_numpy(big).to(x.device)].abs().float().median(-1).values.cpu().numpy()
-        out[big] = amax[big] >= 1000 * med
+def massive(x) -> np.ndarray:
+    """Massive-activation flag per row of x [..., H] (a host array or a tensor): some |x| > 100 and >= 1000x the
+    row's median |x|. The median is taken only where some |x| > 100 (the rule's first condition; rare): the flag
+    holds iff the row's largest |x| passes both."""
+    a = x.float().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x, dtype=np.float32)
+    top = np.maximum(a.max(-1), -a.min(-1))  # the largest |x| without an |x| copy
+    big = top > 100
+    if not big.any():
+        return big
+    out = np.zeros(top.shape, dtype=bool)
+    out[big] = top[big] >= 1000 * np.median(np.abs(a[big]), axis=-1)
     return out
 
 
@@ -347,11 +353,17 @@ def _counts(g: Gathered) -> np.ndarray:
     return np.stack([out[c] for c in COUNT_FIELDS], -1).astype(np.int64)
 
 
-def hidden_values(sums: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray]:
-    """From hidden_sums' host copy of [in; pre; post] ([3 * K] L2 norms, then [3 * K] largest |x|) and the width
-    H: HIDDEN_FIELDS [K, 7] without the massive flag (column 6 = 0) and each row's largest |x| [3, K]."""
-    k3 = sums.size // 2
-    out = np.zeros((k3 // 3, 7))
-    out[:, 1:6:2] = sums[:k3].reshape(3, -1).T  # [K, 3] l2
-    out[:, 0:6:2] = out[:, 1:6:2] / math.sqrt(h)  # rms = l2 / sqrt(H)
-    return out, sums[k3:].reshape(3, -1)
+def hidden_stats(x: np.ndarray) -> np.ndarray:
+    """HIDDEN_FIELDS [K, 7] from the layer input, pre and post hidden states x [3, K, H] (float32 host arrays): rms
+    and L2 of each, and whether the input or pre state holds a massive activation."""
+    l2 = np.sqrt((x * x).sum(-1))  # [3, K] (numpy's pairwise sum)
+    out = np.empty((x.shape[1], 7))
+    out[:, 1:6:2] = l2.T
+    out[:, 0:6:2] = l2.T / math.sqrt(x.shape[-1])  # rms = l2 / sqrt(H)
+    out[:, 6] = massive(x[:2]).any(0)
+    return out
+
+
+def aux_stats(before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """Per aux chunk [A, 3]: rms before and after fc_norm, and the massive flag of the input (float32 [A, Ht])."""
+    return np.stack([np.sqrt((before * before).mean(-1)), np.sqrt((after * after).mean(-1)), massive(before)], -1)

@@ -13,7 +13,6 @@ can sit on a foreign drafter."""
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass, field
 
@@ -186,6 +185,7 @@ class Capture(Observer):
         self._qk: dict[int, tuple[torch.Tensor, torch.Tensor, int, list[int]]] = {}
         self._final_keys: torch.Tensor | None = None
         self._ids, self._ids_of = np.zeros(0, dtype=np.int64), None  # see _context_ids
+        self._fixed_sinks: np.ndarray | None = None  # see _sinks
         self._reset_round()
 
     # -- hooks -------------------------------------------------------------------------------
@@ -280,58 +280,57 @@ class Capture(Observer):
         """The round's device work (the gathered keys' probabilities, the hidden sums), one host transfer, then
         every field on the host (attention_stats.head_values). qh: the K query rows, head-major [nh, K, hd]."""
         n = self._ctx
-        nh, k_, _ = qh.shape
-        dev = keys.device
+        k_ = qh.shape[1]
         ids = self._context_ids(n)
-        sink_pos = self.sink.index(ids)  # context positions only (on the host)
+        sink_pos = self._sinks(ids)  # context positions only (on the host)
         sets = key_sets.context_sets(key_sets.KeyContext(n, lambda: ids, sink_pos, self.recent, self.template_ids))
         g = stats.Gathered.of(n, sets, key_sets.TailSlots.chain(k_), key_sets.matched_index(n, k_ - 1, sink_pos),
                               stats.chain_lo(n, k_, self.window))
-        index = torch.from_numpy(g.index).to(dev)
+        index = torch.from_numpy(g.index).to(keys.device)
         keep = self._sample_row()
         lse = self._round_lse(k_)
         full = keep or lse is None or (self.full_every > 0 and record.round % self.full_every == 0)
-        if full:
-            d = stats.masked_logits(qh.transpose(0, 1), keys, n, self.scale, self.window)  # [nkv, K, rep, L]
-            p, rows, row = stats.full_probs(d, g, index, keep)
-        else:
-            p, rows, row = stats.lse_probs(qh, keys, index, lse, self.scale, g.hidden(dev)), None, None
         h = self._h
         x = torch.cat(h["in"] + h["pre"] + h["post"], -2)[0].detach()  # [3K, H]
         got = [i for i, a in enumerate(self._aux_pre) if a is not None]
         xa = torch.stack([*(self._aux_pre[i] for i in got), *(self._aux_post[i] for i in got)]) if got else None
-        parts = [p.flatten(), stats.hidden_sums(x), *(() if xa is None else (stats.hidden_sums(xa),)),
-                 *(() if rows is None else (rows.flatten(),)), *(() if row is None else (row.flatten(),))]
-        host = torch.cat(parts).cpu().numpy()  # the one host transfer of the round
-        if not np.isfinite(host).all():  # every value the fields come from (hidden keys are 0, not -inf, here)
+        if full:  # the whole rows on the device; the gathered keys' probabilities and the row fields to the host
+            d = stats.masked_logits(qh.transpose(0, 1), keys, n, self.scale, self.window)  # [nkv, K, rep, L]
+            p, rows, row = stats.full_probs(d, g, index, keep)
+            p, rows, row, x, xa = stats.to_host(p, rows, row, x, xa)
+        else:  # the few keys the masses read, gathered on the device; the rest on the host
+            qh, kg, lse, x, xa = stats.to_host(qh, keys[:, index], lse, x, xa)
+            p, rows, row = stats.lse_probs(qh, kg, lse, self.scale or qh.shape[-1] ** -0.5, g.hidden()), None, None
+        hidden = stats.hidden_stats(x.reshape(3, k_, -1))
+        aux = np.zeros((len(self._aux_pre), 3))
+        if got:
+            aux[got] = stats.aux_stats(xa[: len(got)], xa[len(got) :])
+        heads = stats.head_values(p, g, rows)
+        # checked on the host copy (no extra device sync); entropy / max_prob are NaN by design on lse rounds
+        # (the matched masses are NaN by design at depth 1)
+        cols = stats.CHECKED_FULL if full else stats.CHECKED_LSE
+        if not (np.isfinite(heads[..., cols]).all() and np.isfinite(hidden).all() and np.isfinite(aux).all()
+                and heads[..., stats.MASS_CHECKED].max() <= 1.001):  # a weight above 1: the scores overflowed
             raise DriftError(
                 f"drafter activations: NaN or inf in round {record.round} (attention or hidden states "
                 "overflow; check rms_norm_eps, the weights' scale, or try --dtype float32)"
             )
-        o = p.numel()
-        hidden, amax = stats.hidden_values(host[o : o + 6 * k_], x.shape[-1])
-        o += 6 * k_
-        if amax[:2].max() > 100:
-            hidden[:, 6] = stats.massive_rows(x[: 2 * k_], amax[:2].ravel()).reshape(2, k_).any(0)
-        aux = np.zeros((len(self._aux_pre), 3))
-        if got:
-            na = len(got)
-            aux[got, :2] = host[o : o + 2 * na].reshape(2, na).T / math.sqrt(xa.shape[-1])  # rms = l2 / sqrt(H)
-            if host[o + 2 * na : o + 3 * na].max() > 100:
-                aux[got, 2] = stats.massive_rows(xa[:na], host[o + 2 * na : o + 3 * na])
-            o += 4 * na
-        rh = None
-        if rows is not None:
-            rh = host[o : o + rows.numel()].reshape(rows.shape)
-            o += rows.numel()
-        rc = RoundCapture(round=record.round, context_len=n, heads=stats.head_values(host[: p.numel()].reshape(p.shape),
-                          g, rh), hidden=hidden.astype(np.float32), aux=aux.astype(np.float32), full=full,
-                          counts=stats.key_counts(g))
+        rc = RoundCapture(round=record.round, context_len=n, heads=heads, hidden=hidden.astype(np.float32),
+                          aux=aux.astype(np.float32), full=full, counts=stats.key_counts(g))
         if keep:
-            rc.row = host[o:].reshape(k_, -1).astype(np.float16)
+            rc.row = row.astype(np.float16)
             rc.slot_tokens = list(self._seq[1 : n + 1]) + list(record.input_ids[1:])
             rc.sink_slots = sink_pos.tolist()  # what the sink mass summed over: the drill-down marks these
         return rc
+
+    def _sinks(self, ids: np.ndarray) -> np.ndarray:
+        """SinkSpec.index(ids), from the positions it gave once when the rule reads no token ids (the capture's
+        default `first:4` then costs one search per round)."""
+        if self.sink.token_ids:
+            return self.sink.index(ids)
+        if self._fixed_sinks is None:
+            self._fixed_sinks = self.sink.index(np.zeros(max([self.sink.first_n, *(p + 1 for p in self.sink.positions)])))
+        return self._fixed_sinks[: np.searchsorted(self._fixed_sinks, len(ids))]
 
     def _round_lse(self, k_: int) -> torch.Tensor | None:
         """[nh, K] log-sum-exp of the round's K query rows, or None when any step lacked one."""

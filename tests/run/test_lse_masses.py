@@ -183,7 +183,7 @@ def test_bf16_lse_path_matches_reference_without_upcasting_the_cache(target):
     q = torch.randn(K, 4, hd, generator=g).bfloat16()
     lse = torch.full((K, 4), 5.0)
     largest = _largest_allocation(
-        lambda: stats.lse_probs(q, keys, torch.arange(0, 4).repeat(K + 2), lse, 0.35)
+        lambda: stats.to_host(q.transpose(0, 1), keys[:, torch.arange(0, 4).repeat(K + 2)], lse)  # the device part
     )
     assert 0 < largest < keys.numel() * keys.element_size() // 100
     # the reference path does score the whole row (the contrast that makes this check able to fail)
@@ -226,3 +226,20 @@ def test_full_every_setting():
     assert RunSettings.of(full_every=1).record("pyproject.toml", 1)["full_every"] == 1
     with pytest.raises(DriftError, match="--full-every"):
         RunSettings.of(full_every=-1)
+
+
+def test_an_lse_that_disagrees_with_the_scores_is_refused(target, monkeypatch):
+    """Weights from a log-sum-exp far below the row's scores would exceed 1 (or overflow): the capture stops with
+    its one-line error instead of writing masses above 1."""
+    from drifttool.model import attention
+
+    real = attention.fused_attention
+
+    def low_lse(*args, **kwargs):
+        out, lse = real(*args, **kwargs)
+        return out, None if lse is None else lse - 100.0
+
+    monkeypatch.setattr(attention, "fused_attention", low_lse)
+    d = make(target, "gqa")
+    with Capture(d, full_every=0) as cap, pytest.raises(DriftError, match="NaN or inf"):
+        speculate(target, d, _ids(), depth=K, max_new_tokens=6, observers=[cap])
