@@ -2,7 +2,8 @@
 --help), the metric table (the block of docs/metrics.md between its markers, from trace/metric_table.py), the
 two commands' measured times (the blocks of README.md and docs/getting_started.md between their markers, from
 bench/results/first_hour.json, written by bench/bench_first_hour.py), and the live monitor's settings, series and
-measured overhead (docs/monitor.md and README.md, from drifttool/monitor and bench/results/monitor_overhead.json).
+measured overhead (docs/monitor.md and README.md, from drifttool/monitor and bench/results/monitor_overhead.json),
+and the capture's overhead before / after a change (docs/benchmarks.md, from bench/results/capture_overhead.json).
 
 `--check` writes nothing and exits 1 naming each page that differs from what the code generates (the test command
 runs it, so a page edited by hand or left behind by a code change fails there)."""
@@ -152,6 +153,37 @@ def study_block(results: Path) -> str:
             f"The goal (>= {r['goal']:.1f}x of plain vLLM, start to stop) is {met} in this run.")
 
 
+CAPTURE = ("<!-- capture-overhead:begin (scripts/docs_gen.py from bench/results/capture_overhead.json) -->",
+           "<!-- capture-overhead:end -->")
+CAPTURE_BARS = {"2k": 1.10, "16k": 1.05}  # bench shape: the capture's per-round cost against capture off
+
+
+def capture_block(results: Path) -> str:
+    """The capture's overhead before / after a change, from `bench_overhead.py --against REV --json`."""
+    if not results.is_file():
+        return ("(not measured yet: `python bench/bench_overhead.py --alternate 2k,16k --against REV --json "
+                "bench/results/capture_overhead.json`)")
+    r = json.loads(results.read_text())
+    before, after = r["before"], r["after"]
+    rows = ["| context | version | capture off (ms / round) | taps alone / off | whole capture / off | bar |",
+            "|---|---|---|---|---|---|"]
+    for ctx, res in r["contexts"].items():
+        bar = CAPTURE_BARS.get(ctx)
+        for v in ("before", "after"):
+            x = res[v]
+            verdict = "" if bar is None else f"<= {bar:.2f}: {'met' if x['on']['mean'] <= bar else 'missed'}"
+            rows.append(f"| {ctx} | {v} | {x['off_ms']:.2f} | {x['taps']['mean']:.3f}x ± {x['taps']['se']:.3f} | "
+                        f"**{x['on']['mean']:.3f}x** ± {x['on']['se']:.3f} | {verdict} |")
+    return (f"Before = `{before['rev'][:8]}` ({before['subject']}), after = `{after['rev'][:8]}`"
+            + (" plus uncommitted changes" if after.get("uncommitted") else "")
+            + f"; measured together on {r['date']} ({r['cpus']} CPUs, torch {r['torch']}, one torch thread; "
+            f"{r['shape']} shape, {r['dtype']}, full rows every {r['full_every']} rounds): {r['blocks']} paired blocks "
+            f"of {r['rounds_per_block']} rounds per mode and version, the two versions in two processes alternated "
+            "block by block, each against its own capture-off rounds (mean ratio ± its standard error; "
+            f"`python bench/bench_overhead.py --alternate {','.join(r['contexts'])} --against {before['rev'][:8]} "
+            f"--reps {r['blocks']} --json bench/results/capture_overhead.json`).\n\n" + "\n".join(rows))
+
+
 def monitor_blocks(text: str, page: str = "docs/monitor.md") -> str:
     from drifttool.monitor.metrics import describe as series
     from drifttool.monitor.settings import describe as settings
@@ -176,6 +208,9 @@ def pages() -> dict[Path, str]:
         ROOT / "bench" / "results" / "monitor_overhead.json"), OVERHEAD, "README.md")
     monitor = ROOT / "docs" / "monitor.md"
     out[monitor] = monitor_blocks(monitor.read_text(), _rel(monitor))
+    bench = ROOT / "docs" / "benchmarks.md"
+    out[bench] = with_block(bench.read_text(), capture_block(ROOT / "bench" / "results" / "capture_overhead.json"),
+                            CAPTURE, _rel(bench))
     vllm = ROOT / "docs" / "vllm.md"
     out[vllm] = with_block(vllm.read_text(), study_block(ROOT / "bench" / "results" / "vllm_throughput.json"), STUDY,
                            _rel(vllm))

@@ -153,6 +153,22 @@ class RoundCapture:
         return stats.field(self.heads, name)
 
 
+@dataclass
+class _Pending:
+    """One round's host arrays, waiting for the host work (Capture.flush)."""
+
+    round: int
+    n: int
+    full: bool
+    keep: bool
+    g: stats.Gathered
+    host: list
+    got: list[int]
+    n_aux: int
+    slots: tuple[list[int], list[int]] | None
+
+
+PENDING = 16  # rounds whose host work is batched (and whenever `.rounds` is read)
 _VIEW_ROWS = 64  # a refresh of up to this many slots keeps views of its last row (no copy); a longer one copies it
 
 # every 16th round of a prompt gets full rows (entropy, head maxima): their cost amortised to ~1/16
@@ -179,7 +195,8 @@ class Capture(Observer):
         self._setup()
         cfg = getattr(self.drafter, "config", None)
         self.window: int | None = getattr(cfg, "sliding_window", None)  # the drafter's attention window
-        self.rounds: list[RoundCapture] = []
+        self._rounds: list[RoundCapture] = []
+        self._pending: list[_Pending] = []
         self._rng = random.Random(self.seed)
         self._seen = 0
         self._qk: dict[int, tuple[torch.Tensor, torch.Tensor, int, list[int]]] = {}
@@ -253,8 +270,9 @@ class Capture(Observer):
     def end_round(self, drafter, cache, record) -> None:
         keys = cache.keys()[0]  # [nkv, L, hd], L = n - 1 + K
         qh = torch.cat(self._q, -2)[0].detach()  # [nh, K, hd]
-        rc = self._compute(qh, keys, record)
-        self.rounds.append(rc)
+        self._pending.append(self._device(qh, keys, record))
+        if len(self._pending) >= PENDING:
+            self.flush()
         if self.keep_qk:
             n = self._ctx
             self._qk[record.round] = (qh.transpose(0, 1).contiguous(), keys[:, n:].clone(), n, list(record.input_ids))
@@ -276,9 +294,10 @@ class Capture(Observer):
             self._ids = np.concatenate([self._ids, np.asarray(self._seq[self._ids.shape[0] : n], dtype=np.int64)])
         return self._ids[:n]
 
-    def _compute(self, qh: torch.Tensor, keys: torch.Tensor, record) -> RoundCapture:
-        """The round's device work (the gathered keys' probabilities, the hidden sums), one host transfer, then
-        every field on the host (attention_stats.head_values). qh: the K query rows, head-major [nh, K, hd]."""
+    def _device(self, qh: torch.Tensor, keys: torch.Tensor, record) -> _Pending:
+        """The round's work on what lives on the device (the few keys the masses read, or on full rounds the whole
+        rows) and the one host transfer; the host arrays wait in `_pending` (they hold no reference to the cache).
+        qh: the K query rows, head-major [nh, K, hd]."""
         n = self._ctx
         k_ = qh.shape[1]
         ids = self._context_ids(n)
@@ -297,31 +316,56 @@ class Capture(Observer):
         if full:  # the whole rows on the device; the gathered keys' probabilities and the row fields to the host
             d = stats.masked_logits(qh.transpose(0, 1), keys, n, self.scale, self.window)  # [nkv, K, rep, L]
             p, rows, row = stats.full_probs(d, g, index, keep)
-            p, rows, row, x, xa = stats.to_host(p, rows, row, x, xa)
-        else:  # the few keys the masses read, gathered on the device; the rest on the host
-            qh, kg, lse, x, xa = stats.to_host(qh, keys[:, index], lse, x, xa)
-            p, rows, row = stats.lse_probs(qh, kg, lse, self.scale or qh.shape[-1] ** -0.5, g.hidden()), None, None
+            host = stats.to_host(p, rows, row, x, xa)
+        else:  # the few keys the masses read, gathered on the device
+            host = stats.to_host(qh, keys[:, index], lse, x, xa)
+        slots = (list(self._seq[1 : n + 1]) + list(record.input_ids[1:]), sink_pos.tolist()) if keep else None
+        return _Pending(record.round, n, full, keep, g, host, got, len(self._aux_pre), slots)
+
+    def _host(self, r: _Pending) -> RoundCapture:
+        """Every field of one round from its host arrays (attention_stats: weights, masses, magnitudes)."""
+        k_ = r.g.lo.shape[0]
+        if r.full:
+            p, rows, row, x, xa = r.host
+        else:
+            qh, kg, lse, x, xa = r.host
+            p, rows, row = stats.lse_probs(qh, kg, lse, self.scale or qh.shape[-1] ** -0.5, r.g.hidden()), None, None
         hidden = stats.hidden_stats(x.reshape(3, k_, -1))
-        aux = np.zeros((len(self._aux_pre), 3))
-        if got:
-            aux[got] = stats.aux_stats(xa[: len(got)], xa[len(got) :])
-        heads = stats.head_values(p, g, rows)
-        # checked on the host copy (no extra device sync); entropy / max_prob are NaN by design on lse rounds
-        # (the matched masses are NaN by design at depth 1)
-        cols = stats.CHECKED_FULL if full else stats.CHECKED_LSE
+        aux = np.zeros((r.n_aux, 3))
+        if r.got:
+            aux[r.got] = stats.aux_stats(xa[: len(r.got)], xa[len(r.got) :])
+        heads = stats.head_values(p, r.g, rows)
+        # entropy / max_prob are NaN by design on lse rounds (the matched masses are NaN by design at depth 1)
+        cols = stats.CHECKED_FULL if r.full else stats.CHECKED_LSE
         if not (np.isfinite(heads[..., cols]).all() and np.isfinite(hidden).all() and np.isfinite(aux).all()
                 and heads[..., stats.MASS_CHECKED].max() <= 1.001):  # a weight above 1: the scores overflowed
             raise DriftError(
-                f"drafter activations: NaN or inf in round {record.round} (attention or hidden states "
+                f"drafter activations: NaN or inf in round {r.round} (attention or hidden states "
                 "overflow; check rms_norm_eps, the weights' scale, or try --dtype float32)"
             )
-        rc = RoundCapture(round=record.round, context_len=n, heads=heads, hidden=hidden.astype(np.float32),
-                          aux=aux.astype(np.float32), full=full, counts=stats.key_counts(g))
-        if keep:
+        rc = RoundCapture(round=r.round, context_len=r.n, heads=heads, hidden=hidden.astype(np.float32),
+                          aux=aux.astype(np.float32), full=r.full, counts=stats.key_counts(r.g))
+        if r.keep:
             rc.row = row.astype(np.float16)
-            rc.slot_tokens = list(self._seq[1 : n + 1]) + list(record.input_ids[1:])
-            rc.sink_slots = sink_pos.tolist()  # what the sink mass summed over: the drill-down marks these
+            rc.slot_tokens, rc.sink_slots = r.slots  # what the sink mass summed over: the drill-down marks these
         return rc
+
+    @property
+    def rounds(self) -> list[RoundCapture]:
+        """One RoundCapture per captured round (the rounds still waiting for their host work are done first)."""
+        self.flush()
+        return self._rounds
+
+    @rounds.setter
+    def rounds(self, value: list[RoundCapture]) -> None:
+        self._pending, self._rounds = [], value
+
+    def flush(self) -> None:
+        """Turn the waiting rounds' host arrays into RoundCaptures (in order). The capture batches this host work
+        (every PENDING rounds, and whenever `.rounds` is read): done together, it runs with the interpreter's and
+        numpy's working set warm instead of after each round's matmuls have evicted it."""
+        while self._pending:
+            self._rounds.append(self._host(self._pending.pop(0)))
 
     def _sinks(self, ids: np.ndarray) -> np.ndarray:
         """SinkSpec.index(ids), from the positions it gave once when the rule reads no token ids (the capture's
@@ -342,13 +386,14 @@ class Capture(Observer):
         if self.keep_rows <= 0:
             return False
         self._seen += 1
-        kept = sum(r.row is not None for r in self.rounds)
+        kept = sum(r.row is not None for r in self._rounds) + sum(p.keep for p in self._pending)
         if kept < self.keep_rows:
             return True
         j = self._rng.randrange(self._seen)
         if j < self.keep_rows:
             # replace a uniformly chosen kept row (reservoir sampling)
-            victims = [r for r in self.rounds if r.row is not None]
+            self.flush()
+            victims = [r for r in self._rounds if r.row is not None]
             v = victims[self._rng.randrange(len(victims))]
             v.row, v.slot_tokens, v.sink_slots = None, None, None
             return True

@@ -243,3 +243,4 @@ def test_an_lse_that_disagrees_with_the_scores_is_refused(target, monkeypatch):
     d = make(target, "gqa")
     with Capture(d, full_every=0) as cap, pytest.raises(DriftError, match="NaN or inf"):
         speculate(target, d, _ids(), depth=K, max_new_tokens=6, observers=[cap])
+        cap.flush()  # the rounds' host work is batched (every PENDING rounds, and when `.rounds` is read)
