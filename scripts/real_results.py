@@ -10,6 +10,7 @@ over depths >= 2), pooled over the generate-mode suites and said so."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -576,13 +577,16 @@ def seed_panel(root: Path) -> None:
               "scratch, the initial weights); long-code suite, first cut of 24 held-out stdlib modules, greedy, depth "
               f"8; {scripts}). EAGLE-3.1 − EAGLE-3 per seed (mean over groups; ratios as factors) and over seeds "
               "(t-interval over seed means, sign test over seeds):\n")
-        print("| quantity | per seed | over seeds [95% t-interval] | seeds agreeing | sign test p | groups |")
-        print("|---|---|---|---|---|---|")
+        print("| quantity | per seed | over seeds [95% t-interval] | seeds agreeing | sign test p | detectable at 80% "
+              "power | groups |")
+        print("|---|---|---|---|---|---|---|")
         for r in t.itertuples():
             per = ", ".join(fmt(r, x) if x == x else "-" for x in r.per_seed)
             ci = "-" if r.lo != r.lo else f"{fmt(r, r.estimate)} [{fmt(r, r.lo)}, {fmt(r, r.hi)}]"
+            mde = f"none with {r.seeds} seeds" if not np.isfinite(r.mde) else (f"x{math.exp(-r.mde):.3f} / x{math.exp(r.mde):.3f}" if r.ratio
+                                                      else f"±{r.mde:.3f}")
             print(f"| {QUANTITIES[r.quantity]} | {per} | {ci} | {r.seeds_agreeing}/{r.seeds} | {r.sign_p:.3g} | "
-                  f"{r.groups} |")
+                  f"{mde} | {r.groups} |")
         al = rows.groupby(["seed", "variant"])["acceptance_length"].mean().unstack()
         print("\nMean acceptance length per seed (mean over groups): " + "; ".join(
             f"seed {int(s)}: EAGLE-3 {r['eagle3']:.3f}, EAGLE-3.1 {r['eagle3.1']:.3f}" for s, r in al.iterrows()) + ".")

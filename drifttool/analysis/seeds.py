@@ -11,7 +11,9 @@ or one variant per trace), this module states each quantity per seed and over se
   seeds is 2.5x narrower than that), and a **sign test over seeds** (two-sided binomial p of the per-seed signs).
   A sign test over S seeds cannot reach p < 0.05 below 6 seeds (its smallest two-sided p is 2 / 2^S), so an
   architecture verdict needs >= 6 seeds, the sign test's p < 0.05 and the t-interval excluding 0; below that the
-  sentence says so and gives the seeds the observed effect would need at 80% power.
+  sentence says so and gives the seeds the observed effect would need at 80% power. With enough seeds, the
+  **minimum detectable effect** (`mde`) is the difference this rule finds in 80% of panels of S seeds with the
+  panel's seed-to-seed spread (normal seed means; the sign test dominates it: with 8 seeds every seed must agree).
 Quantities: acceptance length per group (1 + accepted / rounds), fed-back RMS growth (rms_in at depth K / at depth 1
 over the same rounds), the recency-matched ratio at depth K (analysis/verdict.py) and sink retention (sink mass at
 depth K / at depth 1), each per group as a ratio of sums."""
@@ -90,7 +92,9 @@ def sign_test(x: np.ndarray) -> float:
 
 def over_seeds(diff: pd.DataFrame) -> pd.DataFrame:
     """Per quantity: per-seed means, their mean with a t-interval over seeds, the sign test over seeds, how many
-    seeds agree in sign, the smallest p the sign test could give, and the seeds the observed effect needs."""
+    seeds agree in sign, the smallest p the sign test could give, the seeds the observed effect needs, and the
+    verdict rule's minimum detectable effect at 80% power (`verdict_mde`, in the quantity's units: a log factor for
+    the ratio quantities)."""
     seeds = sorted(diff["seed"].unique())
     rows = []
     for q in QUANTITIES:
@@ -109,8 +113,35 @@ def over_seeds(diff: pd.DataFrame) -> pd.DataFrame:
                      "estimate": est, "lo": est - half, "hi": est + half, "sd_seeds": sd,
                      "per_seed": [round(float(v), 4) for v in per_seed], "seeds_agreeing": agree,
                      "sign_p": sign_test(x), "min_sign_p": 2.0 / 2 ** s if s else 1.0,
-                     "seeds_needed": max(MIN_SEEDS, need) if need else None})
+                     "seeds_needed": max(MIN_SEEDS, need) if need else None, "mde": verdict_mde(s, sd)})
     return pd.DataFrame(rows)
+
+
+def verdict_mde(s: int, sd: float, power: float = 0.8, draws: int = 20_000) -> float:
+    """The smallest |difference| the verdict rule (sign test p < ALPHA and the t-interval excluding 0) finds in
+    `power` of panels of s seed means drawn normal around it with SD sd: simulated with a fixed generator and the
+    same draws at every candidate (so the power is monotone in the difference), bisected on the difference in SDs.
+    inf below MIN_SEEDS (the sign test cannot reach ALPHA) or without a spread."""
+    if s < MIN_SEEDS or not np.isfinite(sd) or sd <= 0:
+        return float("inf")
+    z = np.random.default_rng(0).standard_normal((draws, s))
+    t = _t(1 - ALPHA / 2, s - 1)
+    need = next(k for k in range(s // 2 + 1, s + 1) if sign_test(np.r_[np.ones(k), -np.ones(s - k)]) < ALPHA)
+
+    def power_at(delta: float) -> float:
+        x = z + delta
+        half = t * x.std(1, ddof=1) / math.sqrt(s)
+        m = x.mean(1)
+        agree = np.maximum((x > 0).sum(1), (x < 0).sum(1))
+        return float(((agree >= need) & ((m - half > 0) | (m + half < 0))).mean())
+
+    lo, hi = 0.0, 1.0
+    while power_at(hi) < power:
+        hi *= 2
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if power_at(mid) >= power else (mid, hi)
+    return hi * sd
 
 
 def established(r) -> bool:
@@ -137,4 +168,6 @@ def sentence(table: pd.DataFrame, what: str = "EAGLE-3.1 - EAGLE-3") -> str:
                 f"{r.min_sign_p:.3g}; at least {MIN_SEEDS} seeds){need}.")
     claim = ("the architectures differ in acceptance here" if established(r) else
              "the panel does not establish an architecture difference in acceptance")
-    return f"{head}: {claim}."
+    power = (f" (with this spread between seeds, the rule finds a difference of {r.mde:.3f} or more in 80% of "
+             f"{s}-seed panels)" if np.isfinite(r.mde) else "")
+    return f"{head}: {claim}{power}."

@@ -70,3 +70,19 @@ def test_sign_test_and_the_six_seed_floor():
     assert established(t.loc["acceptance_length"]) and "the architectures differ" in sentence(over_seeds(diff))
     five = over_seeds(diff[diff.seed < 5]).set_index("quantity")
     assert not established(five.loc["acceptance_length"])  # 5 agreeing seeds: p 0.0625, never < 0.05
+
+
+def test_the_verdicts_minimum_detectable_effect():
+    """With 8 seeds the sign test needs all 8 to agree: power >= 0.8 needs Phi(d / sd)^8 >= 0.8, d >= 1.92 sd, and
+    the t-interval adds a little; below 6 seeds nothing is detectable."""
+    from scipy.stats import norm
+
+    from drifttool.analysis.seeds import verdict_mde
+
+    floor = norm.ppf(0.8 ** (1 / 8))
+    assert floor == pytest.approx(1.92, abs=0.01)
+    m = verdict_mde(8, 1.0)
+    assert floor <= m <= floor * 1.05
+    assert verdict_mde(8, 0.5) == pytest.approx(m / 2)  # in the spread's units
+    assert verdict_mde(5, 1.0) == float("inf") and verdict_mde(8, float("nan")) == float("inf")
+    assert verdict_mde(12, 1.0) < m  # more seeds, smaller effects
