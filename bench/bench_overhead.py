@@ -206,6 +206,7 @@ def against(a, contexts: list[int], rev: str) -> dict:
     it was at `rev` (exported with `git archive`), one this checkout's; every block times off, taps only and the
     full capture in both, in an order flipped each block, so both versions see the same moments of the machine.
     Each version's ratios are against its own capture-off rounds (mean of the paired blocks, standard error)."""
+    import io
     import json
     import os
     import statistics
@@ -231,7 +232,7 @@ def against(a, contexts: list[int], rev: str) -> dict:
            "torch": torch.__version__, "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d"), "contexts": {}}
     with tempfile.TemporaryDirectory() as tmp:
         arch = subprocess.run(["git", "archive", sha, "drifttool"], cwd=repo, capture_output=True, check=True).stdout
-        with tarfile.open(fileobj=__import__("io").BytesIO(arch)) as tf:
+        with tarfile.open(fileobj=io.BytesIO(arch)) as tf:
             tf.extractall(tmp, filter="data")
         roots = {"before": tmp, "after": str(repo)}
         for n in contexts:

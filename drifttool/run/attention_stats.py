@@ -42,11 +42,10 @@ _WINDOW = tuple(m.name for m in metric_table.of_kind("window"))  # the last R ke
 _RECENT = _CONTEXT.index("recent_mass")  # the context set whose newest slots the window mass keeps
 # the fields that must be finite (the capture's overflow check): every field on full rounds, the masses on lse
 # rounds; the matched masses are NaN by design at depth 1 (and on trees)
-CHECKED_FULL = tuple(i for i, f in enumerate(HEAD_FIELDS) if f not in _MATCHED)
-CHECKED_LSE = tuple(i for i in MASS_IDX if HEAD_FIELDS[i] not in _MATCHED)
-CHECKED_TREE = tuple(i for i in CHECKED_FULL if HEAD_FIELDS[i] not in _WINDOW)  # trees: no window mass either
-CHECKED_FULL, CHECKED_LSE = list(CHECKED_FULL), list(CHECKED_LSE)  # (numpy takes a list as a fancy index)
-MASS_CHECKED = [i for i in CHECKED_LSE]  # masses: each at most 1 (a share of one row's attention)
+# (lists: numpy takes a list as a fancy index); the lse-round fields are the masses, each at most 1
+CHECKED_FULL = [i for i, f in enumerate(HEAD_FIELDS) if f not in _MATCHED]
+CHECKED_LSE = [i for i in MASS_IDX if HEAD_FIELDS[i] not in _MATCHED]
+CHECKED_TREE = [i for i in CHECKED_FULL if HEAD_FIELDS[i] not in _WINDOW]  # trees: no window mass either
 
 
 def field(heads: np.ndarray, name: str) -> np.ndarray:
@@ -83,7 +82,7 @@ class Gathered:
     m: int
     tail: TailSlots
     lo: np.ndarray  # [R] int64
-    chain: bool = True
+    chain: bool  # depth rows of a chain (the matched control and the window mass apply); False: a tree's nodes
 
     @classmethod
     def of(cls, n: int, sets: list[np.ndarray], tail: TailSlots, matched: np.ndarray | None = None,
@@ -222,7 +221,8 @@ def masked_logits(q: torch.Tensor, keys: torch.Tensor, n: int, scale: float | No
     nkv, length, _ = keys.shape
     s = torch.matmul(_grouped(q.float(), nkv), keys.float().transpose(1, 2)).view(nkv, r, nh // nkv, length)
     s.mul_(scale or 1.0 / math.sqrt(hd))
-    s[..., n:].masked_fill_(_hidden(tail or TailSlots.chain(r), length - n, str(s.device)), float("-inf"))
+    path = (tail or TailSlots.chain(r)).path  # [R, L - n]: a row's drafted slots are visible only on its path
+    s[..., n:].masked_fill_(_hidden_mask(path.tobytes(), path.shape, str(s.device)), float("-inf"))
     for j in range(r):  # a sliding window hides slots <= n-1+j-W from depth j (sinks included: zero mass)
         lo = window_start(n, j, window)
         if lo > 0:
@@ -230,17 +230,9 @@ def masked_logits(q: torch.Tensor, keys: torch.Tensor, n: int, scale: float | No
     return s
 
 
-def _hidden(tail: TailSlots, f: int, device: str) -> torch.Tensor:
-    """[1, R, 1, F] bool: the drafted slots a row does not see (slots past the tail's F are hidden too)."""
-    if tail.anc.shape[1] == f:
-        return _hidden_mask(tail.path.tobytes(), tail.path.shape, device)
-    path = np.zeros((tail.anc.shape[0], f), bool)
-    path[:, : tail.anc.shape[1]] = tail.path[:, :f]
-    return _hidden_mask(path.tobytes(), path.shape, device)
-
-
 @lru_cache(maxsize=64)
 def _hidden_mask(path: bytes, shape: tuple[int, int], device: str) -> torch.Tensor:
+    """[1, R, 1, F] bool on `device`: the drafted slots a row does not see (cached per tail layout)."""
     p = np.frombuffer(path, dtype=bool).reshape(shape)
     return torch.from_numpy(~p).to(device)[None, :, None, :]
 

@@ -203,18 +203,16 @@ class Capture(Observer):
         self._final_keys: torch.Tensor | None = None
         self._ids, self._ids_of = np.zeros(0, dtype=np.int64), None  # see _context_ids
         self._fixed_sinks: np.ndarray | None = None  # see _sinks
+        self._q: list[torch.Tensor] = []  # per-round stores, filled by the taps (see _reset_round)
+        self._lse: list[torch.Tensor | None] = []
+        self._h: dict[str, list[torch.Tensor]] = {"in": [], "pre": [], "post": []}
+        self._aux_pre: list[torch.Tensor | None] = [None] * len(self.adapter.aux_pre)
+        self._aux_post: list[torch.Tensor | None] = [None] * len(self.adapter.aux_post)
         self._reset_round()
 
     # -- hooks -------------------------------------------------------------------------------
     def _reset_round(self) -> None:
         """Empty the per-round stores in place: the taps hold their bound `append`s across rounds."""
-        if not hasattr(self, "_q"):
-            self._q: list[torch.Tensor] = []
-            self._lse: list[torch.Tensor | None] = []
-            self._h: dict[str, list[torch.Tensor]] = {"in": [], "pre": [], "post": []}
-            n_aux = len(self.adapter.aux_pre)
-            self._aux_pre: list[torch.Tensor | None] = [None] * n_aux
-            self._aux_post: list[torch.Tensor | None] = [None] * len(self.adapter.aux_post)
         for store in (self._q, self._lse, *self._h.values()):
             store.clear()
         for store in (self._aux_pre, self._aux_post):
@@ -338,7 +336,7 @@ class Capture(Observer):
         # entropy / max_prob are NaN by design on lse rounds (the matched masses are NaN by design at depth 1)
         cols = stats.CHECKED_FULL if r.full else stats.CHECKED_LSE
         if not (np.isfinite(heads[..., cols]).all() and np.isfinite(hidden).all() and np.isfinite(aux).all()
-                and heads[..., stats.MASS_CHECKED].max() <= 1.001):  # a weight above 1: the scores overflowed
+                and heads[..., stats.CHECKED_LSE].max() <= 1.001):  # a weight above 1: the scores overflowed
             raise DriftError(
                 f"drafter activations: NaN or inf in round {r.round} (attention or hidden states "
                 "overflow; check rms_norm_eps, the weights' scale, or try --dtype float32)"
