@@ -20,6 +20,10 @@ export OMP_NUM_THREADS=1
 F=runs/seeds/features
 mkdir -p "$F" runs/sink
 $PY -m drifttool.cli zoo fetch smollm2 >/dev/null
+# the settings are checked before the feature stages (an hour of work), on the terminal
+case "$STEPS" in ''|*[!0-9]*) echo "train_sink_panel: STEPS=$STEPS: expected a positive whole number" >&2; exit 2;; esac
+$PY -m training.train_real --check --sink-layer "$SINK_LAYER" --steps "$STEPS" --lr "$LR" \
+  --trained-window "$WINDOW" --features "$F" --work runs/sink/check --out runs/sink/check
 if [ ! -e "$F/heldout.done" ]; then
   echo "$(date +%T) held-out features" >&2
   $PY -m training.tf_features --out "$F" --split heldout --n 32 --long --sample-every 2 \

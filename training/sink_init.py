@@ -9,10 +9,15 @@ of them. Here the drafter's single decoder layer starts as target layer L, readi
 - q/k/v take that layer's weights on the hidden half of the drafter's input and zeros on the embedding half, so at
   depth 1 the drafter's attention is exactly layer L's attention over the same keys (sink included);
 - o_proj, the MLP and its norm are layer L's; `hidden_norm` takes layer L's input norm;
-- the final norm and lm_head start as the target's (tied embeddings restricted to the draft vocab).
+- the final norm starts at weight 1 and lm_head as the target's head (tied embeddings restricted to the draft vocab)
+  times the target's final-norm weights, so the logits are the target's.
 
 Both variants get the same weights (EAGLE-3.1's fc_norm starts at 1); attention is scale-free through
-`hidden_norm`, so both start with the same depth-1 attention.
+`hidden_norm`, so both start with the same depth-1 attention, and — because the output norm's weight is 1 — the
+same depth-2 attention too: EAGLE-3 feeds back `pre`, EAGLE-3.1 `pre / rms(pre)`, and `hidden_norm` maps both to
+the same vector. An earlier recipe put the target's final-norm weights in the output norm; EAGLE-3.1 then fed back
+a state the copied layer never saw and lost the target's sink at depth 2 at initialisation, before training (its
+traces are kept in sample_traces/sink_seeds/old_recipe/ as that negative example).
 """
 
 from __future__ import annotations
@@ -86,9 +91,15 @@ def init_from_sink_layer(models: dict[str, Eagle3Drafter], target_dir: Path, lay
         lay.hidden_norm.weight.copy_(t["input_layernorm.weight"])
         lay.post_attention_layernorm.weight.copy_(t["post_attention_layernorm.weight"])
         lay.input_layernorm.weight.fill_(1.0)
-        m.norm.weight.copy_(norm)
+        # the final norm at weight 1, the target's final-norm weights folded into lm_head: the logits are the
+        # target's (lm_head(w * x) = (lm_head * w)(x)), and the state EAGLE-3.1 feeds back, norm(pre), is pre's
+        # direction at unit RMS: hidden_norm maps it to exactly what it maps EAGLE-3's fed-back pre to, a state
+        # layer L knows (the next layer's input). With the target's weights (-2.1 ... 3.3 on SmolLM2) in the norm,
+        # EAGLE-3.1 fed back a state layer L's q/k never saw and lost the sink at depth 2 before any training.
+        m.norm.weight.fill_(1.0)
         draft_ids = torch.arange(m.config.draft_vocab_size) + m.d2t.long()
-        m.lm_head.weight.copy_(head[draft_ids])
+        m.lm_head.weight.copy_(head[draft_ids] * norm[None, :])
     return {"sink_layer": layer, "aux_slot": slot, "aux_layer_ids": aux_ids,
             "recipe": "decoder layer = target layer L on the hidden half (embedding half 0), fc = pass-through of "
-                      "layer L's input, norm + lm_head = the target's"}
+                      "layer L's input, output norm at weight 1, lm_head = the target's head x its final-norm "
+                      "weights (norm-at-1 recipe)"}

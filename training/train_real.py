@@ -416,8 +416,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ckpt-minutes", type=float, default=RealArgs.ckpt_minutes)
     p.add_argument("--init", default="", help="warm start from a folder of exported drafters (e.g. the shipped ones)")
     p.add_argument("--variants", default=",".join(RealArgs.variants), help="comma list (one process per variant)")
-    p.add_argument("--sink-layer", type=int, default=-1,
-                   help="start both drafters from this target layer (its input must be one of the aux layers)")
+    p.add_argument("--sink-layer", type=int, default=None,
+                   help="start both drafters from this target layer (its input must be one of the aux layers); "
+                        "leave out for the scratch recipe")
+    p.add_argument("--check", action="store_true",
+                   help="check the settings (sink layer) and exit before anything is read or written")
     p.add_argument("--seed", type=int, default=RealArgs.seed,
                    help="initial weights, batch order and scored slots (another seed: a replicate run)")
     x = p.parse_args(argv)
@@ -425,11 +428,13 @@ def main(argv: list[str] | None = None) -> int:
                  threads=x.threads, draft_vocab_size=x.draft_vocab, batch_tokens=x.batch_tokens, lr=x.lr,
                  trained_window=x.trained_window, bf16=not x.fp32, ckpt_minutes=x.ckpt_minutes,
                  variants=tuple(x.variants.split(",")), init=x.init, seed=x.seed,
-                 max_steps=x.steps, sink_layer=x.sink_layer)
+                 max_steps=x.steps, sink_layer=-1 if x.sink_layer is None else x.sink_layer)
     try:
-        if x.sink_layer >= 0:  # bad input is refused before any feature is read
+        if x.sink_layer is not None:  # bad input (a negative layer too) is refused before any feature is read
             tcfg = json.loads((Path(a.target_dir) / "config.json").read_text())
             check_sink_layer(x.sink_layer, tcfg["num_hidden_layers"], list(a.aux_layer_ids))
+        if x.check:
+            return 0
         train(a, log=lambda m: print(time.strftime("%H:%M:%S"), m, flush=True))
     except SinkInitError as e:
         print(f"training.train_real: {e}", file=sys.stderr)

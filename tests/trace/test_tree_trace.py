@@ -146,8 +146,12 @@ def test_tree_compare_api_and_figures(tree_trace, chain_trace):
     # the numbers are the node means: recompute one cell by hand
     sel = nodes[(nodes.drafter == "e3") & (nodes.depth == 2) & ~nodes.main_path]
     cell = tab[(tab.drafter == "e3") & (tab.depth == 2) & (tab.branch == "side branches")].iloc[0]
-    assert cell.nodes == len(sel) and abs(cell.self_mass - sel.self_mass.mean()) < 1e-9
-    assert abs(cell.accepted - sel.accepted.mean()) < 1e-9
+    # self_mass is stored float32: pandas' mean of a float32 column accumulates in an order that varies by version
+    # (pandas 3.1 differs from a float64 sum by ~1e-9), so compare relatively at float32 resolution
+    f32 = float(np.finfo(np.float32).eps)
+    assert cell.nodes == len(sel)
+    assert cell.self_mass == pytest.approx(sel.self_mass.to_numpy(np.float64).mean(), rel=4 * f32)
+    assert cell.accepted == pytest.approx(sel.accepted.to_numpy(np.float64).mean(), rel=4 * f32)
     r0 = nodes.iloc[0]
     fig = tr.tree_figure(r0.drafter, r0.prompt_id, int(r0["round"]))
     g = nodes[

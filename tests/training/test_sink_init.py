@@ -87,3 +87,59 @@ def test_capture_sink_panel_refuses_a_seed_that_never_trained(tmp_path):
     assert r.stderr.strip().splitlines() == [
         "capture_sink_panel: seed 97 never trained: no runs/sink/s97/; train it first (SEEDS=\"97\" bash "
         "scripts/train_sink_panel.sh)"]
+
+
+def test_both_variants_feed_back_a_state_the_layer_knows(target):
+    """The init recipe's point (norm at weight 1, the target's final-norm weights folded into lm_head): EAGLE-3.1
+    feeds back `post = pre / rms(pre)`, and hidden_norm maps it to what it maps `pre` to, so the depth-2 query
+    attends exactly as if the drafter fed back its raw `pre` (EAGLE-3's rule, for which layer L's weights are the
+    next layer's input: a state the copied layer knows). What still differs between the variants at init is
+    fc_norm's normalised residual, EAGLE-3.1's design. The logits are the target head's on the target-normed state.
+    The old recipe (the target's final-norm weights in the output norm) fails the first check."""
+    t, root = target
+    layer = 2
+    models = _pair(t, [1, layer, 3])
+    init_from_sink_layer(models, root, layer)
+    ids = torch.randint(3, 64, (1, 24), generator=torch.Generator().manual_seed(1))
+    out = t.model(ids, output_hidden_states=True)
+    hs = out.hidden_states
+    feats = torch.cat([hs[1], hs[layer], hs[3]], -1)
+
+    def depth2_rows(m, fed="feedback"):
+        m.set_attn_impl("eager")
+        cache = m.new_cache()
+        st = m(ids, feats, torch.arange(24)[None], cache, True)
+        probs = []
+        h = m.layer.self_attn.hook_probs.register_forward_hook(lambda _m, _i, o, got=probs: got.append(o[0]))
+        try:
+            m(ids[:, -1:], getattr(st, fed)[:, -1:], torch.tensor([[24]]), cache, False)
+        finally:
+            h.remove()
+        return st, probs[0]
+
+    s3, _ = depth2_rows(models["eagle3"])
+    (_, rows31), (_, rows31_pre) = depth2_rows(models["eagle3.1"]), depth2_rows(models["eagle3.1"], "pre")
+    assert torch.equal(models["eagle3.1"].norm.weight, torch.ones(H))
+    torch.testing.assert_close(rows31, rows31_pre, atol=1e-6, rtol=0)  # post attends as pre would (fp32, eps only)
+    w = t.model.model.norm.weight.float()
+    head = t.model.lm_head.weight.float()
+    m = models["eagle3"]
+    want = torch.nn.functional.rms_norm(s3.pre, (H,), eps=m.config.rms_norm_eps) * w @ head[torch.arange(32)].T
+    torch.testing.assert_close(s3.logits, want, atol=1e-4, rtol=1e-4)  # the target's head on the target's norm
+
+    # the old recipe, for contrast: the target's final-norm weights in the output norm change EAGLE-3.1's depth 2
+    with torch.no_grad():
+        t.model.model.norm.weight.copy_(torch.linspace(-2.0, 3.0, H))
+    try:
+        t.model.save_pretrained(root)
+        models = _pair(t, [1, layer, 3])
+        init_from_sink_layer(models, root, layer)
+        for mm in models.values():
+            with torch.no_grad():  # undo the fold: the old recipe
+                mm.norm.weight.copy_(t.model.model.norm.weight)
+        (_, o31), (_, o31_pre) = depth2_rows(models["eagle3.1"]), depth2_rows(models["eagle3.1"], "pre")
+        assert (o31 - o31_pre).abs().max() > 1e-3
+    finally:
+        with torch.no_grad():
+            t.model.model.norm.weight.fill_(1.0)
+        t.model.save_pretrained(root)
