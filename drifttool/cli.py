@@ -461,6 +461,7 @@ def demo(
     depth: int = typer.Option(8, "--depth", metavar="K", help="speculation depth (with --suite)"),
     max_new_tokens: int = typer.Option(32, "--max-new-tokens", help="new tokens per prompt (with --suite)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress display"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace a trace at --out that the demo did not write"),
 ):
     """The answer on the bundled models, then proof that this install reproduces it: the shipped traces' verdict in
     plain words (the same sentences as the README), then two of their prompts recaptured live with the bundled
@@ -469,7 +470,7 @@ def demo(
     from .demo import REAL, shipped_traces
 
     _no_hf_progress_bars()
-    _demo_checks(out, specimen, suite or "quick")  # before the target is fetched or anything loads
+    _demo_checks(out, specimen, suite or "quick", overwrite)  # before the target is fetched or anything loads
     if suite is None and specimen == REAL and shipped_traces():
         _demo_answer(out, quiet)
         return
@@ -500,15 +501,18 @@ def _demo_answer(out: str, quiet: bool) -> None:
         typer.echo(f"NOT reproduced ({', '.join(res['prompts'])}): " + "; ".join(res["problems"]) + " (a different "
                    "torch build or CPU can flip a near-tie; compare the two traces to see where)", err=True)
         raise typer.Exit(1)
-    typer.echo(f"reproduced: {len(res['prompts'])} prompts x 2 drafters, {res['rounds']} rounds: drafted tokens and "
-               f"acceptance identical, attention masses and RMS within {res['worst_rel']:.1e} relative "
-               f"(tolerance {d.MASS_TOL:g})")
+    typer.echo(f"reproduced: {len(res['prompts'])} prompts x 2 drafters, {res['rounds']} rounds: "
+               f"{len(res['exact'])} integer columns identical (drafted tokens, acceptance, positions, key counts), "
+               f"{len(res['compared'])} measured columns (every mass, entropy, RMS and L2) within "
+               f"{res['worst_rel']:.1e} relative (tolerance {d.MASS_TOL:g})")
     typer.echo(f"live trace: {out}\nopen the dashboard on the shipped traces: drifttool dashboard")
 
 
-def _demo_checks(out: str, specimen: str, suite: str) -> None:
-    """The demo's names and output checked at the call: a mistyped specimen or suite gets the closest name."""
-    from .demo import REAL, SPECIMENS, probes_dir
+def _demo_checks(out: str, specimen: str, suite: str, overwrite: bool = False) -> None:
+    """The demo's names and output checked at the call: a mistyped specimen or suite gets the closest name; --out
+    may replace a trace the demo wrote, another only with --overwrite, and never a shipped trace (the demo reads
+    them as its reference)."""
+    from .demo import REAL, SPECIMENS, probes_dir, shipped_traces
     from .run.preflight import check_out
     from .suggest import did_you_mean
 
@@ -521,6 +525,19 @@ def _demo_checks(out: str, specimen: str, suite: str) -> None:
         shown = [n for n in names if "/" not in n]
         raise DriftError(f"--suite {suite!r}: no such bundled suite{did_you_mean(suite, names)}; expected one of "
                          f"{', '.join(shown)}" + (", ..." if len(shown) < len(names) else ""))
+    p = Path(out)
+    shipped = {q.resolve() for _, _, q in shipped_traces()}
+    if p.exists() and p.resolve() in shipped:
+        raise DriftError(f"--out {out}: a shipped trace (the demo's reference); give another --out")
+    mf = p / "manifest.json"
+    if mf.is_file() and not overwrite:
+        try:
+            own = bool(json.loads(mf.read_text()).get("demo"))
+        except (OSError, ValueError, AttributeError):
+            own = False
+        if not own:
+            raise DriftError(f"--out {out}: a trace the demo did not write is there; give another --out, or "
+                             "--overwrite to replace it")
     check_out(out, overwrite=True)  # the demo replaces its own trace
 
 

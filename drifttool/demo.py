@@ -108,14 +108,14 @@ def run_demo(out: str = "runs/demo.drift", specimen: str = "smollm2", suite: str
     probes = probes_dir() / ("real" if specimen == REAL else "") / f"{suite}.jsonl"
     if not probes.is_file():
         raise DriftError(f"--suite {suite!r}: {probes} not found")
-    note = {}
+    note = {"demo": True}  # marks the trace as the demo's own: a later demo may replace it without --overwrite
     if models is None and specimen == REAL:
         raise DriftError(f"{MODELS / REAL}: the drafters trained for SmolLM2 are missing from this install")
     if models is None:
         import tempfile
 
         models = _tiny_models(Path(tempfile.mkdtemp(prefix="drifttool-demo-")))
-        note = {"demo_note": "no trained zoo installed: random tiny models built on the fly"}
+        note = {"demo": True, "demo_note": "no trained zoo installed: random tiny models built on the fly"}
         probes = _token_probes(models)
         print("note: bundled models not found; using random tiny models built on the fly")
     from .run.engines.hf import DrafterSpec, run_capture  # torch: only when capturing (the dashboard asks for
@@ -123,7 +123,7 @@ def run_demo(out: str = "runs/demo.drift", specimen: str = "smollm2", suite: str
 
     specs = [DrafterSpec("eagle3", str(models / "eagle3")), DrafterSpec("eagle3.1", str(models / "eagle3.1")),
              DrafterSpec("eagle3+norm_output", str(models / "eagle3"), {"norm_output": "true"})]
-    target = str(models / "target") if note else target_of(specimen, models)
+    target = str(models / "target") if "demo_note" in note else target_of(specimen, models)
     return run_capture(target, specs, str(probes), out, depth=depth, max_new_tokens=max_new_tokens,
                        limit=limit, overwrite=True, progress=progress, extra_manifest=note)
 
@@ -211,38 +211,54 @@ def reproduce(out: str, root: Path | None = None, n: int = REPRODUCE_N, progress
     path = run_capture(target_of(REAL, models), specs, str(probes), out, depth=cap["depth"],
                        max_new_tokens=cap["max_new_tokens"], sink=SinkSpec.from_dict(cap["sink"]), seed=cap["seed"],
                        keep_rows=0, recent=cap.get("recent", 32), dtype=cap["dtype"], overwrite=True,
-                       progress=progress)
+                       full_every=cap.get("full_every", 16), progress=progress, extra_manifest={"demo": True})
     return {"prompts": ids, "trace": path, **same_rounds(ref.table("depths"), read_trace(path).table("depths"))}
 
 
+KEYS = ["drafter", "prompt_id", "round", "depth"]
+
+
+def measured_columns(ref, live) -> tuple[list[str], list[str]]:
+    """The depths columns both tables hold, split into the ones that must be identical (integers and flags:
+    positions, token ids, acceptance, key counts) and the measurements compared within MASS_TOL (every float:
+    each mass, entropy, RMS and L2 the capture records), so a new metric is checked without naming it here."""
+    both = [c for c in ref.columns if c in live.columns and c not in KEYS]
+    floats = [c for c in both if ref[c].dtype.kind == "f"]
+    exact = [c for c in both if ref[c].dtype.kind in "iub"]
+    return exact, floats
+
+
 def same_rounds(ref, live) -> dict:
-    """Does `live` (a depths table) reproduce `ref`'s rows for the same drafters and prompts: identical drafted tokens
-    and acceptance, every mass and RMS within MASS_TOL relative? -> rounds, worst relative difference, problems."""
+    """Does `live` (a depths table) reproduce `ref`'s rows for the same drafters and prompts: every integer column
+    (drafted tokens, acceptance, positions, key counts) identical, every float measurement (masses, entropy, RMS,
+    L2) within MASS_TOL relative? -> rounds, worst relative difference and its column, the columns compared,
+    problems."""
     import numpy as np
 
-    key = ["drafter", "prompt_id", "round", "depth"]
+    key = KEYS
     want = ref[ref.drafter.isin(set(live.drafter)) & ref.prompt_id.isin(set(live.prompt_id))]
     both = want.merge(live, on=key, how="outer", suffixes=("_ref", "_live"), indicator=True)
-    res = {"rounds": int(live.groupby(["drafter", "prompt_id"])["round"].nunique().sum()), "rows": len(live),
-           "problems": []}
+    exact, floats = measured_columns(ref, live)
+    res = {"rounds": int(live.groupby(["drafter", "prompt_id"], observed=True)["round"].nunique().sum()),
+           "rows": len(live), "problems": [], "exact": exact, "compared": floats, "worst_col": None}
     if (both["_merge"] != "both").any():
         res["problems"].append(f"{int((both['_merge'] != 'both').sum())} rows present in only one of the two "
                                "(a different number of rounds)")
         both = both[both["_merge"] == "both"]
-    for col in ("draft_id", "accepted"):
+    for col in exact:
         bad = (both[f"{col}_ref"] != both[f"{col}_live"]).sum()
         if bad:
             res["problems"].append(f"{col} differs in {int(bad)} of {len(both)} rows")
     worst = 0.0
-    for col in ("sink_mass", "self_mass", "matched_mass", "recent_mass", "rms_in"):
+    for col in floats:
         a, b = both[f"{col}_ref"].to_numpy(np.float64), both[f"{col}_live"].to_numpy(np.float64)
         ok = np.isfinite(a) & np.isfinite(b)
         if (np.isfinite(a) != np.isfinite(b)).any():
             res["problems"].append(f"{col}: recorded in one capture and not the other")
         d = np.abs(a[ok] - b[ok]) / np.maximum(np.abs(a[ok]), 1e-5)
-        if len(d):
-            worst = max(worst, float(d.max()))
+        if len(d) and float(d.max()) > worst:
+            worst, res["worst_col"] = float(d.max()), col
     res["worst_rel"] = worst
     if worst > MASS_TOL:
-        res["problems"].append(f"an attention mass or RMS differs by {worst:.1e} relative (tolerance {MASS_TOL:g})")
+        res["problems"].append(f"{res['worst_col']} differs by {worst:.1e} relative (tolerance {MASS_TOL:g})")
     return res

@@ -317,34 +317,113 @@ DOCS = {"results": "docs/results.md", "trees": "docs/draft_trees.md", "answer": 
         "sink": "docs/real_target.md"}
 
 
-def sink_experiment(root: Path) -> None:
-    """The sink-inheritance experiment (docs/real_target.md): the sink-initialised pair at initialisation and after
-    training (seed 0), per variant, on the held-out long-code cuts: depth-1 sink lift, sink retention to depth K,
-    the recency-matched ratio, acceptance, the verdict; beside the scratch recipe's seed 0 on the same prompts."""
+SINK = Path("sink_seeds")
+OLD_RECIPE = SINK / "old_recipe"
+
+
+def _sink_rows(what: str, p: Path) -> None:
+    """One row per drafter of a sink-experiment trace (sink_experiment's table)."""
     from drifttool.analysis.answer import has_sink
     from drifttool.styles import drafter_kind
 
-    runs = [("at initialisation", root / "sink_seeds" / "init" / "smollm2-long_code-init.drift"),
-            ("after training (seed 0)", root / "sink_seeds" / "smollm2-long_code-s0.drift"),
-            ("scratch recipe, seed 0 (for contrast)", root / "seeds" / "smollm2-long_code-s0.drift")]
+    s = Comparison.of([read_trace(p)]).summary()
+    for r in s.itertuples():
+        kept = "- (no sink)" if r.sink_retention != r.sink_retention or not has_sink(r) else \
+            f"{fmt_ratio(r.sink_retention, r.sink_retention_lo, r.sink_retention_hi)}, " \
+            f"p {fmt_p(r.sink_retention_p)}"
+        rm = "not recorded" if r.recency_ratio != r.recency_ratio else \
+            f"{fmt_ratio(r.recency_ratio, r.recency_ratio_lo, r.recency_ratio_hi)}, p {fmt_p(r.recency_ratio_p)}"
+        peak = "-" if r.recency_ratio_max != r.recency_ratio_max else \
+            f"{fmt_ratio(r.recency_ratio_max, r.recency_ratio_max_lo, r.recency_ratio_max_hi)} at depth " \
+            f"{int(r.recency_ratio_max_depth)}, p {fmt_p(r.recency_ratio_max_p_holm)}"
+        verdict = r.drift_verdict + (f" at depth{'' if r.drift_depths.isdigit() else 's'} {r.drift_depths}"
+                                     if r.drift_verdict == "drift" else "")
+        print(f"| {what} | {drafter_kind(r.series)} | {fmt_ci(r.sink_lift_d1, r.sink_lift_d1_lo, r.sink_lift_d1_hi, 1)} "
+              f"| {kept} | {rm} | {peak} | {verdict} | {fmt_ci(r.mean_acceptance_length, r.al_lo, r.al_hi)} | "
+              f"{r.groups} |")
+
+
+def init_check(p: Path) -> list[str]:
+    """Per variant of an init trace: its depth-2 sink mass over its depth-1 (same rounds, pooled), the recipe's test
+    that both variants feed back a state the copied layer knows."""
+    from drifttool.analysis.verdict import paired_sums
+    from drifttool.styles import drafter_kind
+
+    cmp = Comparison.of([read_trace(p)])
+    out = []
+    for sr in cmp.series:
+        g = paired_sums(cmp.depths[cmp.depths.series == sr.label], ("sink_mass", 2), ("sink_mass", 1))
+        out.append(f"{drafter_kind(sr.label)} x{g['num'].sum() / g['den'].sum():.2f}")
+    return out
+
+
+def sink_experiment(root: Path) -> None:
+    """The sink-inheritance experiment (docs/real_target.md): per variant, on the held-out long-code cuts, the depth-1
+    sink lift, sink retention to depth K, the recency-matched ratio at K and at the curve's peak, the verdict and
+    acceptance — the norm-at-1 recipe at initialisation and for every trained seed, the old recipe (the target's
+    final-norm weights in the output norm) kept as the negative example, the scratch recipe's seed 0 for contrast;
+    then the panel's statistics over seeds in words."""
+    new_init = root / SINK / "init" / "smollm2-long_code-init.drift"
+    seeds = sorted((root / SINK).glob("smollm2-long_code-s*.drift"), key=lambda q: int(q.name.split("-s")[-1][:-6]))
+    runs = ([("norm-at-1 recipe, at initialisation", new_init)] if new_init.is_dir() else []) + \
+        [(f"norm-at-1 recipe, seed {q.name.split('-s')[-1][:-6]}", q) for q in seeds] + \
+        [(f"old recipe (negative example), {w}", root / OLD_RECIPE / f) for w, f in (
+            ("at initialisation", "smollm2-long_code-init.drift"), ("seed 0", "smollm2-long_code-s0.drift"),
+            ("seed 1", "smollm2-long_code-s1.drift"))] + \
+        [("scratch recipe, seed 0 (for contrast)", root / "seeds" / "smollm2-long_code-s0.drift")]
     runs = [(w, p) for w, p in runs if p.is_dir()]
     if not runs:
         print("(no sink-initialised traces yet: `bash scripts/train_sink_panel.sh && bash scripts/capture_sink_panel.sh`)")
         return
     print("| drafters | variant | depth-1 sink lift [95% CI] | sink kept at depth 8 [CI], p | own/recent at depth 8 "
-          "[CI], p | acceptance length [CI] | verdict | groups |")
-    print("|---|---|---|---|---|---|---|---|")
+          "[CI], p | own/recent, curve's peak [CI], Holm p | verdict | acceptance length [CI] | groups |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for what, p in runs:
-        s = Comparison.of([read_trace(p)]).summary()
-        for r in s.itertuples():
-            kept = "- (no sink)" if r.sink_retention != r.sink_retention or not has_sink(r) else \
-                f"{fmt_ratio(r.sink_retention, r.sink_retention_lo, r.sink_retention_hi)}, " \
-                f"p {fmt_p(r.sink_retention_p)}"
-            rm = "not recorded" if r.recency_ratio != r.recency_ratio else \
-                f"{fmt_ratio(r.recency_ratio, r.recency_ratio_lo, r.recency_ratio_hi)}, p {fmt_p(r.recency_ratio_p)}"
-            print(f"| {what} | {drafter_kind(r.series)} | {fmt_ci(r.sink_lift_d1, r.sink_lift_d1_lo, r.sink_lift_d1_hi, 1)} "
-                  f"| {kept} | {rm} | {fmt_ci(r.mean_acceptance_length, r.al_lo, r.al_hi)} | {r.drift_verdict} | "
-                  f"{r.groups} |")
+        _sink_rows(what, p)
+    print()
+    for label, p in (("norm-at-1 recipe", new_init), ("old recipe", root / OLD_RECIPE / "smollm2-long_code-init.drift")):
+        if p.is_dir():
+            print(f"- Depth-2 sink mass over depth-1 at initialisation, {label} (same rounds, pooled): "
+                  + ", ".join(init_check(p)) + ".")
+    print("- " + sink_panel_sentence(seeds))
+
+
+def sink_panel_sentence(paths: list[Path]) -> str:
+    """The sink panel in words, from its statistics over seeds (analysis.seeds: per seed the mean over groups of
+    each variant's log sink retention, then the sign-flip test over seeds), whatever it finds."""
+    import math
+
+    from drifttool.analysis.seeds import MIN_SEEDS, differences, over_seeds, per_group
+    from drifttool.analysis.stats import paired
+
+    if not paths:
+        return ("No seed of the norm-at-1 recipe has finished training yet: `bash scripts/train_sink_panel.sh` "
+                "(resumable), then `bash scripts/capture_sink_panel.sh`.")
+    rows = per_group(Comparison.of([read_trace(p) for p in paths]))
+    per_seed = rows.groupby(["variant", "seed"])["sink_retention"].mean()
+    parts = []
+    for v, name in (("eagle3", "EAGLE-3"), ("eagle3.1", "EAGLE-3.1")):
+        if v not in per_seed.index.get_level_values(0):
+            continue
+        st = paired(per_seed.loc[v].to_numpy(float))
+        ci = f" [{math.exp(st['lo']):.2f}, {math.exp(st['hi']):.2f}]" if st["n"] > 1 else ""
+        parts.append(f"{name} keeps x{math.exp(st['mean']):.2f}{ci} of its depth-1 sink mass by depth 8 "
+                     f"(sign-flip over seeds p {fmt_p(st['p'])})")
+    t = over_seeds(differences(rows)).set_index("quantity")
+    d = t.loc["sink_retention"] if "sink_retention" in t.index else None
+    n = len(paths)
+    head = f"Across {n} seed{'s' * (n > 1)} of the norm-at-1 recipe (t-intervals over seed means): " + "; ".join(parts)
+    if d is None or d.seeds < 1:
+        return head + "."
+    diff = (f"EAGLE-3.1 / EAGLE-3 retention x{math.exp(d.estimate):.2f}"
+            + (f" [{math.exp(d.lo):.2f}, {math.exp(d.hi):.2f}]" if d.seeds > 1 else "")
+            + f", {int(d.seeds_agreeing)}/{int(d.seeds)} seeds agreeing, sign-flip p {fmt_p(d.p)}")
+    if d.seeds < MIN_SEEDS:
+        return (f"{head}; {diff}: no architecture verdict — a sign-flip test over {int(d.seeds)} seeds cannot reach "
+                f"p < 0.05 (at least {MIN_SEEDS} seeds).")
+    word = "differ" if d.p < 0.05 else "do not differ detectably"
+    mde = f" (it detects x{math.exp(d.mde):.2f} at 80% power)" if np.isfinite(d.mde) else ""
+    return f"{head}; {diff}: the variants {word} in sink retention over seeds{mde}."
 
 
 def landing(root: Path) -> None:
@@ -469,7 +548,9 @@ def answers(root: Path) -> None:
     print("\n**The answer, per suite** (generated by `drifttool compare`'s first lines; lift = attention mass / the "
           "share uniform attention over the keys seen would give it):\n")
     chat = root / "chat" / "smollm2-mt_chat.drift"
-    runs = [(s, p) for s, m, p in _traces(root) if m == "generate"] + ([("mt_chat", chat)] if chat.is_dir() else [])
+    runs = [(s, p) for s, m, p in _traces(root) if m == "generate"]
+    if chat.is_dir() and chat not in [p for _, p in runs]:  # _traces already lists chat/: each suite once
+        runs.append(("mt_chat", chat))
     for suite, p in runs:
         for line in answer(Comparison.of([read_trace(p)])):
             print(f"- {suite}: {line}")
@@ -561,8 +642,8 @@ PANELS = {"seeds": ("trained from scratch", "`scripts/train_seed_panel.sh`, `scr
 
 def seed_panel(root: Path) -> None:
     """The seed panels (scratch and sink-initialised): EAGLE-3.1 - EAGLE-3 per seed and over seeds (analysis.seeds:
-    a t-interval over seed means and a sign test over seeds), the architecture claim kept apart from the shipped
-    checkpoints' one."""
+    a t-interval over seed means and the sign-flip test over seeds, the test the groups are read by), the
+    architecture claim kept apart from the shipped checkpoints' one."""
     from drifttool.analysis.seeds import QUANTITIES, differences, fmt, over_seeds, per_group, sentence
 
     for folder, (recipe, scripts) in PANELS.items():
@@ -576,17 +657,19 @@ def seed_panel(root: Path) -> None:
               "the same cached features and batches, a seed changing the batch order and scored slots (and, from "
               "scratch, the initial weights); long-code suite, first cut of 24 held-out stdlib modules, greedy, depth "
               f"8; {scripts}). EAGLE-3.1 − EAGLE-3 per seed (mean over groups; ratios as factors) and over seeds "
-              "(t-interval over seed means, sign test over seeds):\n")
-        print("| quantity | per seed | over seeds [95% t-interval] | seeds agreeing | sign test p | detectable at 80% "
-              "power | groups |")
-        print("|---|---|---|---|---|---|---|")
+              "(t-interval over seed means; p from the exact sign-flip test over the seed means, the test every "
+              "group-level claim uses, with its detectable effect at 80% power; the plain sign test's p beside it "
+              "for reference):\n")
+        print("| quantity | per seed | over seeds [95% t-interval] | seeds agreeing | sign-flip p | detectable at 80% "
+              "power | sign test p | groups |")
+        print("|---|---|---|---|---|---|---|---|")
         for r in t.itertuples():
             per = ", ".join(fmt(r, x) if x == x else "-" for x in r.per_seed)
             ci = "-" if r.lo != r.lo else f"{fmt(r, r.estimate)} [{fmt(r, r.lo)}, {fmt(r, r.hi)}]"
             mde = f"none with {r.seeds} seeds" if not np.isfinite(r.mde) else (f"x{math.exp(-r.mde):.3f} / x{math.exp(r.mde):.3f}" if r.ratio
                                                       else f"±{r.mde:.3f}")
-            print(f"| {QUANTITIES[r.quantity]} | {per} | {ci} | {r.seeds_agreeing}/{r.seeds} | {r.sign_p:.3g} | "
-                  f"{mde} | {r.groups} |")
+            print(f"| {QUANTITIES[r.quantity]} | {per} | {ci} | {r.seeds_agreeing}/{r.seeds} | {r.p:.3g} | "
+                  f"{mde} | {r.sign_p:.3g} | {r.groups} |")
         al = rows.groupby(["seed", "variant"])["acceptance_length"].mean().unstack()
         print("\nMean acceptance length per seed (mean over groups): " + "; ".join(
             f"seed {int(s)}: EAGLE-3 {r['eagle3']:.3f}, EAGLE-3.1 {r['eagle3.1']:.3f}" for s, r in al.iterrows()) + ".")

@@ -75,11 +75,25 @@ def sink(s) -> str:
     out = f"attends {kind} (depth-1 sink lift {fmt_ci(v, lo, hi)})"
     r = getattr(s, "sink_retention", np.nan)
     if r == r:
-        word = {-1: "loses part of it", 1: "draws more to it", 0: "no loss the groups establish"}[
-            side(s, "sink_retention")]
+        word = retention_words(r, side(s, "sink_retention"), "no loss the groups establish")
         out += (f" and keeps {fmt_ratio(r, s.sink_retention_lo, s.sink_retention_hi)} of it by depth "
                 f"{getattr(s, 'depth_k', 'K')}, {fmt_p(s.sink_retention_p, 'words')}: {word}")
     return out
+
+
+KEEPS_MOST, LOSES_MOST = 0.5, 0.1  # retention grades: >= 0.5 keeps most, >= 0.1 loses most, below: nearly all
+
+
+def retention_words(r: float, side_: int, unchanged: str) -> str:
+    """Sink retention in graded words: a detected loss is 'keeps most of it' (x0.5 or more), 'loses most of it'
+    (x0.1 to 0.5) or 'loses nearly all of it' (below x0.1); a detected gain says the sink grew (a sink gained is not
+    a sink lost); no detection says `unchanged`."""
+    if side_ > 0:
+        return "gains sink mass with depth (a sink gained, not lost)"
+    if side_ == 0:
+        return unchanged
+    return ("keeps most of it" if r >= KEEPS_MOST else "loses most of it" if r >= LOSES_MOST
+            else "loses nearly all of it")
 
 
 def elsewhere(s) -> str | None:
@@ -90,7 +104,8 @@ def elsewhere(s) -> str | None:
 
 
 def drift(s, k: int) -> str:
-    """The attention half's verdict (analysis/verdict.py) in words, with the recency-matched ratio behind it."""
+    """The attention half's verdict (analysis/verdict.py) in words, with the recency-matched ratio behind it: where
+    drift is detected, the depths it is detected at and the curve's peak (its Holm-adjusted p), then depth K."""
     v = s.drift_verdict
     rm = fmt_ratio(s.recency_ratio, s.recency_ratio_lo, s.recency_ratio_hi)
     what = (f"own drafts draw {rm} what equally recent prompt tokens drew at depth 1 (recency-matched ratio at depth "
@@ -98,7 +113,15 @@ def drift(s, k: int) -> str:
     if v == "uniform":
         return "uniform attention: every lift within x/÷ 1.05 of uniform, nothing to drift from"
     if v == "drift":
-        return f"drift: {what}"
+        where = str(getattr(s, "drift_depths", "") or k)
+        at = f"depth {where}" if where.isdigit() else f"depths {where}"
+        top = getattr(s, "recency_ratio_max_depth", None)
+        if top is None or top != top or int(top) == k:
+            return f"drift at {at}: {what}"
+        peak = fmt_ratio(s.recency_ratio_max, s.recency_ratio_max_lo, s.recency_ratio_max_hi)
+        return (f"drift at {at}: own drafts draw {peak} what equally recent prompt tokens drew at depth 1 at depth "
+                f"{int(top)} (the curve's peak, {fmt_p(s.recency_ratio_max_p_holm, 'words')} under Holm over depths "
+                f"2\u2013{k}, {s.recency_ratio_n} groups); at depth {k} {rm}, {fmt_p(s.recency_ratio_p, 'words')}")
     if v == "no drift":
         return f"no drift: {what}" + (f"; {s.drift_why}" if "band" in s.drift_why else "")
     if s.recency_ratio != s.recency_ratio:
@@ -202,7 +225,10 @@ def _cell(s, name: str, d: int = 2) -> str:
 def _short_cells(r, acc: str) -> list[str]:
     sink_ = "-" if r.sink_lift_d1 != r.sink_lift_d1 else f"{r.sink_lift_d1:.2f}" + ("↑" if has_sink(r) else "·")
     kept = _cell(r, "sink_retention") if has_sink(r) else "-"
-    return [_cell(r, "rms_growth"), _cell(r, "recency_ratio"), sink_, kept, acc, VERDICT_SHORT[r.drift_verdict]]
+    word = VERDICT_SHORT[r.drift_verdict]
+    if r.drift_verdict == "drift" and getattr(r, "drift_depths", ""):
+        word += f" d{r.drift_depths}"  # the depths the curve detects it at (Holm over depths)
+    return [_cell(r, "rms_growth"), _cell(r, "recency_ratio"), sink_, kept, acc, word]
 
 
 def _short_labels(labels: list[str], room: int) -> tuple[list[str], str]:
@@ -320,16 +346,23 @@ def plain_halves(cmp) -> list[str]:
 
     def verdict(name: str, r) -> str:
         rm = f"x{r.recency_ratio:.2f}" if r.recency_ratio == r.recency_ratio else ""
-        return {"drift": f"{name} drifts (its own drafts draw {rm} what equally recent prompt tokens drew)",
+        dd = str(getattr(r, "drift_depths", "") or k)
+        top = getattr(r, "recency_ratio_max_depth", None)
+        if r.drift_verdict == "drift" and top == top and top is not None and int(top) != k:
+            return (f"{name} drifts at depth{'' if dd.isdigit() else 's'} {dd} (its own drafts draw "
+                    f"x{r.recency_ratio_max:.2f} what equally recent prompt tokens drew at depth {int(top)}; {rm} at "
+                    f"depth {k})")
+        return {"drift": f"{name} drifts at depth{'' if dd.isdigit() else 's'} {dd} (its own drafts draw {rm} what "
+                         "equally recent prompt tokens drew)",
                 "no drift": f"{name} does not drift (its own drafts draw {rm} what equally recent prompt tokens drew)",
                 "not established": f"for {name} drift is not established ({r.drift_why})",
                 "uniform": f"{name} attends uniformly"}[r.drift_verdict]
 
     def kept(name: str, r) -> str:
         v = r.sink_retention
-        word = {-1: "loses part of it", 1: "draws more to it", 0: "keeps it as far as the groups can tell"}[
-            side(r, "sink_retention")]
-        return f"{name} {word} (x{v:.2f} of its depth-1 sink mass at depth {k})" if v == v else f"{name}: not measured"
+        word = retention_words(v, side(r, "sink_retention"), "keeps it as far as the groups can tell")
+        return (f"{name} {word} ({fmt_ratio(v, r.sink_retention_lo, r.sink_retention_hi)} of its depth-1 sink mass "
+                f"at depth {k})" if v == v else f"{name}: not measured")
 
     sinks = [(x, r) for x, r in (("EAGLE-3", e3), ("EAGLE-3.1", e31)) if has_sink(r)]
     if sinks:

@@ -25,11 +25,15 @@ from ..trace.reader import TraceData
 from .compare import DEPTH_METRICS, Comparison, check_compatible, suite_name
 
 SUMMARY_METRICS = ("mean_acceptance_length", "draft_acceptance_rate", "iid_acceptance_length", "iid_p",
-                   "recency_ratio", "rms_growth", "self_lift", "self_lift_trend", "sink_lift_d1", "feature_growth",
+                   "recency_ratio", "recency_ratio_max", "rms_growth", "self_lift", "self_lift_trend", "sink_lift_d1", "feature_growth",
                    "sink_retention", "prompts", "drafts")
-# ratios to 1 (lifts, trends, retention, growth): a value within the flat band (analysis/verdict.FLAT) is read as
-# 1.0 — the words call it flat / uniform, and a gate must not fail on float noise at 1 (1.0000000105)
-RATIOS = ("recency_ratio", "rms_growth", "self_lift", "self_lift_trend", "sink_lift_d1", "feature_growth",
+# ratios to 1 (lifts, trends, retention, growth): a value within float32 noise of 1 (RATIO_NOISE: an exactly
+# uniform drafter's 1.0000000105) compares as 1.0, so a gate does not fail on float noise; the value reported is
+# the measured one. Only the noise: a wider snap (the words' x/÷ 1.05 flat band) silently defeated thresholds
+# inside the band (recency_ratio<=1.02 passed at 1.04) and hid regressions from --baseline.
+RATIO_NOISE = 1e-6
+RATIOS = ("recency_ratio", "recency_ratio_max", "rms_growth", "self_lift", "self_lift_trend", "sink_lift_d1",
+          "feature_growth",
           "sink_retention", *metric_table.lifts())
 DECAY_METRICS = ("al_per_doubling", "self_lift_per_doubling")
 # names a gate may hold from before the lifts: refused with what replaced them (a silent redefinition would flip a
@@ -44,7 +48,7 @@ ALIASES = {"acceptance_length": "mean_acceptance_length", "al": "mean_acceptance
 # Direction of "worse" for --baseline: +1 higher is better, -1 lower is better.
 # The per-depth attention metrics and their lifts take theirs from the metric table (trace/metric_table.py).
 DIRECTION = {"mean_acceptance_length": 1, "draft_acceptance_rate": 1, "iid_acceptance_length": 1, "iid_p": 1,
-             "sink_retention": 1, "recency_ratio": -1, "rms_growth": -1, "self_lift_trend": -1, "sink_lift_d1": 1, "feature_growth": -1,
+             "sink_retention": 1, "recency_ratio": -1, "recency_ratio_max": -1, "rms_growth": -1, "self_lift_trend": -1, "sink_lift_d1": 1, "feature_growth": -1,
              "acceptance_rate": 1, "n_alpha": 1, "rms_in": -1, "rms_pre": -1,
              "rms_post": -1, "al_per_doubling": 1, "self_lift_per_doubling": -1, **metric_table.better()}
 OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq}
@@ -64,7 +68,14 @@ class Rule:
     from_depth: int | None = None  # a depth trend: change from this depth to `depth`, paired over groups
 
     def holds(self, value: float) -> bool:
-        return value is not None and math.isfinite(value) and OPS[self.op](value, self.threshold)
+        if value is None or not math.isfinite(value):
+            return False
+        return OPS[self.op](as_compared(self.metric, value), self.threshold)
+
+
+def as_compared(metric: str, v: float) -> float:
+    """The value a gate compares: a ratio within float32 noise of 1 (RATIO_NOISE) as 1.0, anything else as is."""
+    return 1.0 if metric in RATIOS and abs(v - 1.0) <= RATIO_NOISE else v
 
 
 def canonical(metric: str, where: str) -> str:
@@ -178,9 +189,7 @@ class Values:
         v = row.iloc[0][metric]
         if v is None or pd.isna(v):
             return math.nan
-        from .verdict import flat
-
-        return 1.0 if metric in RATIOS and flat(float(v)) else float(v)
+        return float(v)
 
 
 def _baseline_metrics(baseline_metrics: list[str] | None) -> list[tuple[str, str, int | None]]:
@@ -239,8 +248,9 @@ def _common_drafters(trace: TraceData, baseline: TraceData, cur: Values, base: V
 
 def _baseline_row(text: str, metric: str, dname: str, b: float, v: float, drop: float) -> dict[str, Any]:
     """How much worse than the baseline (in the metric's 'better' direction), relative, against the allowed drop."""
-    worse = DIRECTION[metric] * (b - v)
-    change = (worse / abs(b)) if b else (0.0 if worse <= 0 else math.inf)
+    b_, v_ = (as_compared(metric, x) if math.isfinite(x) else x for x in (b, v))
+    worse = DIRECTION[metric] * (b_ - v_)
+    change = (worse / abs(b_)) if b_ else (0.0 if worse <= 0 else math.inf)
     ok = math.isfinite(b) and math.isfinite(v) and change <= drop
     return {"metric": text, "drafter": dname, "baseline": b if math.isfinite(b) else None,
             "value": v if math.isfinite(v) else None,

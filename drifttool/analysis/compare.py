@@ -22,6 +22,7 @@ from ..errors import DriftError
 from ..trace.reader import TraceData, group_of_id
 from ..trace.schema import HEAD_METRICS, LIFTS
 from .metrics import acceptance, cluster_mean, context_bucket, spearman
+from .nonsink import NS_COLUMNS
 
 # the per-depth statistics, in the order tables show them: the three regions first, then every other head metric
 # (trace/schema.HEAD_METRICS), then the fed-back magnitudes
@@ -216,6 +217,20 @@ def series_table(series: list[Series], table: str, columns: list[str] | None = N
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
+def nonsink_columns(series: list[Series], depths: pd.DataFrame) -> pd.DataFrame:
+    """The depths of every series with self_ns / matched_ns (analysis/nonsink.py) from each trace's per-head table,
+    read once per trace; the rows keep their order."""
+    from .nonsink import read_heads, with_nonsink
+
+    heads: dict[int, pd.DataFrame] = {}
+    parts = []
+    for s in series:
+        h = heads.setdefault(id(s.trace), read_heads(s.trace))
+        sub = depths[depths["series"] == s.label]
+        parts.append(with_nonsink(sub, h[h["drafter"] == s.drafter] if len(h) else h))
+    return pd.concat(parts).loc[depths.index] if parts else depths
+
+
 @dataclass
 class Comparison:
     series: list[Series]
@@ -236,6 +251,8 @@ class Comparison:
                   "a round, e.g. max_new_tokens 1); its tables are empty" for s in ser
                   if not (rounds["series"] == s.label).any()]
         depths = series_table(ser, "depths", depth_columns)
+        if "matched_mass" in depths.columns:
+            depths = nonsink_columns(ser, depths)
         notes += [n for t in traces for n in t.notes]  # NaN/inf counts met while reading: one note per trace
         return cls(ser, depths, rounds, notes, trained_window)
 
@@ -313,7 +330,8 @@ class Comparison:
         if population != "all":
             df = self.population(population, df)
         keys = ["series", *by, "depth"]
-        parts = [cluster_mean(df, m, keys) for m in DEPTH_METRICS]
+        # the verdict's non-sink shares too, where the trace has its per-head table
+        parts = [cluster_mean(df, m, keys) for m in (*DEPTH_METRICS, *(c for c in NS_COLUMNS if c in df))]
         d = df.assign(acc=df["accepted"].astype(float))
         parts.append(cluster_mean(d, "acc", keys).rename(columns=lambda c: c.replace("acc", "acceptance_rate")))
         # accepted, not match: under sampled verification a draft != the target's argmax can be accepted

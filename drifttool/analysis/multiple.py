@@ -24,3 +24,17 @@ def holm_rejected(ps: Sequence[float], alpha: float = ALPHA) -> list[bool]:
             break
         out[j] = True
     return out
+
+
+def holm_adjusted(ps: Sequence[float]) -> list[float]:
+    """Holm-adjusted p values (in the order given): the i-th smallest becomes max over j <= i of (m - j) p_(j),
+    capped at 1, so `adjusted < alpha` is exactly `holm_rejected` at that alpha. NaN stays NaN (and counts in m)."""
+    m = len(ps)
+    out = [float("nan")] * m
+    run = 0.0
+    for i, j in enumerate(sorted(range(m), key=lambda j: (ps[j] != ps[j], ps[j] if ps[j] == ps[j] else 0.0))):
+        if ps[j] != ps[j]:
+            continue
+        run = max(run, min(1.0, (m - i) * ps[j]))
+        out[j] = run
+    return out

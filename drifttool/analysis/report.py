@@ -58,8 +58,8 @@ def print_drift(c: Console, s: pd.DataFrame) -> None:
     c.print(t)
     c.print("lift = mass / the share uniform attention over the keys the query saw would give it (1.0 = no more "
             "than uniform). sink lift at d1: no sink to lose when it is near 1. self lift trend: self lift at depth K "
-            "/ at depth 2, same rounds (> 1: attention per own draft slot grows with depth: drift). feature growth: "
-            "RMS(layer input) at depth K / depth 1.", markup=False)
+            "/ at depth 2, same rounds (descriptive: it falls for any drafter that favours recent keys; drift is read "
+            "by the recency-matched ratio). feature growth: RMS(layer input) at depth K / depth 1.", markup=False)
 
 
 def print_per_depth(c: Console, cmp: Comparison) -> None:

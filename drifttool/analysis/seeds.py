@@ -6,17 +6,19 @@ or one variant per trace), this module states each quantity per seed and over se
 - per seed s and group g: d_sg = (quantity of EAGLE-3.1) - (quantity of EAGLE-3); ratio quantities are compared as
   log ratios (a factor), acceptance length as a difference;
 - per seed: m_s = the mean of d_sg over the groups;
-- over seeds: the mean of the S per-seed means with a **t-interval over seed means** (S - 1 degrees of freedom: the
-  seed is the replicate, so the interval is as wide as seed-to-seed variation says; a percentile bootstrap over 3
-  seeds is 2.5x narrower than that), and a **sign test over seeds** (two-sided binomial p of the per-seed signs).
-  A sign test over S seeds cannot reach p < 0.05 below 6 seeds (its smallest two-sided p is 2 / 2^S), so an
-  architecture verdict needs >= 6 seeds, the sign test's p < 0.05 and the t-interval excluding 0; below that the
-  sentence says so and gives the seeds the observed effect would need at 80% power. With enough seeds, the
-  **minimum detectable effect** (`mde`) is the difference this rule finds in 80% of panels of S seeds with the
-  panel's seed-to-seed spread (normal seed means; the sign test dominates it: with 8 seeds every seed must agree).
+- over seeds: **the same test as over groups** (analysis/stats.paired): the mean of the S per-seed means with a
+  t-interval over seed means (S - 1 degrees of freedom: the seed is the replicate, so the interval is as wide as
+  seed-to-seed variation says; a percentile bootstrap over 3 seeds is 2.5x narrower than that), the exact
+  **sign-flip test** over the S seed means (p), and its **minimum detectable effect** at 80% power from the same
+  test (stats.mde: c(S) x the seeds' SD). A seed-level claim and a group-level claim are read the same way: the
+  effect is established when p < 0.05 (the mean's sign). The sign-flip test's smallest p is 2 / 2^S, so an
+  architecture verdict needs >= 6 seeds; below that the sentence says so and gives the seeds the observed effect
+  would need at 80% power. The plain sign test (binomial p of the per-seed signs) is kept beside it for reference:
+  it ignores the sizes and needs every one of 8 seeds to agree (7/8: p 0.070, where the sign-flip test can give
+  0.023).
 Quantities: acceptance length per group (1 + accepted / rounds), fed-back RMS growth (rms_in at depth K / at depth 1
-over the same rounds), the recency-matched ratio at depth K (analysis/verdict.py) and sink retention (sink mass at
-depth K / at depth 1), each per group as a ratio of sums."""
+over the same rounds), the recency-matched ratio at depth K on non-sink shares (analysis/verdict.py) and sink
+retention (sink mass at depth K / at depth 1), each per group as a ratio of sums."""
 
 from __future__ import annotations
 
@@ -29,11 +31,11 @@ import pandas as pd
 from ..styles import drafter_kind, split_label
 from ..trace.metric_table import acceptance_length
 from .compare import Comparison
-from .stats import ALPHA, _t, groups_needed
-from .verdict import paired_sums
+from .stats import ALPHA, groups_needed, min_p, paired
+from .verdict import RM_BASES, paired_sums, rm_basis
 
 SEED = re.compile(r"-s(\d+)$")
-MIN_SEEDS = 6  # the sign test's floor: 2 / 2^6 = 0.031
+MIN_SEEDS = 6  # the sign-flip test's floor: 2 / 2^6 = 0.031
 QUANTITIES = {"acceptance_length": "acceptance length (tokens per round)",
               "rms_growth": "fed-back RMS growth, depth K / depth 1 (factor)",
               "recency_ratio": "recency-matched ratio at depth K (factor)",
@@ -58,6 +60,8 @@ def per_group(cmp: Comparison) -> pd.DataFrame:
         rows = []
         for s in cmp.series:
             d = cmp.depths[cmp.depths.series == s.label]
+            if q == "recency_ratio":  # on the shares the verdict reads (non-sink where the trace has its heads)
+                num, den = ((c, "K") for c in RM_BASES[rm_basis(d)])
             ps = paired_sums(d, (num[0], k if num[1] == "K" else num[1]), (den[0], k if den[1] == "K" else den[1]))
             ok = (ps["num"] > 0) & (ps["den"] > 0)
             rows.append(pd.Series(np.log(ps.loc[ok, "num"] / ps.loc[ok, "den"]).to_numpy(),
@@ -91,10 +95,10 @@ def sign_test(x: np.ndarray) -> float:
 
 
 def over_seeds(diff: pd.DataFrame) -> pd.DataFrame:
-    """Per quantity: per-seed means, their mean with a t-interval over seeds, the sign test over seeds, how many
-    seeds agree in sign, the smallest p the sign test could give, the seeds the observed effect needs, and the
-    verdict rule's minimum detectable effect at 80% power (`verdict_mde`, in the quantity's units: a log factor for
-    the ratio quantities)."""
+    """Per quantity: per-seed means, their mean with a t-interval over seeds, the sign-flip test over seeds (p) and
+    its MDE at 80% power (in the quantity's units: a log factor for the ratio quantities), how many seeds agree in
+    sign, the smallest p the test could give, the seeds the observed effect needs, and the plain sign test's p for
+    reference."""
     seeds = sorted(diff["seed"].unique())
     rows = []
     for q in QUANTITIES:
@@ -102,51 +106,23 @@ def over_seeds(diff: pd.DataFrame) -> pd.DataFrame:
             continue
         per_seed = diff.groupby("seed")[q].mean().reindex(seeds)
         x = per_seed.dropna().to_numpy(float)
-        s = len(x)
-        est = float(x.mean()) if s else np.nan
-        sd = float(x.std(ddof=1)) if s > 1 else np.nan
-        half = _t(1 - ALPHA / 2, s - 1) * sd / math.sqrt(s) if s > 1 else np.nan
+        st = paired(x)
+        s, est, sd = st["n"], st["mean"], st["sd"]
         agree = int((np.sign(x) == np.sign(est)).sum()) if s else 0
         need = groups_needed(sd, abs(est)) if s > 1 and np.isfinite(sd) and est else None
         rows.append({"quantity": q, "ratio": q in RATIO_SUMS, "seeds": s, "groups": int(diff.loc[diff[q].notna(),
                                                                                                   "group"].nunique()),
-                     "estimate": est, "lo": est - half, "hi": est + half, "sd_seeds": sd,
+                     "estimate": est, "lo": st["lo"], "hi": st["hi"], "sd_seeds": sd,
                      "per_seed": [round(float(v), 4) for v in per_seed], "seeds_agreeing": agree,
-                     "sign_p": sign_test(x), "min_sign_p": 2.0 / 2 ** s if s else 1.0,
-                     "seeds_needed": max(MIN_SEEDS, need) if need else None, "mde": verdict_mde(s, sd)})
+                     "p": st["p"], "min_p": min_p(s) if s else 1.0, "mde": st["mde"], "sign_p": sign_test(x),
+                     "seeds_needed": max(MIN_SEEDS, need) if need else None})
     return pd.DataFrame(rows)
 
 
-def verdict_mde(s: int, sd: float, power: float = 0.8, draws: int = 20_000) -> float:
-    """The smallest |difference| the verdict rule (sign test p < ALPHA and the t-interval excluding 0) finds in
-    `power` of panels of s seed means drawn normal around it with SD sd: simulated with a fixed generator and the
-    same draws at every candidate (so the power is monotone in the difference), bisected on the difference in SDs.
-    inf below MIN_SEEDS (the sign test cannot reach ALPHA) or without a spread."""
-    if s < MIN_SEEDS or not np.isfinite(sd) or sd <= 0:
-        return float("inf")
-    z = np.random.default_rng(0).standard_normal((draws, s))
-    t = _t(1 - ALPHA / 2, s - 1)
-    need = next(k for k in range(s // 2 + 1, s + 1) if sign_test(np.r_[np.ones(k), -np.ones(s - k)]) < ALPHA)
-
-    def power_at(delta: float) -> float:
-        x = z + delta
-        half = t * x.std(1, ddof=1) / math.sqrt(s)
-        m = x.mean(1)
-        agree = np.maximum((x > 0).sum(1), (x < 0).sum(1))
-        return float(((agree >= need) & ((m - half > 0) | (m + half < 0))).mean())
-
-    lo, hi = 0.0, 1.0
-    while power_at(hi) < power:
-        hi *= 2
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if power_at(mid) >= power else (mid, hi)
-    return hi * sd
-
-
 def established(r) -> bool:
-    """An architecture difference in this quantity: >= 6 seeds, sign test p < 0.05, t-interval excluding 0."""
-    return bool(r.seeds >= MIN_SEEDS and r.sign_p < ALPHA and (r.lo > 0 or r.hi < 0))
+    """An architecture difference in this quantity: >= 6 seeds and the sign-flip test over seeds p < 0.05 (read
+    as the groups' test is)."""
+    return bool(r.seeds >= MIN_SEEDS and np.isfinite(r.p) and r.p < ALPHA and r.estimate != 0)
 
 
 def fmt(r, v: float) -> str:
@@ -160,14 +136,14 @@ def sentence(table: pd.DataFrame, what: str = "EAGLE-3.1 - EAGLE-3") -> str:
     s = int(r.seeds)
     head = (f"Over {s} seeds x {int(r.groups)} groups, {what} acceptance length {r.estimate:+.3f} "
             f"[{r.lo:+.3f}, {r.hi:+.3f}] (t-interval over seed means), per seed "
-            f"{', '.join(f'{x:+.3f}' for x in r.per_seed)} ({r.seeds_agreeing}/{s} agree in sign, sign test p "
-            f"{r.sign_p:.3g})")
+            f"{', '.join(f'{x:+.3f}' for x in r.per_seed)} ({r.seeds_agreeing}/{s} agree in sign; sign-flip test "
+            f"over seeds p {r.p:.3g})")
     if s < MIN_SEEDS:
         need = f"; the observed effect would need about {int(r.seeds_needed)} seeds" if r.seeds_needed else ""
-        return (f"{head}: no architecture verdict — a sign test over {s} seeds cannot reach p < 0.05 (smallest p "
-                f"{r.min_sign_p:.3g}; at least {MIN_SEEDS} seeds){need}.")
+        return (f"{head}: no architecture verdict — a sign-flip test over {s} seeds cannot reach p < 0.05 (smallest "
+                f"p {r.min_p:.3g}; at least {MIN_SEEDS} seeds){need}.")
     claim = ("the architectures differ in acceptance here" if established(r) else
              "the panel does not establish an architecture difference in acceptance")
-    power = (f" (with this spread between seeds, the rule finds a difference of {r.mde:.3f} or more in 80% of "
-             f"{s}-seed panels)" if np.isfinite(r.mde) else "")
+    power = (f" (with this spread between seeds, the test detects a difference of {r.mde:.3f} or more at 80% "
+             "power)" if np.isfinite(r.mde) else "")
     return f"{head}: {claim}{power}."

@@ -17,6 +17,15 @@ head, so that what the attention depends on is known exactly:
   pair: queries at depth >= 2 score their own drafted slots higher, prompt keys not at all. Attention moves from
   the sink (and the prompt) onto its own slots with depth: drift by construction.
 
+- **a fading sink** (`sink_fade` > 0, with a sink): queries on fed-back slots (marker > 0) score the sink token's
+  slots lower, on every other head (the sink pair's query also reads the marker, with a negative weight), while
+  every non-sink score stays a function of distance alone: the sink is lost with depth and nothing prefers the
+  drafter's own drafts. With `head_spread` the heads' recency profiles differ too (head i's recency scale times
+  1 + head_spread * (2i / (nh - 1) - 1)), so the heads whose sink fades are not the average head: a statistic that
+  renormalises head means instead of each head's row reads this drafter as drifting.
+- **anti-drift** (`drift` < 0): the drift term with the opposite sign: own drafted slots score lower than prompt
+  keys at the same distance.
+
 The drafter still drafts (values, MLP and lm_head keep their weights); only where it looks is planted. Three hidden
 channels are taken for the planted terms (the last three)."""
 
@@ -29,11 +38,26 @@ from .drafter import Eagle3Drafter
 
 @torch.no_grad()
 def plant(d: Eagle3Drafter, *, recency: float = 0.0, sink: float = 0.0, drift: float = 0.0,
-          sink_token: int | None = None, keep_attention: bool = False) -> Eagle3Drafter:
+          sink_token: int | None = None, keep_attention: bool = False, sink_fade: float = 0.0,
+          head_spread: float = 0.0) -> Eagle3Drafter:
     """Edit `d` in place (module doc) and return it. Scales are logit weights per rotary pair (x the normalised
-    channel values, ~1): recency 2-4 gives a clear recency profile, sink 4-8 a sink, drift 1-4 weak to strong.
+    channel values, ~1): recency 2-4 gives a clear recency profile, sink 4-8 a sink, drift 1-4 weak to strong
+    (negative: anti-drift), sink_fade 2-8 a sink lost with depth (head_spread in [0, 1): heads' recency differs).
     keep_attention: keep the drafter's own attention (q/k and embeddings untouched) and add only the drift marker
     (its lowest-frequency rotary pair taken over): a real drafter with drift planted on top."""
+    for name, v in (("recency", recency), ("sink", sink), ("drift", drift), ("sink_fade", sink_fade),
+                    ("head_spread", head_spread)):
+        if not (isinstance(v, (int, float)) and v == v and abs(v) != float("inf")):
+            raise ValueError(f"controls: {name} {v!r}: expected a finite number")
+    for name, v in (("recency", recency), ("sink", sink), ("sink_fade", sink_fade)):
+        if v < 0:
+            raise ValueError(f"controls: {name} {v!r}: expected >= 0 (drift alone takes a sign)")
+    if not 0 <= head_spread < 1:
+        raise ValueError(f"controls: head_spread {head_spread!r}: expected a number in [0, 1)")
+    if sink_fade and not sink:
+        raise ValueError("controls: sink_fade fades a planted sink; give sink > 0 too")
+    if sink_token is not None and not 0 <= int(sink_token) < d.config.vocab_size:
+        raise ValueError(f"controls: sink_token {sink_token!r}: expected a token id in [0, {d.config.vocab_size})")
     cfg = d.config
     if cfg.mla is not None or cfg.num_aux == 0:
         raise ValueError("controls: plain GQA EAGLE-3 drafters only")
@@ -50,7 +74,8 @@ def plant(d: Eagle3Drafter, *, recency: float = 0.0, sink: float = 0.0, drift: f
     marker, const, flag = h - 1, h - 2, h - 3
     half = hd // 2
     if keep_attention:
-        _marker(d, marker, half, drift)
+        _marker_circuit(d, marker)
+        _drift_read(d, marker, half, drift)
         return d
     # one RMS for every embedding row, then the constant and sink-flag channels (equal norm: equal channel value)
     e = d.embed_tokens.weight
@@ -64,41 +89,54 @@ def plant(d: Eagle3Drafter, *, recency: float = 0.0, sink: float = 0.0, drift: f
     att.q_proj.weight.zero_()
     att.k_proj.weight.zero_()
 
-    def write(pair: int, q_col: int, k_col: int, scale: float) -> None:
+    def write(pair: int, q_col: int, k_col: int, scale: float, per_head=lambda hh: 1.0) -> None:
         # every query head's dim `pair` reads q_col, every kv head's reads k_col; the score gains scale * q * k
+        # (times per_head(hh) for query head hh)
         w = scale ** 0.5
         for hh in range(nh):
-            att.q_proj.weight[hh * hd + pair, q_col] = w
+            att.q_proj.weight[hh * hd + pair, q_col] = w * per_head(hh)
         for g in range(nkv):
             att.k_proj.weight[g * hd + pair, k_col] = w
 
+    spread = (lambda hh: 1.0 + head_spread * (2 * hh / max(nh - 1, 1) - 1)) if head_spread else (lambda hh: 1.0)
     if recency:  # distance alone: constant q and k on the higher-frequency pairs (RoPE's decay over distance)
         for pair in range(half - 2):
-            write(pair, const, const, recency * hd ** 0.5 / (half - 2))
+            write(pair, const, const, recency * hd ** 0.5 / (half - 2), spread)
     if sink:
         write(half - 2, const, flag, sink * hd ** 0.5)
+    if drift or sink_fade:
+        _marker_circuit(d, marker)
     if drift:
-        _marker(d, marker, half, drift)
+        _drift_read(d, marker, half, drift)
+    if sink_fade:  # the sink pair's query also reads the marker (0 on prompt slots): -sink_fade * marker on the sink
+        w = (sink * hd ** 0.5) ** 0.5
+        for hh in range(0, nh, 2):
+            att.q_proj.weight[hh * hd + half - 2, h + marker] = -sink_fade * hd ** 0.5 / w
     return d
 
 
 @torch.no_grad()
-def _marker(d: Eagle3Drafter, marker: int, half: int, drift: float) -> None:
-    """The drift term (module doc): marker channel 0 on prompt slots, > 0 on fed-back slots, read by q and k on
-    every head's lowest-frequency rotary pair (those q/k rows replaced)."""
-    lay, h = d.layers[0], d.config.hidden_size
-    att = lay.self_attn
-    hd = att.hd
+def _marker_circuit(d: Eagle3Drafter, marker: int) -> None:
+    """The marker channel (module doc): exactly 0 on prompt slots, > 0 on fed-back slots."""
+    lay = d.layers[0]
     d.fc.weight[marker] = 0.0  # prompt slots: marker exactly 0
-    att.o_proj.weight[marker] = 0.0
+    lay.self_attn.o_proj.weight[marker] = 0.0
     lay.hidden_norm.weight[marker] = 1.0
     mlp = lay.mlp
     units = list(range(min(16, mlp.up_proj.weight.shape[0])))  # several units: a steadier marker
     mlp.up_proj.weight[units] = mlp.gate_proj.weight[units]
     mlp.down_proj.weight[marker] = 0.0
     mlp.down_proj.weight[marker, units] = 1.0 / len(units)  # mean of g^2 sigmoid(g) >= 0 into the marker
-    w = (drift * hd ** 0.5) ** 0.5
-    for rows, n in ((att.q_proj.weight, att.nh), (att.k_proj.weight, att.nkv)):
+
+
+@torch.no_grad()
+def _drift_read(d: Eagle3Drafter, marker: int, half: int, drift: float) -> None:
+    """The drift term: q and k read the marker on every head's lowest-frequency rotary pair (those rows replaced);
+    a negative drift puts the minus on the query side (own slots score lower: anti-drift)."""
+    att, h = d.layers[0].self_attn, d.config.hidden_size
+    hd = att.hd
+    w = (abs(drift) * hd ** 0.5) ** 0.5
+    for rows, n, sign in ((att.q_proj.weight, att.nh, -1.0 if drift < 0 else 1.0), (att.k_proj.weight, att.nkv, 1.0)):
         for i in range(n):
             rows[i * hd + half - 1] = 0.0
-            rows[i * hd + half - 1, h + marker] = w
+            rows[i * hd + half - 1, h + marker] = sign * w

@@ -73,7 +73,10 @@ def summed() -> tuple[str, ...]:
     return tuple(m.name for m in metric_table.METRICS if "sum" in m.live)
 
 
-PAIRED = ("self_mass", "matched_mass")  # summed over the same rows (both finite): their ratio is the verdict's RM(k)
+PAIRED = ("self_mass", "matched_mass")  # summed over the same rows (both finite): their ratio is the raw RM(k)
+# the verdict's RM(k) reads non-sink shares (analysis/nonsink.py), computed from each request's per-head rows and
+# summed over the same rows: rate(self_nonsink) / rate(matched_nonsink) is the recency-matched ratio
+NONSINK = {"self_ns": "self_nonsink", "matched_ns": "matched_nonsink"}
 COUNTERS = {
     "samples": "Requests the monitor sampled (chosen by a hash of their id).",
     "samples_dropped": "Sampled requests dropped before replay, by reason: queue_full, spool_full, disk_full, "
@@ -98,8 +101,10 @@ COUNTERS = {
                       "equals vLLM's per-position count). " + CONTEXT_HELP,
     "attention_mass": "Attention mass summed over the drafted tokens at this depth, per key set (keys=sink: the "
                       "sink positions; keys=self: the chain's own drafted slots; keys=matched: the depth-1 query's "
-                      "mass on as many most recent prompt keys). self and matched are summed over the same rows "
-                      "(depth >= 2), so rate(self)/rate(matched) is the recency-matched ratio (> 1: drift); "
+                      "mass on as many most recent prompt keys; keys=self_nonsink / matched_nonsink: the same two renormalised "
+                      "over each head's non-sink keys, per draft). self_nonsink and matched_nonsink are summed "
+                      "over the same rows (depth >= 2), so rate(self_nonsink)/rate(matched_nonsink) is the "
+                      "recency-matched ratio the verdict reads (> 1: drift; a fading sink cancels out); "
                       "sink at depth K over sink at depth 1, each per draft, is the sink retention. " + CONTEXT_HELP,
 }
 GAUGES = {
@@ -188,11 +193,19 @@ class Aggregates:
                     self.inc(name, c, 0)
                 for mass in summed():
                     self.inc("attention_mass", {**c, "keys": mass.removesuffix("_mass")}, 0)
+                if d >= 2:
+                    for key in NONSINK.values():
+                        self.inc("attention_mass", {**c, "keys": key}, 0)
 
-    def add_request(self, depths: pd.DataFrame, labels: dict[str, str]) -> None:
+    def add_request(self, depths: pd.DataFrame, labels: dict[str, str], heads: pd.DataFrame | None = None) -> None:
         """One replayed request's depth rows (the trace's `depths` table, lifts derived): per depth, every exported
-        metric's values into its histogram; per depth and context bucket the drafts, accepted and summed masses."""
+        metric's values into its histogram; per depth and context bucket the drafts, accepted and summed masses,
+        and, from its per-head rows (`heads`), the non-sink own-slot and control shares the verdict's RM reads."""
         depths = with_lifts(depths)
+        if heads is not None and len(depths):
+            from ..analysis.nonsink import with_nonsink
+
+            depths = with_nonsink(depths, heads)
         self.inc("rounds", labels, float(depths["round"].nunique()) if len(depths) else 0.0)
         if depths.empty:
             return
@@ -219,6 +232,11 @@ class Aggregates:
                     v = use[mass].to_numpy(np.float64)
                     self.inc("attention_mass", {**cl, "keys": mass.removesuffix("_mass")},
                              float(v[np.isfinite(v)].sum()))
+                if d >= 2 and all(c in part for c in NONSINK):
+                    a, b = (part[c].to_numpy(np.float64) for c in NONSINK)
+                    both = np.isfinite(a) & np.isfinite(b)
+                    for col, v in zip(NONSINK.values(), (a, b)):
+                        self.inc("attention_mass", {**cl, "keys": col}, float(v[both].sum()))
 
     def to_json(self) -> dict:
         return {"counters": [{"name": n, "labels": dict(lab), "value": v} for (n, lab), v in self.counters.items()],

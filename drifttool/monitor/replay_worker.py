@@ -401,7 +401,7 @@ def _write(rep: Replayer, segs, agg, j: Job, tabs: dict, rows: dict, problem: st
     from .metrics import OTHER_HISTOGRAMS
 
     segs.add(f"{rep.name}:{j.meta['key']}", tabs, rows, problem)
-    agg.add_request(tabs["depths"], rep.labels)
+    agg.add_request(tabs["depths"], rep.labels, tabs.get("heads"))
     agg.inc("replayed", rep.labels)
     agg.set("last_replay_timestamp_seconds", {**rep.labels, "process": "replay"}, time.time())
     if problem is not None:

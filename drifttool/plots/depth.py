@@ -77,9 +77,15 @@ def lift_curves(per_depth: pd.DataFrame,
 def recency_profile(per_depth: pd.DataFrame) -> go.Figure:
     """The drift argument at a glance, one panel per series: attention on the j most recent keys, j = 1..K-1 — the
     depth-1 query's on prompt tokens (line: what recency alone gives) against the depth-(j+1) query's on its own j
-    drafted slots (markers), each with its 95% CI over groups. Own drafts above the line: drift; on it: recency."""
+    drafted slots (markers), each with its 95% CI over groups. Own drafts above the line: drift; on it: recency.
+    Each a share of its row's non-sink keys (the verdict's basis) where the trace has its per-head table, so a sink
+    that fades with depth does not lift the markers; raw shares otherwise (the title says which)."""
     title = "Own drafts against equally recent prompt tokens (above the line: drift)"
-    need = ("matched_mass", "self_mass")
+    need = ("matched_ns", "self_ns")
+    if per_depth.empty or any(m not in per_depth or per_depth[m].isna().all() for m in need):
+        need = ("matched_mass", "self_mass")
+    else:
+        title += ", shares of non-sink attention"
     if per_depth.empty or any(m not in per_depth or per_depth[m].isna().all() for m in need):
         return _empty(title + ": not recorded in this trace (recapture)")
     per_depth = in_series_order(per_depth[per_depth["depth"] >= 2]).assign(keys=lambda x: x["depth"] - 1)
@@ -90,12 +96,13 @@ def recency_profile(per_depth: pd.DataFrame) -> go.Figure:
         r, c = _rc(j, cols)
         sub = per_depth[per_depth["series"] == s]
         st = styles[s]
-        _line_with_band(fig, sub, "keys", "matched_mass", "prompt tokens at depth 1", dict(st, dash="dot"), (r, c),
+        _line_with_band(fig, sub, "keys", need[0], "prompt tokens at depth 1", dict(st, dash="dot"), (r, c),
                         showlegend=j == 0)
-        _line_with_band(fig, sub, "keys", "self_mass", "own drafted slots", dict(st, symbol="diamond"), (r, c),
+        _line_with_band(fig, sub, "keys", need[1], "own drafted slots", dict(st, symbol="diamond"), (r, c),
                         showlegend=j == 0)
         fig.update_xaxes(title_text="j most recent keys", dtick=1, row=r, col=c)
-        fig.update_yaxes(title_text="attention mass" if c == 1 else None, row=r, col=c)
+        fig.update_yaxes(title_text=("share of non-sink attention" if need[0] == "matched_ns" else "attention mass")
+                         if c == 1 else None, row=r, col=c)
     fig.update_layout(title=title, template=TEMPLATE, height=330 * rows + 60)
     return fig
 

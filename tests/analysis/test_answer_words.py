@@ -41,22 +41,56 @@ def test_sink_is_judged_by_its_lift_against_uniform_and_its_retention_stated():
                 sink_retention_lo=0.12, sink_retention_hi=0.21, sink_retention_p=0.0005,
                 sink_retention_mean_log=-1.8)
     assert sink(lost) == ("attends the sink (depth-1 sink lift 4.74 [4.10, 5.30]) and keeps x0.16 [0.12, 0.21] of it by "
-                          "depth 8, p < 0.001: loses part of it")
+                          "depth 8, p < 0.001: loses most of it")
+    # graded: a 96 % loss is not "part of it"; a gain is not a loss
+    for r, word in ((0.04, "loses nearly all of it"), (0.7, "keeps most of it")):
+        got = sink(_row(sink_lift_d1=4.74, sink_lift_d1_lo=4.1, sink_lift_d1_hi=5.3, sink_retention=r,
+                        sink_retention_lo=r * 0.8, sink_retention_hi=r * 1.2, sink_retention_p=0.0005,
+                        sink_retention_mean_log=np.log(r)))
+        assert got.endswith(word), got
+    gain = sink(_row(sink_lift_d1=4.74, sink_lift_d1_lo=4.1, sink_lift_d1_hi=5.3, sink_retention=1.8,
+                     sink_retention_lo=1.53, sink_retention_hi=2.1, sink_retention_p=0.001, sink_retention_mean_log=0.6))
+    assert gain.endswith("gains sink mass with depth (a sink gained, not lost)")
+
+
+def _curve(**by_depth):
+    """An RM curve over depths 2..8: every depth `rm` unless given (d2=..., d3=...); Holm's p as given."""
+    rm = {"value": 1.57, "lo": 1.42, "hi": 1.74, "p": 0.001, "p_holm": 0.007, "mean_log": 0.45, "n": 24,
+          "mde_factor": 1.2}
+    return {k: {**rm, **by_depth.get(f"d{k}", by_depth.get("all", {}))} for k in range(2, 9)}
 
 
 def test_the_verdict_words_follow_the_recency_matched_test():
-    rm = {"value": 1.57, "lo": 1.42, "hi": 1.74, "p": 0.001, "mean_log": 0.45, "n": 24, "mde_factor": 1.2}
-    assert classify(rm, False, True, 8)[0] == "drift"
-    assert classify(dict(rm, p=0.2), False, True, 8)[0] == "not established"
-    assert classify(dict(rm, value=0.5, lo=0.4, hi=0.6, mean_log=-0.7), False, True, 8)[0] == "no drift"
+    assert classify(_curve(), False, True, 8) == ("drift", "own drafts draw more than equally recent prompt tokens did "
+                                                  "at depths 2\u20138")
+    assert classify(_curve(all={"p": 0.2, "p_holm": 1.0}), False, True, 8)[0] == "not established"
+    below = {"value": 0.5, "lo": 0.4, "hi": 0.6, "mean_log": -0.7}
+    assert classify(_curve(all=below), False, True, 8)[0] == "no drift"
     # the pooled ratio and the groups' mean log ratio on different sides: no detection either way
-    assert classify(dict(rm, value=1.2, mean_log=-0.1), False, True, 8)[0] == "not established"
-    assert classify(dict(rm, value=1.01, lo=0.97, hi=1.05, p=0.6), False, True, 8)[0] == "no drift"  # equivalence
-    assert classify(rm, True, True, 8)[0] == "uniform"
-    assert classify(rm, False, False, 8) == ("not established",
-                                             "recency-matched ratio not recorded in this trace; recapture")
-    assert classify(dict(rm, n=5), False, True, 8)[0] == "not established"
+    assert classify(_curve(all={"value": 1.2, "mean_log": -0.1}), False, True, 8)[0] == "not established"
+    equiv = {"value": 1.01, "lo": 0.97, "hi": 1.05, "p": 0.6, "p_holm": 1.0, "mean_log": 0.01}
+    assert classify(_curve(all=equiv), False, True, 8)[0] == "no drift"  # equivalence at every depth
+    assert classify(_curve(), True, True, 8)[0] == "uniform"
+    assert classify(_curve(), False, False, 8) == ("not established",
+                                                   "recency-matched ratio not recorded in this trace; recapture")
+    assert classify(_curve(d8={"n": 5}), False, True, 8)[0] == "not established"
+    # early drift, gone by K: named by depth (the verdict no longer reads depth K alone)
+    early = _curve(all=below, d2={}, d3={})
+    assert classify(early, False, True, 8) == ("drift", "own drafts draw more than equally recent prompt tokens did "
+                                               "at depths 2\u20133; not detected at depth 8")
+    # detected at depth 3 by its own p but not under Holm over the 7 depths: not drift
+    assert classify(_curve(all=below, d3={"p": 0.02, "p_holm": 0.14}), False, True, 8)[0] == "not established"
+    # no drift needs every depth: one open depth leaves it not established, and says where
+    v, why = classify(_curve(all=equiv, d2={"p": 0.3, "p_holm": 1.0, "hi": 1.9, "mde_factor": 1.6}), False, True, 8)
+    assert v == "not established" and why.startswith("at depth 2 the groups neither detect") and "x1.60" in why
     row = SimpleNamespace(drift_verdict="drift", drift_why="", recency_ratio=1.57, recency_ratio_lo=1.42,
                           recency_ratio_hi=1.74, recency_ratio_p=0.001, recency_ratio_n=24)
-    assert drift(row, 8) == ("drift: own drafts draw x1.57 [1.42, 1.74] what equally recent prompt tokens drew at depth "
-                             "1 (recency-matched ratio at depth 8, p 0.001, 24 groups)")
+    assert drift(row, 8) == ("drift at depth 8: own drafts draw x1.57 [1.42, 1.74] what equally recent prompt tokens "
+                             "drew at depth 1 (recency-matched ratio at depth 8, p 0.001, 24 groups)")
+    early = SimpleNamespace(**{**vars(row), "recency_ratio": 0.67, "recency_ratio_lo": 0.6, "recency_ratio_hi": 0.75,
+                               "recency_ratio_p": 0.001, "drift_depths": "2\u20133", "recency_ratio_max": 1.58,
+                               "recency_ratio_max_lo": 1.4, "recency_ratio_max_hi": 1.8, "recency_ratio_max_depth": 2,
+                               "recency_ratio_max_p_holm": 0.007})
+    assert drift(early, 8) == ("drift at depths 2\u20133: own drafts draw x1.58 [1.40, 1.80] what equally recent prompt "
+                               "tokens drew at depth 1 at depth 2 (the curve's peak, p 0.007 under Holm over depths "
+                               "2\u20138, 24 groups); at depth 8 x0.67 [0.60, 0.75], p 0.001")

@@ -194,3 +194,23 @@ def test_check_prints_rules_whole_within_80_columns(capsys):
     out = capsys.readouterr().out
     assert rule in out and "eagle3+norm_output" in out and "…" not in out
     assert max(len(ln) for ln in out.splitlines()) <= 80
+
+
+def test_a_ratio_inside_the_flat_band_is_gated_at_its_value(tmp_path):
+    """A ratio within x/÷ 1.05 of 1 used to be read as exactly 1.0 by check: recency_ratio<=1.02 passed at 1.04,
+    rms_growth<=0.97 failed at 0.96, --baseline passed 0.96 -> 1.04 and check --json said 1.0 where compare said
+    1.04. Only float32 noise at 1 compares as 1 now, and the reported value is the measured one."""
+    import numpy as np
+
+    def trace(name, top):
+        rms = np.tile(np.linspace(1.0, top, 4), (8, 1))  # fed-back RMS growth = top exactly
+        return read_trace(write_trace(tmp_path / name, {"d": {"accepted": [2] * 8, "rms_in": rms}}, depth=4))
+
+    up, down = trace("up.drift", 1.04), trace("down.drift", 0.96)
+    rep = run_check(up, ["rms_growth<=1.02"])
+    assert not rep["passed"] and rep["rules"][0]["value"] == pytest.approx(1.04, rel=1e-6)
+    assert run_check(down, ["rms_growth<=0.97"])["passed"]
+    base = run_check(up, [], baseline=down, baseline_metrics=["rms_growth"], max_drop="2%")
+    assert not base["passed"] and base["baseline"][0]["relative_drop"] == pytest.approx(0.08 / 0.96, rel=1e-5)
+    noise = trace("noise.drift", 1.0 + 2e-8)  # float noise at 1 still gates as 1
+    assert run_check(noise, ["rms_growth<=1"])["passed"]

@@ -1,9 +1,12 @@
 """The drift verdict on drafters of known truth (drifttool/model/controls.py), captured through the real CLI on the
 tiny target at 12 groups: uniform attention reads "uniform" in every sentence and passes a flat gate; a drafter whose
-attention depends on key distance alone (with or without a sink) never reads "drift"; planted drift, weak and strong
-(attention moves from the sink onto the drafter's own slots with depth, checked on eager attention rows here), reads
-"drift" with the sink's loss stated. The recency-matched ratio recomputes from the stored per-round masses to 1e-9,
-and no In short arrow disagrees with its test."""
+attention depends on key distance alone (with or without a sink) never reads "drift"; nor does one whose sink fades
+with depth while every other score depends on distance alone (truth: no drift, sink retention well below 1; the raw
+ratio of two rows' shares, and a renormalisation of head means, both read it as drift); an anti-drift drafter reads
+"no drift"; planted drift, weak and strong (attention moves from the sink onto the drafter's own slots with depth,
+checked on eager attention rows here), reads "drift" with the sink's loss stated. The recency-matched ratio
+recomputes from the stored per-head masses (an independent loop over rows), and no In short arrow disagrees with its
+test."""
 
 from __future__ import annotations
 
@@ -32,9 +35,12 @@ CONTROLS = {
     "sinkrec": {"recency": 3.0, "sink": 6.0, "sink_token": SINK},
     "weak": {"recency": 3.0, "sink": 6.0, "drift": 1.5, "sink_token": SINK},
     "strong": {"recency": 3.0, "sink": 6.0, "drift": 6.0, "sink_token": SINK},
+    "fade": {"recency": 3.0, "sink": 6.0, "sink_fade": 6.0, "head_spread": 0.6, "sink_token": SINK},
+    "anti": {"recency": 3.0, "sink": 6.0, "drift": -3.0, "sink_token": SINK},
 }
 EXPECTED = {"uniform": {"uniform"}, "recency": {"no drift", "not established"},
-            "sinkrec": {"no drift", "not established"}, "weak": {"drift"}, "strong": {"drift"}}
+            "sinkrec": {"no drift", "not established"}, "weak": {"drift"}, "strong": {"drift"},
+            "fade": {"no drift", "not established"}, "anti": {"no drift"}}
 
 
 def _target():
@@ -87,13 +93,60 @@ def test_each_control_gets_its_verdict(controls):
 
 
 def test_recency_ratio_recomputes_from_the_stored_masses(controls):
-    cmp, s, _ = controls
-    d = cmp.depths
+    """RM(K) on non-sink shares, rebuilt row by row from the stored per-head table (a plain loop, not the package's
+    merge): per round, the head means of own / (1 - sink at K) and matched / (1 - sink at 1); float64 sums of
+    float32 values, so equal to float64 rounding (1e-12 relative)."""
+    cmp, s, out = controls
+    h = read_trace(out).table("heads")
+    h = h[h.depth.isin([1, K])]
     for name in CONTROLS:
-        x = d[(d.series == name) & (d.depth == K)]
-        x = x[np.isfinite(x.matched_mass.astype(np.float64))]
-        rm = x.self_mass.astype(np.float64).sum() / x.matched_mass.astype(np.float64).sum()
-        assert abs(rm - s.loc[name, "recency_ratio"]) <= 1e-9
+        x = h[h.drafter == name]
+        sink1 = {(r.prompt_id, r.round, r.head): float(r.sink_mass) for r in x[x.depth == 1].itertuples()}
+        per_round: dict = {}
+        for r in x[x.depth == K].itertuples():
+            if not np.isfinite(r.matched_mass):
+                continue
+            s1 = sink1[(r.prompt_id, r.round, r.head)]
+            num = (float(r.draft_mass) + float(r.own_mass)) / (1 - float(r.sink_mass))
+            per_round.setdefault((r.prompt_id, r.round), []).append((num, float(r.matched_mass) / (1 - s1)))
+        num = sum(np.mean([a for a, _ in v]) for v in per_round.values())
+        den = sum(np.mean([b for _, b in v]) for v in per_round.values())
+        assert num / den == pytest.approx(s.loc[name, "recency_ratio"], rel=1e-12)
+        assert s.loc[name, "recency_basis"] == "non-sink shares"
+
+
+def test_a_fading_sink_is_not_drift(controls):
+    """The control whose sink fades with depth (distance-only elsewhere): its sink retention is detected well below
+    1, the verdict is not drift, and the two statistics a fading sink fools read it as drift: the raw ratio of the two
+    rows' shares, and a renormalisation of head means (its heads' sinks and recency profiles differ)."""
+    cmp, s, _ = controls
+    assert s.loc["fade", "sink_retention_hi"] < 0.6 and s.loc["fade", "sink_retention_p"] < 0.05
+    assert s.loc["fade", "drift_verdict"] != "drift" and s.loc["fade", "drift_depths"] == ""
+    d = cmp.depths[cmp.depths.series == "fade"]
+    one = d[d.depth == 1].set_index(["prompt_id", "round"])["sink_mass"].astype(np.float64)
+    for k in range(2, K + 1):
+        x = d[(d.depth == k) & d.matched_mass.notna()].set_index(["prompt_id", "round"])
+        raw = x.self_mass.astype(np.float64).sum() / x.matched_mass.astype(np.float64).sum()
+        s1 = one.loc[x.index]
+        mean_heads = ((x.self_mass.astype(np.float64) / (1 - x.sink_mass.astype(np.float64))).sum()
+                      / (x.matched_mass.astype(np.float64) / (1 - s1)).sum())
+        # what the fading sink does to the others: the raw ratio reads drift, the head-mean renormalisation misreads
+        # it too (its heads' recency differs and only every other head's sink fades)
+        assert raw > FLAT and abs(np.log(mean_heads)) > np.log(FLAT), (k, raw, mean_heads)
+    curve = cmp.recency_curve().set_index(["series", "depth"])
+    assert not curve.loc["fade", "drift"].any()
+    assert (abs(np.log(curve.loc["fade", "recency_ratio"])) < np.log(FLAT)).all()
+
+
+def test_the_curve_names_the_depths(controls):
+    """The strong control drifts at every depth, the weak one at least at depth K; the anti-drift one never."""
+    cmp, s, _ = controls
+    curve = cmp.recency_curve().set_index(["series", "depth"])
+    assert curve.loc["strong", "drift"].all() and s.loc["strong", "drift_depths"] == f"2\u2013{K}"
+    assert curve.loc["weak", "drift"].loc[K]
+    assert not curve.loc["anti", "drift"].any() and curve.loc["anti", "no_drift"].all()
+    p, holm = curve.loc["strong", "recency_ratio_p"], curve.loc["strong", "recency_ratio_p_holm"]
+    assert (holm >= p).all() and (holm <= 1).all()
 
 
 def test_the_uniform_drafter_says_uniform_everywhere(controls, tmp_path):

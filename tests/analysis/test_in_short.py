@@ -51,7 +51,8 @@ def test_in_short_is_a_dozen_lines_whose_numbers_are_the_summary(two):
             down = r[f"{col}_p"] < 0.05 and r[f"{col}_mean_log"] < 0 and v < 1 and beyond
             assert f"x{v:.2f}" + ("↑" if up else "↓" if down else "·") in row, (col, row)
         assert f"{r.sink_lift_d1:.2f}" + ("↑" if r.sink_lift_d1_lo > 1.05 else "·") in row
-        assert row.rstrip().endswith(VERDICT_SHORT[r.drift_verdict])
+        want = VERDICT_SHORT[r.drift_verdict] + (f" d{r.drift_depths}" if r.drift_verdict == "drift" else "")
+        assert row.rstrip().endswith(want), (want, row)
         if label in ad.index:
             d = ad.loc[label]
             assert f"{d.difference:+.2f}" + ("↑" if d.p < 0.05 and d.difference > 0 else "↓" if d.p < 0.05 else "·") \

@@ -30,7 +30,8 @@ def run_demo(tmp_path, monkeypatch, result: dict):
 
 
 def test_the_demo_leads_with_the_readmes_answer_and_it_is_a_detected_verdict(tmp_path, monkeypatch):
-    ok = {"prompts": ["a@512", "b@512"], "rounds": 77, "rows": 600, "problems": [], "worst_rel": 1e-5}
+    ok = {"prompts": ["a@512", "b@512"], "rounds": 77, "rows": 600, "problems": [], "worst_rel": 1e-5,
+          "exact": ["draft_id", "accepted"], "compared": ["sink_mass", "rms_post"]}
     r = run_demo(tmp_path, monkeypatch, ok)
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
@@ -49,7 +50,7 @@ def test_the_demo_leads_with_the_readmes_answer_and_it_is_a_detected_verdict(tmp
     for verdict in re.findall(r"EAGLE-3(?:\.1)? (does not drift|drifts|attends uniformly)", text):
         assert verdict  # each drafter's attention verdict is a detected one, not "not established"
     assert len(re.findall(r"EAGLE-3(?:\.1)? (?:does not drift|drifts)", text)) == 2 * len(suites)
-    assert "reproduced: 2 prompts x 2 drafters, 77 rounds" in r.output
+    assert "reproduced: 2 prompts x 2 drafters, 77 rounds: 2 integer columns identical" in r.output
 
 
 def test_a_failed_reproduction_exits_1_and_says_what_differs(tmp_path, monkeypatch):
@@ -83,3 +84,43 @@ def test_the_reproduction_check_catches_a_changed_round(live):
     assert any("relative" in p for p in demo.same_rounds(scaled, got)["problems"])
     shorter = ref.drop(index=row)
     assert any("only one of the two" in p for p in demo.same_rounds(shorter, got)["problems"])
+    # every measured column is compared, not five named ones: a doubled recent_all_mass or a tripled rms_post is
+    # caught, and so is a changed key count
+    for col, f in (("recent_all_mass", 2.0), ("rms_post", 3.0), ("l2_pre", 1.01)):
+        bad = ref.copy()
+        bad[col] = bad[col] * f
+        assert any(p.startswith(f"{col} differs by") for p in demo.same_rounds(bad, got)["problems"]), col
+    counts = ref.copy()
+    counts.loc[row, "n_keys"] += 1
+    assert any("n_keys differs in 1 of" in p for p in demo.same_rounds(counts, got)["problems"])
+    assert {"sink_mass", "recent_all_mass", "rms_post", "l2_in", "entropy"} <= set(live["compared"])
+
+
+def test_the_demo_never_replaces_a_trace_it_did_not_write(tmp_path, monkeypatch, capsys):
+    """--out at the shipped long-code trace (the demo's own reference) is refused even with --overwrite; another
+    trace there is refused without --overwrite; the demo's own trace is replaced. All before anything loads."""
+    import shutil
+
+    from drifttool.trace.synthetic import write_trace
+
+    shipped = ROOT / "sample_traces" / demo.SHIPPED["long_code"][0]
+    from drifttool.cli import main
+
+    monkeypatch.setattr(demo, "reproduce", lambda out, progress=True: pytest.fail("must not capture"))
+    for extra in ([], ["--overwrite"]):
+        assert main(["demo", "--out", str(shipped), "--quiet", *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "a shipped trace (the demo's reference)" in err, err
+    other = write_trace(tmp_path / "mine.drift", {"d": {"accepted": [1, 2]}}, depth=4)
+    before = sorted(p.name for p in other.rglob("*"))
+    assert main(["demo", "--out", str(other), "--quiet"]) == 2
+    assert "a trace the demo did not write is there" in capsys.readouterr().err
+    assert sorted(p.name for p in other.rglob("*")) == before
+    mf = other / "manifest.json"
+    import json
+
+    mf.write_text(json.dumps({**json.loads(mf.read_text()), "demo": True}))
+    from drifttool.cli import _demo_checks
+
+    _demo_checks(str(other), "smollm2", "quick")  # its own trace: accepted
+    shutil.rmtree(other)

@@ -127,7 +127,7 @@ def test_replay_exports_the_segments_numbers_on_prometheus_text(served, tmp_path
         assert acc[str(d)] == int(dd.loc[dd.depth == d, "accepted"].sum())
     assert {s.value for s in fams["drifttool:replayed"].samples} == {4.0}
     allowed = {"model_name": {"tiny"}, "engine": {"0"}, "drafter": {"eagle3"}, "depth": {str(d) for d in range(1, K + 1)},
-               "context": set(context_labels()), "keys": {"sink", "self", "matched"}, "process": {"replay"},
+               "context": set(context_labels()), "keys": {"sink", "self", "matched", "self_nonsink", "matched_nonsink"}, "process": {"replay"},
                "reason": {"disk_full", "permission", "write_error"}}
     for f in fams.values():  # every label is one of these names with one of these values: no prompt content, no id
         for s in f.samples:

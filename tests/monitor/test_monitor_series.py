@@ -69,7 +69,9 @@ def test_the_exported_sums_give_the_verdicts_recency_ratio_and_sink_retention(se
     mon = tmp_path / "mon"
     spool(mon, reqs, copies=2)
     assert replay_worker.main(args(root, mon, per=16)) == 0
-    dd = pd.concat([read_trace(p).table("depths") for p in segments(mon / "segments")])
+    from drifttool.analysis.nonsink import read_heads, with_nonsink
+
+    dd = pd.concat([with_nonsink(t.table("depths"), read_heads(t)) for t in map(read_trace, segments(mon / "segments"))])
     dd["group"] = dd["prompt_id"]  # each request its own group (the pooled ratio does not depend on grouping)
     assert len(dd) and dd["matched_mass"].notna().any()
     fams = families(exposition(mon / "metrics", RUN))
@@ -85,7 +87,7 @@ def test_the_exported_sums_give_the_verdicts_recency_ratio_and_sink_retention(se
         want = recency_ratio(dd, k)["value"]
         if not np.isfinite(want):
             continue
-        assert sums[("self", str(k))] / sums[("matched", str(k))] == pytest.approx(want, rel=1e-5), k
+        assert sums[("self_nonsink", str(k))] / sums[("matched_nonsink", str(k))] == pytest.approx(want, rel=1e-5), k
         checked += 1
         sink = dd.groupby("depth")["sink_mass"].mean()
         assert (sums[("sink", str(k))] / drafts[str(k)]) / (sums[("sink", "1")] / drafts["1"]) == pytest.approx(

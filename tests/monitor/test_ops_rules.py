@@ -44,7 +44,7 @@ def test_the_operator_is_told_what_matters():
             "DrifttoolWriteErrors", "DrafterAttentionDrift", "DrafterSinkLost"} <= set(alerts)
     assert "heartbeat_timestamp_seconds" in alerts["DrifttoolMonitorStalled"]["expr"]
     assert "vllm:" in alerts["DrifttoolMonitorStalled"]["expr"]  # stalled while vLLM serves, not idle
-    assert 'keys="matched"' in records["drifttool:recency_ratio:rate1h"]["expr"]
+    assert 'keys="matched_nonsink"' in records["drifttool:recency_ratio:rate1h"]["expr"]
     assert "context" in records["drifttool:acceptance_rate:rate1h"]["expr"]
     for r in rules():  # every label the rules group by is one the monitor exports (or vLLM's model_name)
         for by in re.findall(r"by \(([^)]*)\)", r["expr"]) + re.findall(r"on \(([^)]*)\)", r["expr"]):
