@@ -83,16 +83,17 @@ class Gathered:
     tail: TailSlots
     lo: np.ndarray  # [R] int64
     chain: bool  # depth rows of a chain (the matched control and the window mass apply); False: a tree's nodes
+    recent: int = 0  # --recent R (the window mass's R); 0: the recent set's size
 
     @classmethod
     def of(cls, n: int, sets: list[np.ndarray], tail: TailSlots, matched: np.ndarray | None = None,
-           lo: np.ndarray | None = None) -> Gathered:
+           lo: np.ndarray | None = None, recent: int = 0) -> Gathered:
         f = tail.anc.shape[1]
         mi = matched if matched is not None else np.zeros(0, np.int64)
         index = np.concatenate([*sets, np.arange(n, n + f, dtype=np.int64), mi])
         r = tail.anc.shape[0]
         return cls(index, tuple(len(s) for s in sets), n, f, len(mi), tail,
-                   np.zeros(r, np.int64) if lo is None else np.asarray(lo, np.int64), matched is not None)
+                   np.zeros(r, np.int64) if lo is None else np.asarray(lo, np.int64), matched is not None, recent)
 
     @property
     def windowed(self) -> bool:
@@ -116,7 +117,11 @@ class Gathered:
         """[R, G, len(HEAD_FIELDS)]: per row, which gathered keys each mass sums (context sets, tail rules, the
         window mass; zero columns for the fields computed otherwise). Cached for a chain's layout."""
         if self.chain:
-            return _chain_weights(self.sizes, self.tail.anc.shape[0], self.m)
+            size = self.sizes[_RECENT]
+            if not self.recent or size == self.recent:  # the recent set is the last R slots: one layout per shape
+                return _chain_weights(self.sizes, self.tail.anc.shape[0], self.m)
+            rs = sum(self.sizes[:_RECENT])  # a sink inside the last R slots: which context slots stay, by position
+            return _weights(self.sizes, self.tail, self.m, True, self.recent, self.index[rs:rs + size] - self.n)
         return _weights(self.sizes, self.tail, self.m, False)
 
 
@@ -129,7 +134,12 @@ _COL = {name: i for i, name in enumerate(HEAD_FIELDS)}
 _ROW_COLS = [_COL[f] for f in ROW_FIELDS]
 
 
-def _weights(sizes: tuple[int, ...], tail: TailSlots, m: int, chain: bool) -> np.ndarray:
+def _weights(sizes: tuple[int, ...], tail: TailSlots, m: int, chain: bool, recent: int = 0,
+             dist: np.ndarray | None = None) -> np.ndarray:
+    """[R, G, fields] (Gathered.weights). The window mass of a chain's row j (0-based: j own drafted slots seen) is
+    the last R keys whatever they are, sinks excluded: its newest min(j, R) own slots, then the context slots among
+    the last R - min(j, R) (`dist`: the recent set's slots as offsets from n, -R..-1; without it the recent set is
+    the last R slots, contiguous)."""
     r, f = tail.anc.shape
     s = sum(sizes)
     w = np.zeros((r, s + f + m, len(HEAD_FIELDS)))
@@ -139,12 +149,17 @@ def _weights(sizes: tuple[int, ...], tail: TailSlots, m: int, chain: bool) -> np
         o += size
     for name, tw in zip(_TAIL, tail.weights):
         w[:, s:s + f, _COL[name]] = tw
-    if chain:  # the last R keys whatever they are: the row's path + the recent set less its j oldest at depth j
+    if chain:
         rs, size = sum(sizes[:_RECENT]), sizes[_RECENT]
-        for name in _WINDOW:
-            for j in range(r):
-                w[j, rs + min(j, size):rs + size, _COL[name]] = 1
-            w[:, s:s + f, _COL[name]] = tail.path
+        big_r = recent or size
+        for j in range(r):
+            own = min(j, big_r)
+            path = np.flatnonzero(tail.path[j])[::-1][:own]  # the row's own drafted slots, newest first
+            ctx = np.arange(size)[dist >= -(big_r - own)] if dist is not None else np.arange(own, size) if own < size \
+                else np.zeros(0, np.int64)
+            for name in _WINDOW:
+                w[j, s + path, _COL[name]] = 1
+                w[j, rs + ctx, _COL[name]] = 1
     return w
 
 

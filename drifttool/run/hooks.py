@@ -302,7 +302,7 @@ class Capture(Observer):
         sink_pos = self._sinks(ids)  # context positions only (on the host)
         sets = key_sets.context_sets(key_sets.KeyContext(n, lambda: ids, sink_pos, self.recent, self.template_ids))
         g = stats.Gathered.of(n, sets, key_sets.TailSlots.chain(k_), key_sets.matched_index(n, k_ - 1, sink_pos),
-                              stats.chain_lo(n, k_, self.window))
+                              stats.chain_lo(n, k_, self.window), self.recent)
         index = torch.from_numpy(g.index).to(keys.device)
         keep = self._sample_row()
         lse = self._round_lse(k_)

@@ -71,10 +71,13 @@ def test_matched_mass_is_the_depth1_rows_mass_on_its_last_keys(target, full_ever
             row = rows[j].double()
             own_slots = row[:, n:n + j].sum(-1).numpy()
             np.testing.assert_allclose(rc.heads[j, :, SELF[0]] + rc.heads[j, :, SELF[1]], own_slots, atol=1e-5)
-            # the paper's recent: the last R keys whatever they are (own slots, then the newest non-sink context)
-            ctx = sorted(i for i in range(max(0, n - R), n) if not sink[i])
-            kept = ctx[min(j, len(ctx)):]
-            np.testing.assert_allclose(rc.heads[j, :, WINDOW], own_slots + row[:, kept].sum(-1).numpy(), atol=1e-5)
+            # the paper's recent: the last R keys whatever they are, sinks excluded: the newest min(j, R) own slots,
+            # then the non-sink context among the last R - min(j, R) slots (at j > R only R own slots: depth 6 with
+            # R = 4 sums 4, not 5)
+            own = min(j, R)
+            newest_own = row[:, n + j - own:n + j].sum(-1).numpy()
+            kept = [i for i in range(max(0, n - (R - own)), n) if not sink[i]]
+            np.testing.assert_allclose(rc.heads[j, :, WINDOW], newest_own + row[:, kept].sum(-1).numpy(), atol=1e-5)
         np.testing.assert_allclose(rc.heads[0, :, WINDOW], d1[:, sorted(i for i in range(max(0, n - R), n)
                                                                         if not sink[i])].sum(-1).numpy(), atol=1e-5)
     assert skipped  # some round had a sink among its last K keys (the skip was exercised)
