@@ -10,6 +10,7 @@ import typer
 
 from .dashboard.command import ORIGIN_GUARD, STREAMLIT_MIN, dashboard_command, dashboard_script, origin_guard  # noqa: F401 - public here too
 from .errors import DriftError
+from .jsonfile import dumps_strict
 from .run.engines import ENGINES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -92,7 +93,7 @@ Example (the bundled SmolLM2 drafters; `drifttool zoo fetch smollm2` once):
     --probes real/long_code --out runs/long_code.drift
 Options: docs/cli.md; settings explained: docs/metrics.md"""
 IN, OUT, DEC, MEAS, ENG = "Inputs", "Output", "Decoding", "Measurement", "Engine and device"
-JSON_HELP = "print JSON instead of text"
+JSON_HELP = "print JSON instead of text (strict JSON: a value that cannot be computed, NaN or infinite, is null)"
 
 
 @app.command(cls=HelpSections, epilog=CAPTURE_EXAMPLE,
@@ -203,7 +204,7 @@ def info(trace: str = typer.Argument(..., help="NAME.drift folder"), as_json: bo
     t = read_trace(trace)
     m = t.manifest
     if as_json:
-        typer.echo(json.dumps(m, indent=2, default=str))
+        typer.echo(dumps_strict(m, indent=2))
         return
     c = _console()
     from rich.markup import escape
@@ -295,13 +296,13 @@ def compare(
                                  "break-even analysis")
         tab = tree_depth_table(datas)
         if as_json:
-            typer.echo(json.dumps({"tree_depths": tab.to_dict(orient="records")}, indent=1, default=str))
+            typer.echo(dumps_strict({"tree_depths": tab.to_dict(orient="records")}, indent=1))
         else:
             render_tree_table(_console(), tab)
         return
     cmp = Comparison.of(datas, trained_window=trained_window)
     if as_json:
-        typer.echo(json.dumps(comparison_json(cmp, breakeven=breakeven), indent=1, default=str))
+        typer.echo(dumps_strict(comparison_json(cmp, breakeven=breakeven), indent=1))
         return
     from .analysis.report import print_comparison
 
@@ -340,7 +341,7 @@ def conform(
     rep = run_conform(drafter, target, probes, engine, depth=depth, max_new_tokens=max_new_tokens, limit=limit,
                       engine_overrides=parse_overrides(engine_override), engine_options=options, out=out,
                       device=device, dtype=dtype, run_diagnosis=diagnose)
-    typer.echo(json.dumps(rep.to_dict(), indent=1, default=str) if as_json else render(rep))
+    typer.echo(dumps_strict(rep.to_dict(), indent=1) if as_json else render(rep))
     if not rep.conformant:
         raise typer.Exit(1)
 
@@ -437,7 +438,7 @@ def plan(
         raise DriftError(f"--population {population!r}: expected one of {', '.join(POPULATIONS)}")
     rows = plan_study([read_trace(t) for t in traces], metric, effect, population)
     if as_json:
-        typer.echo(json.dumps(rows, indent=1, default=str))
+        typer.echo(dumps_strict(rows, indent=1))
         return
     for r in rows:
         who = r["series"] + (f" vs {r['against']}" if "against" in r else "")
@@ -576,7 +577,7 @@ def check(
     rep = run_check(read_trace(trace), rule, read_trace(baseline) if baseline else None, max_drop,
                     baseline_metric, drafter)
     if as_json:
-        typer.echo(json.dumps(rep, indent=1, default=str))
+        typer.echo(dumps_strict(rep, indent=1))
     else:
         print_check(_console(), rep)
     if not rep["passed"]:

@@ -22,3 +22,29 @@ def read_json_object(path: Path, missing: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise DriftError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data
+
+
+def _finite(x: Any) -> Any:
+    """x with every non-finite float (NaN, +-inf) as None, recursively; numpy scalars and arrays as Python values."""
+    import math
+
+    import numpy as np
+
+    if isinstance(x, dict):
+        return {str(k): _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _finite(x.tolist())
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def dumps_strict(obj: Any, **kw: Any) -> str:
+    """JSON every strict parser reads (jq, JavaScript's JSON.parse, Go): NaN and +-inf become null (a quantity that
+    could not be computed, or an infinite MDE: no test possible), never the bare NaN / Infinity tokens Python's
+    json writes by default; other unknown objects as their str()."""
+    return json.dumps(_finite(obj), allow_nan=False, default=str, **kw)

@@ -33,12 +33,20 @@ def summary_from_heads(heads: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataFram
 
 
 def with_added(name: str, part, parts):
-    """A part without an added column another part has: that column as NaN (else concatenation fills nulls)."""
+    """A part without an added column another part has: that column in the other part's type, NaN for a float
+    (else concatenation fills nulls), nulls otherwise. In the other part's type: a float64 NaN column beside the
+    float32 shards a resumed capture wrote made the whole trace unreadable ("incompatible types")."""
     import pyarrow as pa
 
     for c in ADDED.get(name, ()):
-        if c not in part.column_names and any(c in x.column_names for x in parts):
-            part = part.append_column(c, pa.array([float("nan")] * part.num_rows, pa.float64()))
+        if c in part.column_names:
+            continue
+        typ = next((x.schema.field(c).type for x in parts if c in x.column_names), None)
+        if typ is None:
+            continue
+        col = (pa.array([float("nan")] * part.num_rows, typ) if pa.types.is_floating(typ)
+               else pa.nulls(part.num_rows, typ))
+        part = part.append_column(pa.field(c, typ), col)
     return part
 
 

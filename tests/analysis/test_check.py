@@ -214,3 +214,13 @@ def test_a_ratio_inside_the_flat_band_is_gated_at_its_value(tmp_path):
     assert not base["passed"] and base["baseline"][0]["relative_drop"] == pytest.approx(0.08 / 0.96, rel=1e-5)
     noise = trace("noise.drift", 1.0 + 2e-8)  # float noise at 1 still gates as 1
     assert run_check(noise, ["rms_growth<=1"])["passed"]
+
+
+def test_json_output_is_strict_json(traces, capsys):
+    """compare --json / check --json: a value that cannot be computed (NaN) or an infinite MDE is null, never the bare
+    NaN / Infinity tokens that jq, JavaScript and Go's parsers reject."""
+    cur, _, _ = traces
+    for argv in (["compare", str(cur), "--json"], ["check", str(cur), "--rule", "iid_p>=0", "--json"]):
+        main(argv)
+        out = capsys.readouterr().out
+        json.loads(out, parse_constant=lambda c, cmd=argv[0]: pytest.fail(f"{cmd} --json printed {c}"))
