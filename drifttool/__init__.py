@@ -17,6 +17,7 @@ _LAZY = {
     "Trace": ".api",
     "capture": ".live_api",
     "capture_run": ".live_api",
+    "patch": ".live_api",
     "compare_many": ".api",
     "load": ".api",
     "load_drafter": ".model.checkpoint",
@@ -41,6 +42,7 @@ __all__ = [
     "Trace",
     "capture",
     "capture_run",
+    "patch",
     "compare_many",
     "load",
     "DrafterConfig",
@@ -86,7 +88,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # pragma: no cover
     from .api import Trace, compare_many, load
-    from .live_api import LiveCapture, capture, capture_run, capture_tree
+    from .live_api import LiveCapture, capture, capture_run, capture_tree, patch
     from .model.checkpoint import load_drafter, save_drafter
     from .model.config import DrafterConfig
     from .model.drafter import Eagle3Drafter

@@ -118,6 +118,20 @@ class Trace:
 
         return answer(self.comparison(*others))
 
+    def patch_answer(self) -> list[str]:
+        """A `drifttool patch` trace: what each intervention changes, one sentence each (acceptance length paired
+        over groups, then the verdict's quantities against the clean pass; analysis.patching). Empty otherwise."""
+        from .analysis.patching import answer
+
+        return answer(self.data) if self.data.manifest.get("patch") else []
+
+    def patch_effects(self) -> list[dict]:
+        """The numbers behind patch_answer: per intervention, acceptance length, acceptance per depth (Holm over
+        depths) and the verdict's quantities, each paired over groups."""
+        from .analysis.patching import effects
+
+        return effects(self.data) if self.data.manifest.get("patch") else []
+
     def findings(self, *others: Trace) -> list[str]:
         """The sentences `compare` ends with: what is detected, what is underpowered, with n groups and MDE."""
         from .analysis.report_stats import findings

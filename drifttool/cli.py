@@ -196,6 +196,77 @@ def capture(
     typer.echo(f"trace written: {path}")
 
 
+@app.command(cls=HelpSections, short_help="Interventions on the drafter, paired round by round: what drift costs.")
+# long: one typer option per line (the CLI's declaration), no logic
+def patch(
+    target: str | None = typer.Option(None, "--target", metavar="DIR", rich_help_panel=IN,
+                                      help="target model folder (or hub id org/name)  [required]"),
+    drafter: list[str] = typer.Option([], "--drafter", metavar="[NAME=]DIR", rich_help_panel=IN,
+                                      help="drafter folder, optional ?flag=value&...; repeatable  [required]"),
+    probes: str | None = typer.Option(None, "--probes", metavar="SUITE", rich_help_panel=IN,
+                                      help="JSONL file, or a bundled suite  [required]"),
+    site: list[str] = typer.Option([], "--site", metavar="SITE.OP[@K[-K2]][*S]", rich_help_panel=IN,
+                                   help="an intervention, e.g. feedback.norm@2, feedback.rms1, feedback.teacher, "
+                                        "aux.fc_norm, aux.zero-2 (docs/patching.md); repeatable"),
+    sites: str | None = typer.Option(None, "--sites", metavar="FILE", rich_help_panel=IN,
+                                     help="interventions from a JSON file (a list of {site, op, lo, hi, strength})"),
+    limit: int | None = typer.Option(None, "--limit", metavar="N", rich_help_panel=IN,
+                                     help="only the first N prompts"),
+    out: str | None = typer.Option(None, "--out", metavar="NAME.drift", rich_help_panel=OUT,
+                                   help="the trace folder to write  [required]"),
+    resume: bool = typer.Option(False, "--resume", rich_help_panel=OUT,
+                                help="continue the partial trace at --out (same settings)"),
+    overwrite: bool = typer.Option(False, "--overwrite", rich_help_panel=OUT, help="replace the trace at --out"),
+    quiet: bool = typer.Option(False, "--quiet", rich_help_panel=OUT, help="no progress display"),
+    as_json: bool = typer.Option(False, "--json", rich_help_panel=OUT, help=JSON_HELP),
+    depth: int = typer.Option(8, "--depth", metavar="K", rich_help_panel=DEC, help="speculation depth"),
+    max_new_tokens: int | None = typer.Option(
+        None, "--max-new-tokens", metavar="N", rich_help_panel=DEC,
+        help="new tokens per prompt, for every probe (default: the probe's, else 64)"),
+    override: list[str] = typer.Option([], "--override", metavar="FLAG=V", rich_help_panel=DEC,
+                                       help="a drafter flag set on every drafter (its own ?flag=value wins)"),
+    sink: str = typer.Option("auto", "--sink", metavar="RULE", rich_help_panel=MEAS,
+                             help="auto | target | first:N | pos:i,j | tok:id,...; ';' combines"),
+    keep_rows: int = typer.Option(0, "--keep-rows", metavar="N", rich_help_panel=MEAS,
+                                  help="full attention rows kept per prompt and series"),
+    device: str = typer.Option("cpu", "--device", metavar="DEV", rich_help_panel=ENG, help="cpu | cuda[:N] | mps"),
+    dtype: str = typer.Option("float32", "--dtype", metavar="DTYPE", rich_help_panel=ENG,
+                              help="float32 | bfloat16 | float16 (target and drafters)"),
+):
+    """Run every drafter clean and under each intervention on the same prompts, paired round by round (the target's
+    greedy continuation fixed; each intervened round starts where its clean round did), write one trace, and say
+    what each intervention changes in acceptance and in the drift quantities (docs/patching.md)."""
+    from .run.drafters import DrafterSpec, parse_overrides
+    from .run.interventions import from_file, parse
+    from .trace.sinks import SinkSpec
+
+    missing = [flag for flag, given in (("--target", target), ("--drafter", drafter), ("--probes", probes),
+                                        ("--out", out), ("--site (or --sites)", site or sites)) if not given]
+    if missing:
+        raise DriftError(f"patch: missing {', '.join(missing)}; e.g. drifttool patch --target DIR --drafter DIR "
+                         "--probes long_code --site feedback.norm@2 --out runs/p.drift (drifttool patch --help)")
+    ivs = [parse(x) for x in site] + (from_file(sites) if sites else [])  # checked before anything loads
+    common = parse_overrides(override)
+    specs = [DrafterSpec.parse(d, common) for d in drafter]
+    sink_ = SinkSpec.parse(sink)
+    _no_hf_progress_bars()
+    from .analysis.patching import answer, effects_json
+    from .run.engines.patch import run_patch
+    from .trace.reader import read_trace
+
+    path = run_patch(target, specs, _suite(probes), out, ivs, depth=depth, max_new_tokens=max_new_tokens,
+                     device=device, dtype=dtype, sink=sink_, keep_rows=keep_rows, resume=resume,
+                     overwrite=overwrite, limit=limit, progress=not quiet)
+    t = read_trace(path)
+    if as_json:
+        typer.echo(dumps_strict({"trace": str(path), "patch": effects_json(t)}, indent=1))
+        return
+    for line in answer(t):
+        typer.echo(f"- {line}")
+    typer.echo(f"trace written: {path}   (drifttool compare {path}: every table; the clean and intervened passes "
+               "are series of it)")
+
+
 @app.command(cls=HelpSections, short_help="Describe a trace and check that its files read.")
 def info(trace: str = typer.Argument(..., help="NAME.drift folder"), as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Describe a trace: status, target, drafters and their flags, capture settings, counts."""
