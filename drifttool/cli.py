@@ -372,11 +372,25 @@ def compare(
             render_tree_table(_console(), tab)
         return
     cmp = Comparison.of(datas, trained_window=trained_window)
+    patched = [t for t in datas if t.manifest.get("patch")]  # drifttool patch traces: what each intervention does
     if as_json:
-        typer.echo(dumps_strict(comparison_json(cmp, breakeven=breakeven), indent=1))
+        from .analysis.patching import effects_json
+
+        out = comparison_json(cmp, breakeven=breakeven)
+        if patched:
+            out["patch"] = {str(t.path): effects_json(t) for t in patched}
+        typer.echo(dumps_strict(out, indent=1))
         return
     from .analysis.report import print_comparison
 
+    if patched:
+        from .analysis.patching import answer as patch_answer
+
+        typer.echo("What each intervention changes (drifttool patch; paired round by round, tested over groups):")
+        for t in patched:
+            for line in patch_answer(t):
+                typer.echo(f"- {line}")
+        typer.echo("")
     print_comparison(_console(), cmp, bins, breakeven=breakeven)
 
 
