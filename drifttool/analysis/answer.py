@@ -44,6 +44,14 @@ def growth(s, k: int) -> str:
     v = getattr(s, "rms_growth", np.nan)
     if v != v:
         return "fed-back RMS not measured"
+    p, ml = getattr(s, "rms_growth_p", np.nan), getattr(s, "rms_growth_mean_log", np.nan)
+    tested = bool(np.isfinite(p) and p < ALPHA)  # the paired test over groups detects a change
+    if side(s, "rms_growth") == 0 and tested:
+        # the groups' test detects a change the pooled ratio does not show (one long group against many short
+        # ones): never "flat" beside a detected change; both numbers said
+        return (f"fed-back RMS per group {'grows' if ml > 0 else 'shrinks'} x{np.exp(ml):.2f} on average from depth "
+                f"1 to {k} ({fmt_p(p, 'words')}, {s.rms_growth_n} groups) while the pooled ratio over rounds is "
+                f"{fmt_ratio(v, s.rms_growth_lo, s.rms_growth_hi)}: the groups disagree with their pooled rounds")
     word = {1: "grows", -1: "shrinks", 0: "stays flat" if flat(v) else "changes by no factor the groups establish"}[
         side(s, "rms_growth")]
     out = (f"fed-back RMS {word} {fmt_ratio(v, s.rms_growth_lo, s.rms_growth_hi)} from depth 1 to {k}, "
@@ -338,8 +346,14 @@ def plain_halves(cmp) -> list[str]:
     ct = cmp.contrasts()
     ct = ct[(ct.series == "eagle3.1")].set_index("quantity") if len(ct) else ct
     k = cmp.depth
-    hidden = (f"EAGLE-3's fed-back hidden state {GROW[side(e3, 'rms_growth')]} (x{e3.rms_growth:.2f} from depth 1 to "
-              f"{k}), EAGLE-3.1's {GROW[side(e31, 'rms_growth')]} (x{e31.rms_growth:.2f})")
+    def grow(r) -> str:
+        sd = side(r, "rms_growth")
+        if sd == 0 and np.isfinite(r.rms_growth_p) and r.rms_growth_p < ALPHA:  # detected per group, not pooled
+            return "changes, but its groups and its pooled rounds disagree on the direction"
+        return GROW[sd]
+
+    hidden = (f"EAGLE-3's fed-back hidden state {grow(e3)} (x{e3.rms_growth:.2f} from depth 1 to "
+              f"{k}), EAGLE-3.1's {grow(e31)} (x{e31.rms_growth:.2f})")
     if "rms_growth" in ct.index and ct.loc["rms_growth", "p"] < ALPHA:
         hidden += (f": EAGLE-3.1 changes the growth by x{ct.loc['rms_growth', 'factor']:.2f} (paired over groups, "
                    f"{fmt_p(ct.loc['rms_growth', 'p'], 'words')})")

@@ -31,6 +31,12 @@ def test_flat_rms_states_the_change_its_groups_could_detect():
     # a big pooled ratio the paired test does not detect is not "grows"
     undetected = _row(rms_growth=1.8, rms_growth_p=0.2, rms_growth_mean_log=0.58)
     assert "grows" not in growth(undetected, 8)
+    # one long group falling x0.97 beside many one-round groups rising x1.3: the pooled ratio sits in the flat band,
+    # the paired test detects a rise; the words never say "flat" beside a detected change
+    split = _row(rms_growth=0.97, rms_growth_lo=0.95, rms_growth_hi=0.99, rms_growth_p=0.0001,
+                 rms_growth_mean_log=np.log(1.3), rms_growth_n=21)
+    said = growth(split, 8)
+    assert "flat" not in said and "grows x1.30 on average" in said and "x0.97" in said and "disagree" in said
 
 
 def test_sink_is_judged_by_its_lift_against_uniform_and_its_retention_stated():
