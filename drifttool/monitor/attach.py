@@ -101,6 +101,14 @@ def preflight(vllm_config) -> str | None:
     return None
 
 
+def run_id(server_run: str, engine: str) -> str:
+    """The worker's run id: the server start's, plus `-eK` for data-parallel engine K > 0, so two engines of one
+    server keep their own spool folder, job names, snapshot file and spool lock (they shared them: one engine's
+    sampled request overwrote the other's and the second replay died on the lock). The API server's exposition
+    reads every `RUN-*.json`, so both engines' snapshots are served."""
+    return server_run if str(engine) in ("", "0") else f"{server_run}-e{engine}"
+
+
 class WorkerMonitor:
     """The worker's half: recorder, finished-request hook, queue, spool thread, replay child."""
 
@@ -108,10 +116,10 @@ class WorkerMonitor:
         from ..run.engines.vllm.recorder import VllmRecorder
 
         self.s, self.runner, self.cfg = settings, runner, vllm_config
-        self.run = os.environ.get(RUN_ENV) or f"{int(time.time())}-{os.getpid()}"
+        self.labels = base_labels(vllm_config, settings.name)
+        self.run = run_id(os.environ.get(RUN_ENV) or f"{int(time.time())}-{os.getpid()}", self.labels["engine"])
         self.spool = settings.dir / "spool" / self.run
         self.spool.mkdir(parents=True, exist_ok=True)
-        self.labels = base_labels(vllm_config, settings.name)
         self.agg, self.snapshot = worker_counters(self.labels), settings.dir / "metrics" / f"{self.run}-worker.json"
         self.q: queue.Queue[Finished] = queue.Queue(maxsize=settings.queue)
         self.rec = VllmRecorder(runner)

@@ -224,11 +224,19 @@ def _dead(run: Path) -> bool:
         return False
 
 
+def server_start(run: str) -> str:
+    """The server start a run id belongs to (a data-parallel engine's `-eK` suffix dropped: monitor/attach.run_id)."""
+    return re.sub(r"-e\d+$", "", run)
+
+
 def leftover_runs(root: Path, run: str) -> list[Path]:
-    """Earlier runs' spool folders under DIR/spool/ (not this run's, not a live server's), oldest name first."""
+    """Earlier runs' spool folders under DIR/spool/ (not this server start's: its other engines' spools may not be
+    locked yet; not a live server's), oldest name first."""
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.name != run and p.is_dir() and not p.is_symlink() and _dead(p))
+    mine = server_start(run)
+    return sorted(p for p in root.iterdir() if server_start(p.name) != mine and p.is_dir() and not p.is_symlink()
+                  and _dead(p))
 
 
 def counters_at_zero(agg, labels: dict[str, str], depth: int) -> None:
@@ -272,13 +280,19 @@ def serve(args: argparse.Namespace, stop: threading.Event, drain: bool = False) 
 
     s = MonitorSettings.parse(args.settings, probe=False)
     spool, snap_path = s.dir / "spool" / args.run, s.dir / "metrics" / f"{args.run}-replay.json"
-    lock = hold(spool)  # noqa: F841 - held while this process lives
+    try:
+        lock = hold(spool)  # noqa: F841 - held while this process lives
+    except BlockingIOError:
+        print(f"drifttool monitor: {spool}: another replay process holds this run's spool; this one stops (no "
+              "request is lost: the other replays them)", file=sys.stderr, flush=True)
+        return 0
     rep = Replayer(args, s.dir)
     agg = Aggregates()
     counters_at_zero(agg, rep.labels, args.depth)
     snap = Snapshot(agg, rep.labels, snap_path)
     snap.write()
-    segs = SegmentWriter(s.dir / "segments", rep.manifest(s.sample), s.segment_requests, s.keep_segments, s.max_bytes)
+    segs = SegmentWriter(s.dir / "segments", rep.manifest(s.sample), s.segment_requests, s.keep_segments, s.max_bytes,
+                         engine=int(args.engine) if str(args.engine).isdigit() else 0)
     try:
         replay_leftovers(rep, segs, agg, snap, spool.parent, args.run, s.spool, threading.Event() if drain else stop)
         while not (stop.is_set() and not drain):

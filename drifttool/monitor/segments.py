@@ -14,21 +14,28 @@ from typing import Any
 
 from ..trace.writer import TraceWriter
 
-NAME = re.compile(r"^seg-(\d{6,})\.drift$")  # six digits at least, more past seg-999999 (no fixed width)
+# seg-NNNNNN.drift (engine 0), seg-eK-NNNNNN.drift (data-parallel engine K > 0: each engine's replay writes and
+# prunes its own, so two engines of one server never take the same segment); six digits at least
+NAME = re.compile(r"^seg-(?:e(\d+)-)?(\d{6,})\.drift$")
 
 
-def _named(folder: Path) -> list[Path]:
-    """Every folder named as a segment, oldest first by number (manifest or not)."""
+def _engine(p: Path) -> int:
+    return int(NAME.match(p.name).group(1) or 0)
+
+
+def _named(folder: Path, engine: int | None = None) -> list[Path]:
+    """Every folder named as a segment (of `engine` only, when given), oldest first by number (manifest or not)."""
     if not folder.is_dir():
         return []
-    return sorted((p for p in folder.iterdir() if p.is_dir() and NAME.match(p.name)),
-                  key=lambda p: int(NAME.match(p.name).group(1)))
+    found = [p for p in folder.iterdir() if p.is_dir() and NAME.match(p.name)
+             and (engine is None or _engine(p) == engine)]
+    return sorted(found, key=lambda p: (int(NAME.match(p.name).group(2)), _engine(p)))
 
 
-def segments(folder: Path) -> list[Path]:
-    """The segments in `folder`, oldest first: a folder created but without its manifest yet (or ever: a crash
-    in between) is no segment, so no reader meets a folder that is not a trace."""
-    return [p for p in _named(folder) if (p / "manifest.json").is_file()]
+def segments(folder: Path, engine: int | None = None) -> list[Path]:
+    """The segments in `folder` (every engine's, or one engine's), oldest first: a folder created but without its
+    manifest yet (or ever: a crash in between) is no segment, so no reader meets a folder that is not a trace."""
+    return [p for p in _named(folder, engine) if (p / "manifest.json").is_file()]
 
 
 def _size(path: Path) -> int:
@@ -37,17 +44,17 @@ def _size(path: Path) -> int:
 
 class SegmentWriter:
     def __init__(self, folder: Path, manifest: dict[str, Any], per_segment: int = 256, keep: int = 24,
-                 max_bytes: int = 1 << 30):
-        self.folder, self.manifest = Path(folder), manifest
+                 max_bytes: int = 1 << 30, engine: int = 0):
+        self.folder, self.manifest, self.engine = Path(folder), manifest, int(engine)
         self.per_segment, self.keep, self.max_bytes = per_segment, keep, max_bytes
         self.folder.mkdir(parents=True, exist_ok=True)
         self.writer: TraceWriter | None = None
         self.n = 0
 
     def _next_path(self) -> Path:
-        last = _named(self.folder)  # a name taken by a folder without its manifest is not reused either
-        i = int(NAME.match(last[-1].name).group(1)) + 1 if last else 1
-        return self.folder / f"seg-{i:06d}.drift"
+        last = _named(self.folder, self.engine)  # a name taken by a folder without its manifest is not reused either
+        i = int(NAME.match(last[-1].name).group(2)) + 1 if last else 1
+        return self.folder / (f"seg-{i:06d}.drift" if self.engine == 0 else f"seg-e{self.engine}-{i:06d}.drift")
 
     def add(self, key: str, tables: dict, rows: dict | None, problem: str | None = None) -> Path:
         """One request's shard (and its replay flag); returns the segment it went to."""
@@ -88,7 +95,7 @@ class SegmentWriter:
 
     def prune(self) -> None:
         open_path = self.writer.path if self.writer is not None else None
-        done = [p for p in segments(self.folder) if p != open_path]
+        done = [p for p in segments(self.folder, self.engine) if p != open_path]  # its own engine's only
         sizes = {p: _size(p) for p in done}
         while done and (len(done) + (open_path is not None) > self.keep or sum(sizes.values()) > self.max_bytes):
             old = done.pop(0)
