@@ -532,7 +532,9 @@ def plan(
         sd = "-" if r["sd"] != r["sd"] else f"{r['sd']:.4g}"
         typer.echo(f"{who}: {r['metric']}: pilot {r['n_groups']} groups, SD of group values {sd}, MDE now {now}; "
                    f"to detect {r['effect']:.4g} at 80% power (alpha 0.05): "
-                   + ("unknown (the pilot has fewer than 2 groups with data)" if need is None else f"{need} groups")
+                   + (("unknown (the pilot has fewer than 2 groups with data)" if r["n_groups"] < 2 else
+                       "more than 100,000 groups (no feasible study detects an effect this small)")
+                      if need is None else f"{need} groups")
                    + (f" (the SD rests on {r['n_groups']} groups: a rough first estimate)"
                       if need is not None and r["n_groups"] < 6 else ""))
 

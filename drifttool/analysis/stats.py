@@ -138,7 +138,7 @@ def groups_needed(sd: float, effect: float, alpha: float = ALPHA, power: float =
     """Smallest number of groups whose MDE (same SD of group changes) is at most |effect|; None if beyond n_max
     or the SD is unknown."""
     effect = abs(effect)
-    if not np.isfinite(sd) or effect <= 0:
+    if not np.isfinite(sd) or not np.isfinite(effect) or effect <= 0:
         return None
     if sd == 0:
         return next(n for n in range(2, 64) if min_p(n) <= alpha)
@@ -147,6 +147,8 @@ def groups_needed(sd: float, effect: float, alpha: float = ALPHA, power: float =
         return lo
     # the z-approximation gives a starting point; walk up from a little below it
     z = (_t(1 - alpha / 2, 10**6) + _t(power, 10**6)) * sd / effect
+    if not np.isfinite(z * z) or z * z > 10 * n_max:  # an effect so small no feasible number of groups detects it
+        return None
     n = max(lo, int(z * z * 0.9))
     while mde(sd, n, alpha, power) > effect:
         n += 1

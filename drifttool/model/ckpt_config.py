@@ -228,10 +228,13 @@ def parse_override(key: str, value: Any) -> Any:
         raise DriftError(f"--override {key}: unknown key; expected one of {', '.join([*names, *OTHER_OVERRIDES])}")
     s = str(value).strip().lower()
     if key == "aux_ids":
-        try:
-            ids = [int(x) for x in (value if isinstance(value, (list, tuple)) else s.split(","))]
-        except ValueError:
-            raise DriftError(f"--override aux_ids={value}: expected comma-separated layer ids, e.g. 1,23,44") from None
+        parts = list(value) if isinstance(value, (list, tuple)) else [x.strip() for x in s.split(",")]
+        # ASCII digits only: int() reads '١' (Arabic-Indic one) as 1 and 5000 digits as a traceback
+        if not all(isinstance(x, int) and not isinstance(x, bool) or re.fullmatch(r"[0-9]{1,6}", str(x))
+                   for x in parts):
+            raise DriftError(f"--override aux_ids={value}: expected comma-separated layer ids (digits 0-9), e.g. "
+                             "1,23,44")
+        ids = [int(x) for x in parts]
         if not ids or min(ids) < 0:
             raise DriftError(f"--override aux_ids={value}: expected non-negative layer ids")
         return ids

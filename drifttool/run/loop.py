@@ -19,7 +19,7 @@ from ..model.target import Target, TargetSnapshot
 from ..trace.metric_table import acceptance_length
 from ..trace.positions import query_position
 from . import progress
-from .argcheck import need_int, need_number, token_ids
+from .argcheck import is_int, need_int, need_number, token_ids
 from .verify import greedy_accept, rejection_sample
 
 MODES = ("generate", "teacher-forced")
@@ -105,6 +105,12 @@ class Decoding:
 
     def __post_init__(self) -> None:
         check_settings(self.depth, self.max_new_tokens, self.mode, self.temperature, self.draft_sampling)
+        # torch's generator takes a 64-bit seed; a string or a bigger int was a raw torch error at speculate
+        if not is_int(self.seed) or not -(2**63) <= self.seed < 2**64:
+            raise DriftError(f"seed: {self.seed!r}; expected an integer in [-2^63, 2^64)")
+        if isinstance(self.stop_ids, (str, bytes)) or not all(is_int(t) and t >= 0 for t in self.stop_ids):
+            raise DriftError(f"stop_ids: {self.stop_ids!r}; expected a sequence of token ids (ints >= 0), e.g. (2,)")
+        object.__setattr__(self, "stop_ids", tuple(int(t) for t in self.stop_ids))
 
 
 @torch.no_grad()

@@ -196,6 +196,13 @@ class Output:
     progress: bool = True
     compact: bool = True
 
+    def __post_init__(self) -> None:
+        """Each switch a real bool: the string 'no' is truthy (compact='no' compacted, resume='false' resumed)."""
+        for name in ("resume", "overwrite", "progress", "compact"):
+            v = getattr(self, name)
+            if not isinstance(v, bool):
+                raise DriftError(f"{name}: {v!r} ({type(v).__name__}); expected True or False")
+
     @classmethod
     def take(cls, path: Any, kw: dict[str, Any]) -> Output:
         """The output options popped from an engine's keywords (the rest are run settings)."""

@@ -3,6 +3,7 @@ or every occurrence of given token ids."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 
 from ..errors import DriftError
@@ -132,11 +133,13 @@ def _sink_part(text: str, part: str) -> tuple[str, list[int]]:
         raise DriftError(f"--sink {text!r}: has an empty part (a stray ';'); expected first:N, pos:i,j or tok:id")
     kind, _, val = part.partition(":") if ":" in part else ("first", "", part)
     kind = kind.strip()
-    try:
-        nums = [int(x) for x in val.split(",") if x.strip()]
-    except ValueError:
-        raise DriftError(f"--sink {text!r}: expected integers, e.g. 4, first:4, pos:0,1 or tok:0 (auto and "
-                         "target stand alone)") from None
+    raw = [x.strip() for x in val.split(",") if x.strip()]
+    # ASCII digits, at most 9 of them (a position or token id a model can have): int() reads '٣' as 3, and
+    # first:99999999999999999999 was a traceback when the capture built its mask
+    if not all(re.fullmatch(r"-?[0-9]{1,9}", x) for x in raw):
+        raise DriftError(f"--sink {text!r}: expected integers of at most 9 digits (0-9), e.g. 4, first:4, pos:0,1 "
+                         "or tok:0 (auto and target stand alone)")
+    nums = [int(x) for x in raw]
     if any(n < 0 for n in nums):
         raise DriftError(f"--sink {text!r}: values must be >= 0")
     if kind == "first" and len(nums) != 1:
