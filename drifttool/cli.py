@@ -451,8 +451,7 @@ def report(
 
         if image_format not in FORMATS:
             raise DriftError(f"--image-format {image_format!r}: expected one of {', '.join(FORMATS)}")
-        if Path(images).exists() and not Path(images).is_dir():
-            raise DriftError(f"--images {images}: is a file; expected a folder for the charts")
+        output_folder(images, overwrite, "--images", f"[0-9][0-9]_*.{image_format}")
     data = [read_trace(t) for t in traces]
     text = html_report(data, title)
     try:
@@ -487,6 +486,24 @@ def output_file(out: str, overwrite: bool, flag: str) -> Path:
         raise DriftError(f"{flag} {out}: is a folder; expected a file path")
     if p.exists() and not overwrite:
         raise DriftError(f"{flag} {out}: exists; add --overwrite to replace it")
+    return p
+
+
+def output_folder(folder: str, overwrite: bool, flag: str, pattern: str) -> Path:
+    """output_file's guard for a folder a verb fills with files (`report --images`): never a trace folder or inside
+    one (links resolved), not a file, and files of an earlier run there (`pattern`) replaced only with
+    --overwrite."""
+    p = Path(folder)
+    real = p.resolve()
+    inside = next((q for q in (p, *p.parents, real, *real.parents) if _is_trace_folder(q)), None)
+    if inside is not None:
+        raise DriftError(f"{flag} {folder}: inside the trace folder {inside}; write the files elsewhere")
+    if p.exists() and not p.is_dir():
+        raise DriftError(f"{flag} {folder}: is a file; expected a folder")
+    earlier = sorted(p.glob(pattern)) if p.is_dir() else []
+    if earlier and not overwrite:
+        raise DriftError(f"{flag} {folder}: holds {len(earlier)} files of an earlier run (e.g. {earlier[0].name}); "
+                         "add --overwrite to replace them, or give an empty folder")
     return p
 
 

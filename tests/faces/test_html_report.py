@@ -153,3 +153,25 @@ def test_report_opens_with_compares_answer_and_reads_in_words(tmp_path):
     assert not [c for c in cols if re.fullmatch(r"[a-z]+(_[a-z0-9]+)+", c)]  # no raw column name
     cells = [c for t in tables for c in re.findall(r"<td>([^<]+)</td>", t)]
     assert not [c for c in cells if re.fullmatch(r"-?\d+\.\d{5,}", c)]  # rounded
+
+
+def test_report_images_has_the_output_guards(tmp_path, capsys):
+    """`report --images DIR` is guarded as `-o` is, before anything renders: never into a trace folder or through a
+    link into one, never over charts of an earlier run without --overwrite."""
+    import shutil
+
+    trace = tmp_path / "t.drift"
+    shutil.copytree(SAMPLE.parent / "smollm2-short_chat.drift", trace)
+    before = sorted(p.name for p in trace.rglob("*"))
+    link = tmp_path / "link"
+    link.symlink_to(trace, target_is_directory=True)
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "01_depth.png").write_bytes(b"x")
+    for folder, msg in ((trace / "imgs", "inside the trace folder"), (link, "inside the trace folder"),
+                        (tmp_path / "old", "holds 1 files of an earlier run")):
+        assert main(["report", str(trace), "-o", str(tmp_path / "r.html"), "--images", str(folder), "--overwrite"
+                     if folder == trace / "imgs" else "--title", "t"]) == 2
+        err = capsys.readouterr().err
+        assert msg in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in trace.rglob("*")) == before and not (tmp_path / "r.html").exists()
+    assert (tmp_path / "old" / "01_depth.png").read_bytes() == b"x"
