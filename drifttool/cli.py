@@ -419,7 +419,11 @@ def conform(
     from .run.conform import conform as run_conform
     from .run.conform import render
     from .run.drafters import parse_overrides
+    from .run.preflight import check_model_folder
 
+    # a missing folder is a usage error (exit 2, one line), not a finding: it printed "NOT conformant" (exit 1)
+    check_model_folder(target, "target", "--target")
+    check_model_folder(drafter, "drafter", "DRAFTER")
     _no_hf_progress_bars()
     probes = _suite(probes)
     options = {"engine_args": list(vllm_arg)} if vllm_arg else {}
@@ -446,6 +450,9 @@ def report(
     from .trace.reader import read_trace
 
     p = output_file(out, overwrite, "-o")  # checked before any work: a trace's own files are never replaced
+    if p.suffix.lower() not in (".html", ".htm"):  # before minutes of rendering (-o r.pdf rendered HTML into it)
+        raise DriftError(f"-o {out}: the report is one HTML file; give a name ending in .html (for image files of "
+                         "the charts use --images DIR)")
     if images is not None:
         from .plots.images import FORMATS
 
