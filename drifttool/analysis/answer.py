@@ -336,9 +336,10 @@ GROW = {1: "grows", -1: "shrinks", 0: "does not change detectably"}
 
 
 def plain_halves(cmp) -> list[str]:
-    """The answer in plain words: one sentence per half of the published story (the hidden state, then attention)
-    for a trace's EAGLE-3 and EAGLE-3.1 drafters, from the summary and the paired contrasts — what the README and
-    `drifttool demo` lead with. Empty when the trace lacks either drafter."""
+    """The answer in plain words: one sentence per half of the published story (the hidden state, whether EAGLE-3
+    shows the growth and EAGLE-3.1 removes it; then attention) and one for acceptance, for a trace's EAGLE-3 and
+    EAGLE-3.1 drafters, from the summary and the paired contrasts — what the README and `drifttool demo` lead
+    with. Empty when the trace lacks either drafter."""
     s = cmp.summary().set_index("series")
     if not {"eagle3", "eagle3.1"} <= set(s.index):
         return []
@@ -354,9 +355,15 @@ def plain_halves(cmp) -> list[str]:
 
     hidden = (f"EAGLE-3's fed-back hidden state {grow(e3)} (x{e3.rms_growth:.2f} from depth 1 to "
               f"{k}), EAGLE-3.1's {grow(e31)} (x{e31.rms_growth:.2f})")
+    fixed = "rms_growth" in ct.index and ct.loc["rms_growth", "p"] < ALPHA and ct.loc["rms_growth", "factor"] < 1
     if "rms_growth" in ct.index and ct.loc["rms_growth", "p"] < ALPHA:
         hidden += (f": EAGLE-3.1 changes the growth by x{ct.loc['rms_growth', 'factor']:.2f} (paired over groups, "
                    f"{fmt_p(ct.loc['rms_growth', 'p'], 'words')})")
+    if side(e3, "rms_growth") > 0:  # the pathology's first half is there: does EAGLE-3.1 fix it?
+        hidden += (" — EAGLE-3.1 removes the growth" if fixed and side(e31, "rms_growth") <= 0 and
+                   not (side(e31, "rms_growth") == 0 and np.isfinite(e31.rms_growth_p) and e31.rms_growth_p < ALPHA)
+                   else " — EAGLE-3.1 reduces the growth but does not remove it" if fixed
+                   else " — EAGLE-3.1 does not reduce it detectably")
 
     def verdict(name: str, r) -> str:
         rm = f"x{r.recency_ratio:.2f}" if r.recency_ratio == r.recency_ratio else ""
@@ -386,4 +393,23 @@ def plain_halves(cmp) -> list[str]:
         sink_part = ("neither drafter attends the target's sink (depth-1 sink lift not above uniform), so the sink "
                      "half of the story cannot be tested on them")
     return [f"The hidden state: {hidden}.",
-            f"The attention: {verdict('EAGLE-3', e3)}; {verdict('EAGLE-3.1', e31)}; {sink_part}."]
+            f"The attention: {verdict('EAGLE-3', e3)}; {verdict('EAGLE-3.1', e31)}; {sink_part}.",
+            f"The acceptance: {plain_acceptance(cmp, s)}."]
+
+
+def plain_acceptance(cmp, s: pd.DataFrame) -> str:
+    """Acceptance length of EAGLE-3.1 against EAGLE-3 in plain words: the pooled values, the per-group paired
+    difference with its p (and what the groups detect when nothing is), for these checkpoints."""
+    ad = cmp.acceptance_differences()
+    r = ad[(ad.series == "eagle3.1") & (ad.baseline == "eagle3")] if len(ad) else ad
+    a31, a3 = s.loc["eagle3.1", "mean_acceptance_length"], s.loc["eagle3", "mean_acceptance_length"]
+    head = f"EAGLE-3.1 accepts {a31:.2f} tokens per round against EAGLE-3's {a3:.2f}"
+    if not len(r) or r.iloc[0].n_groups < MIN_CLUSTERS:
+        return head + " (too few groups to test the difference)"
+    r = r.iloc[0]
+    diff = (f"{r.difference:+.2f} [{r.difference_lo:+.2f}, {r.difference_hi:+.2f}] per group "
+            f"({fmt_p(r.p, 'words')}, {r.n_groups} groups)")
+    if r.p < ALPHA:
+        return f"{head}: {'a gain' if r.difference > 0 else 'a loss'} of {diff}, for these two checkpoints"
+    return (f"{head}: {diff}, no difference its groups detect (they detect {r.mde:.2f} or more at 80% power), "
+            "for these two checkpoints")

@@ -38,14 +38,14 @@ def test_the_demo_leads_with_the_readmes_answer_and_it_is_a_detected_verdict(tmp
     first = lines[: lines.index(next(ln for ln in lines if ln.startswith("All the numbers")))]
     said = [ln.strip() for ln in first if ln.startswith("  The ")]
     suites = [ln.split(" ")[0] for ln in first if ln.endswith(".drift):")]
-    assert suites == list(demo.SHIPPED) and len(said) == 2 * len(suites)
+    assert suites == list(demo.SHIPPED) and len(said) == 3 * len(suites)  # the state, attention, acceptance
     readme = readme_plain()
     assert len(readme) == len(suites)
     for suite, plain in zip(suites, readme):  # the same sentences, in the same order, in the README
         assert plain.startswith(f"- **{suite}**")
-        for sentence in said[:2]:
+        for sentence in said[:3]:
             assert sentence in plain, (sentence, plain)
-        said = said[2:]
+        said = said[3:]
     text = "\n".join(first)
     for verdict in re.findall(r"EAGLE-3(?:\.1)? (does not drift|drifts|attends uniformly)", text):
         assert verdict  # each drafter's attention verdict is a detected one, not "not established"
