@@ -426,6 +426,55 @@ def sink_panel_sentence(paths: list[Path]) -> str:
     return f"{head}; {diff}: the variants {word} in sink retention over seeds{mde}."
 
 
+PATCH = Path("patch")
+PATCH_WORDS = {"feedback-norm@2-K": "feeding back the normalised state", "feedback-rms1@2-K":
+               "scaling the fed-back state to its depth-1 RMS", "feedback-teacher@2-K":
+               "feeding back the teacher-forced state instead"}
+
+
+def _patch_clause(e: dict) -> str:
+    """One intervention's acceptance change in a few words (analysis.patching.effects), with its test."""
+    a = e["acceptance_length"]
+    what = PATCH_WORDS.get(e["intervention"]["label"], e["intervention"]["label"])
+    if a.get("sd") == 0 and a["difference"] == 0:
+        return f"{what} changes no round's acceptance"
+    d = f"{a['difference']:+.3f} [{a['difference_lo']:+.3f}, {a['difference_hi']:+.3f}] ({fmt_p(a['p'], 'words')})"
+    if a["p"] < 0.05:
+        return f"{what} {'raises' if a['difference'] > 0 else 'lowers'} acceptance length: {d} per group"
+    return f"{what}: {d} per group, no change its groups detect (MDE {a['mde']:.3f})"
+
+
+def patch_landing(root: Path) -> None:
+    """The README's line on what the fed-back state costs in acceptance: per shipped patch trace and drafter, each
+    intervention's paired acceptance-length change (generated; docs/patching.md)."""
+    from drifttool.analysis.patching import effects
+
+    for p in sorted((root / PATCH).glob("*.drift")):
+        t = read_trace(p)
+        es = effects(t)
+        by: dict[str, list] = {}
+        for e in es:
+            by.setdefault(e["clean"], []).append(e)
+        suite = p.name.removeprefix("smollm2-").removesuffix("-patch.drift")
+        n = es[0]["acceptance_length"].get("n_groups", 0) if es else 0
+        parts = [f"on {name}: " + "; ".join(_patch_clause(e) for e in v) for name, v in by.items()]
+        print(f"- **What the fed-back state costs in acceptance** ({suite}, `drifttool patch`: the same rounds with "
+              f"and without an intervention, paired per group over {n} groups; these checkpoints): "
+              + "; ".join(parts) + ".")
+
+
+def patch_results(root: Path) -> None:
+    """docs/results.md: every shipped patch trace's answer in full (analysis.patching.answer)."""
+    from drifttool.analysis.patching import answer
+
+    for p in sorted((root / PATCH).glob("*.drift")):
+        print(f"\n**Interventions** (`{p.relative_to(root.parent) if root.parent != Path('.') else p}`, "
+              "`drifttool patch`, docs/patching.md; acceptance length paired round by round and tested over "
+              "groups, each quantity against the clean pass):\n")
+        for line in answer(read_trace(p)):
+            print(f"- {line}")
+
+
 def landing(root: Path) -> None:
     """The README's answer: per shipped suite (drifttool.demo.SHIPPED: long_code, mt_chat), one plain sentence per
     half of the published story (what `drifttool demo` prints first), then the sentences `compare` opens with
@@ -441,6 +490,7 @@ def landing(root: Path) -> None:
         for line in answer(cmp):
             if "norm_output" not in line.split("?")[0]:
                 print(f"- **{suite}**: {line}")
+    patch_landing(root)
 
 
 def readme(root: Path, repo: Path) -> None:
@@ -687,6 +737,7 @@ def main(root: str = "sample_traces") -> None:
     between(Path(root))
     sentences(Path(root), detected, tests)
     seed_panel(Path(root))
+    patch_results(Path(root))
     table2(Path(root))
     template_perturbation(Path(root))
     series(Path(root))
