@@ -249,6 +249,12 @@ def classify(curve: dict[int, dict], uniform: bool, recorded: bool, k: int) -> t
         where = f"depth {up[0]}" if len(up) == 1 else f"depths {span(up)}"
         gone = "" if k in up else f"; not detected at depth {k}"
         return "drift", f"own drafts draw more than equally recent prompt tokens did at {where}{gone}"
+    return _absent_or_open(curve, rm, k)
+
+
+def _absent_or_open(curve: dict[int, dict], rm: dict, k: int) -> tuple[str, str]:
+    """No depth detects drift: 'no drift' when every depth excludes it, else 'not established' naming the open
+    depths and what their groups detect."""
     measured = {d: r for d, r in curve.items() if np.isfinite(r["value"])}
     open_ = [d for d, r in measured.items() if not depth_no_drift(r)]
     if not open_:

@@ -219,6 +219,15 @@ OTHER_OVERRIDES = {"aux_ids": "aux_layer_ids", "aux_convention": "aux_convention
                    "trained_window": "trained_window"}
 
 
+def _aux_ids(value: Any, s: str) -> list[int]:
+    """`--override aux_ids=...` as layer ids: ASCII digits only (int() reads '١', an Arabic-Indic one, as 1, and
+    5000 digits as a traceback)."""
+    parts = list(value) if isinstance(value, (list, tuple)) else [x.strip() for x in s.split(",")]
+    if not all(isinstance(x, int) and not isinstance(x, bool) or re.fullmatch(r"[0-9]{1,6}", str(x)) for x in parts):
+        raise DriftError(f"--override aux_ids={value}: expected comma-separated layer ids (digits 0-9), e.g. 1,23,44")
+    return [int(x) for x in parts]
+
+
 def parse_override(key: str, value: Any) -> Any:
     """One `--override key=value`: a flag (true/false), aux_ids (comma-separated layer ids), aux_convention
     (input|output), sliding_window (a positive integer, or none) or trained_window (a positive integer, or none:
@@ -228,13 +237,7 @@ def parse_override(key: str, value: Any) -> Any:
         raise DriftError(f"--override {key}: unknown key; expected one of {', '.join([*names, *OTHER_OVERRIDES])}")
     s = str(value).strip().lower()
     if key == "aux_ids":
-        parts = list(value) if isinstance(value, (list, tuple)) else [x.strip() for x in s.split(",")]
-        # ASCII digits only: int() reads '١' (Arabic-Indic one) as 1 and 5000 digits as a traceback
-        if not all(isinstance(x, int) and not isinstance(x, bool) or re.fullmatch(r"[0-9]{1,6}", str(x))
-                   for x in parts):
-            raise DriftError(f"--override aux_ids={value}: expected comma-separated layer ids (digits 0-9), e.g. "
-                             "1,23,44")
-        ids = [int(x) for x in parts]
+        ids = _aux_ids(value, s)
         if not ids or min(ids) < 0:
             raise DriftError(f"--override aux_ids={value}: expected non-negative layer ids")
         return ids

@@ -45,27 +45,10 @@ def plant(d: Eagle3Drafter, *, recency: float = 0.0, sink: float = 0.0, drift: f
     (negative: anti-drift), sink_fade 2-8 a sink lost with depth (head_spread in [0, 1): heads' recency differs).
     keep_attention: keep the drafter's own attention (q/k and embeddings untouched) and add only the drift marker
     (its lowest-frequency rotary pair taken over): a real drafter with drift planted on top."""
-    for name, v in (("recency", recency), ("sink", sink), ("drift", drift), ("sink_fade", sink_fade),
-                    ("head_spread", head_spread)):
-        if not (isinstance(v, (int, float)) and v == v and abs(v) != float("inf")):
-            raise ValueError(f"controls: {name} {v!r}: expected a finite number")
-    for name, v in (("recency", recency), ("sink", sink), ("sink_fade", sink_fade)):
-        if v < 0:
-            raise ValueError(f"controls: {name} {v!r}: expected >= 0 (drift alone takes a sign)")
-    if not 0 <= head_spread < 1:
-        raise ValueError(f"controls: head_spread {head_spread!r}: expected a number in [0, 1)")
-    if sink_fade and not sink:
-        raise ValueError("controls: sink_fade fades a planted sink; give sink > 0 too")
-    if sink_token is not None and not 0 <= int(sink_token) < d.config.vocab_size:
-        raise ValueError(f"controls: sink_token {sink_token!r}: expected a token id in [0, {d.config.vocab_size})")
-    cfg = d.config
-    if cfg.mla is not None or cfg.num_aux == 0:
-        raise ValueError("controls: plain GQA EAGLE-3 drafters only")
-    if sink and sink_token is None:
-        raise ValueError("controls: a planted sink needs its sink_token")
+    _check_strengths(d, recency, sink, drift, sink_fade, head_spread, sink_token)
     if keep_attention and (recency or sink):
         raise ValueError("controls: keep_attention plants drift only")
-    h = cfg.hidden_size
+    h = d.config.hidden_size
     lay = d.layers[0]
     att = lay.self_attn
     hd, nh, nkv = att.hd, att.nh, att.nkv
@@ -77,14 +60,7 @@ def plant(d: Eagle3Drafter, *, recency: float = 0.0, sink: float = 0.0, drift: f
         _marker_circuit(d, marker)
         _drift_read(d, marker, half, drift)
         return d
-    # one RMS for every embedding row, then the constant and sink-flag channels (equal norm: equal channel value)
-    e = d.embed_tokens.weight
-    e[:, [const, flag]] = 0.0
-    e.mul_(torch.rsqrt(e.pow(2).mean(-1, keepdim=True) + 1e-12))
-    e[:, const] = 1.0
-    if sink_token is not None:
-        e[sink_token, flag] = 1.0
-    lay.input_layernorm.weight[[const, flag]] = 1.0
+    _flat_embeddings(d, const, flag, sink_token)
     lay.hidden_norm.weight[marker] = 1.0
     att.q_proj.weight.zero_()
     att.k_proj.weight.zero_()
@@ -113,6 +89,42 @@ def plant(d: Eagle3Drafter, *, recency: float = 0.0, sink: float = 0.0, drift: f
         for hh in range(0, nh, 2):
             att.q_proj.weight[hh * hd + half - 2, h + marker] = -sink_fade * hd ** 0.5 / w
     return d
+
+
+@torch.no_grad()
+def _flat_embeddings(d: Eagle3Drafter, const: int, flag: int, sink_token: int | None) -> None:
+    """One RMS for every embedding row, then the constant and sink-flag channels (equal norm: equal channel value)."""
+    e = d.embed_tokens.weight
+    e[:, [const, flag]] = 0.0
+    e.mul_(torch.rsqrt(e.pow(2).mean(-1, keepdim=True) + 1e-12))
+    e[:, const] = 1.0
+    if sink_token is not None:
+        e[sink_token, flag] = 1.0
+    d.layers[0].input_layernorm.weight[[const, flag]] = 1.0
+
+
+def _check_strengths(d: Eagle3Drafter, recency: float, sink: float, drift: float, sink_fade: float,
+                     head_spread: float, sink_token: int | None) -> None:
+    """plant's arguments: a plain GQA EAGLE-3 drafter, finite numbers, the scales >= 0 (drift alone takes a
+    sign), a sink token given for a sink and in the vocabulary (NaN or an out-of-range id gave silent NaN weights
+    or a raw index error)."""
+    if d.config.mla is not None or d.config.num_aux == 0:
+        raise ValueError("controls: plain GQA EAGLE-3 drafters only")
+    if sink and sink_token is None:
+        raise ValueError("controls: a planted sink needs its sink_token")
+    for name, v in (("recency", recency), ("sink", sink), ("drift", drift), ("sink_fade", sink_fade),
+                    ("head_spread", head_spread)):
+        if not (isinstance(v, (int, float)) and v == v and abs(v) != float("inf")):
+            raise ValueError(f"controls: {name} {v!r}: expected a finite number")
+    for name, v in (("recency", recency), ("sink", sink), ("sink_fade", sink_fade)):
+        if v < 0:
+            raise ValueError(f"controls: {name} {v!r}: expected >= 0 (drift alone takes a sign)")
+    if not 0 <= head_spread < 1:
+        raise ValueError(f"controls: head_spread {head_spread!r}: expected a number in [0, 1)")
+    if sink_fade and not sink:
+        raise ValueError("controls: sink_fade fades a planted sink; give sink > 0 too")
+    if sink_token is not None and not 0 <= int(sink_token) < d.config.vocab_size:
+        raise ValueError(f"controls: sink_token {sink_token!r}: expected a token id in [0, {d.config.vocab_size})")
 
 
 @torch.no_grad()

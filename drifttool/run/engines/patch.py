@@ -58,7 +58,7 @@ def chain_pass(drafter: Eagle3Drafter, prompt_ids: list[int], depth: int, max_ne
                           accepted=v.accepted, match=[d == t for d, t in zip(drafts, v.target_ids)], bonus=v.bonus,
                           input_ids=fed, draft_s=draft_s)
         if schedule is None:
-            adv = v.accepted + 1
+            adv = len(committed(rec))
         elif index < len(schedule):
             adv = schedule[index]
         else:
@@ -69,9 +69,14 @@ def chain_pass(drafter: Eagle3Drafter, prompt_ids: list[int], depth: int, max_ne
                       list(observers), one_round)
 
 
+def committed(r: RoundRecord) -> list[int]:
+    """The tokens a round commits: its accepted drafts, then the target's bonus token."""
+    return [*r.draft_ids[:r.accepted], r.bonus]
+
+
 def schedule_of(rounds: list[RoundRecord]) -> list[int]:
-    """The committed tokens after each clean round (accepted drafts + the bonus token)."""
-    return [r.accepted + 1 for r in rounds]
+    """How many tokens each clean round committed: the intervened pass's round starts."""
+    return [len(committed(r)) for r in rounds]
 
 
 def _pass(name: str, d: Eagle3Drafter, iv: Intervention | None, job: PromptJob, forced, schedule):
@@ -85,7 +90,7 @@ def _pass(name: str, d: Eagle3Drafter, iv: Intervention | None, job: PromptJob, 
     wall = time.perf_counter() - t0
     tabs = prompt_tables(name, job.probe.id, rounds, cap.rounds, d.config.input_aux_layer_ids,
                          trained_window(d.config.to_dict())["window"], d.config.sliding_window)
-    n_gen = min(job.max_new_tokens, sum(r.accepted + 1 for r in rounds))
+    n_gen = min(job.max_new_tokens, sum(len(committed(r)) for r in rounds))
     tabs["prompts"] = prompt_row(name, job.probe, len(job.ids), n_gen, rounds, wall,
                                  max_new_tokens=job.max_new_tokens)
     return tabs, add_rows(tabs, name, job.probe.id, cap.rounds), rounds
@@ -112,16 +117,31 @@ def patched_name(name: str, iv: Intervention) -> str:
     return f"{name}+{iv.label}"
 
 
-def run_patch(target: str, drafters: list[DrafterSpec], probes: str, out: str, interventions: list[Intervention],
-              **kw: Any) -> Path:
-    """Capture every probe with every drafter clean and under each intervention, paired (module doc), into the
-    trace `out`; returns its path. Keywords as run_capture's (greedy decoding only: the pairing needs the target's
-    continuation to be the drafter's no matter what it drafts)."""
+def _check_sites(interventions: list[Intervention]) -> None:
     if not interventions:
         raise DriftError("patch: give at least one --site (or --sites FILE)")
     labels = [iv.label for iv in interventions]
     if len(set(labels)) < len(labels):
         raise DriftError(f"patch: the same intervention given twice ({', '.join(labels)})")
+
+
+def patch_manifest(manifest: dict, models: dict, interventions: list[Intervention]) -> dict:
+    """The manifest with, on each intervened series' drafter entry, what it is (`patch`: of which drafter, which
+    intervention)."""
+    for entry in manifest["drafters"]:
+        for name in models:
+            for iv in interventions:
+                if entry["name"] == patched_name(name, iv):
+                    entry["patch"] = {"of": name, **iv.to_dict()}
+    return manifest
+
+
+def run_patch(target: str, drafters: list[DrafterSpec], probes: str, out: str, interventions: list[Intervention],
+              **kw: Any) -> Path:
+    """Capture every probe with every drafter clean and under each intervention, paired (module doc), into the
+    trace `out`; returns its path. Keywords as run_capture's (greedy decoding only: the pairing needs the target's
+    continuation to be the drafter's no matter what it drafts)."""
+    _check_sites(interventions)
     output = Output.take(out, kw)
     st, suite = begin(None, kw, drafters, probes, "run_patch", target=target, out=output)
     if st.temperature != 0 or st.mode != "generate":
@@ -143,14 +163,10 @@ def run_patch(target: str, drafters: list[DrafterSpec], probes: str, out: str, i
     settings_["pairing"] = ("patch: the target's greedy continuation computed once per prompt; intervened passes "
                             "draft at the clean pass's round starts, scored against the same tokens")
     series = {n: m for name, m in models.items() for n in (name, *(patched_name(name, iv) for iv in interventions))}
-    manifest = build_manifest(tgt, tgt_path, series, settings_,
-                              {"patch": {"interventions": [iv.to_dict() for iv in interventions],
-                                         "words": {iv.label: iv.words(st.depth) for iv in interventions}}})
-    for entry in manifest["drafters"]:
-        for name in models:
-            for iv in interventions:
-                if entry["name"] == patched_name(name, iv):
-                    entry["patch"] = {"of": name, **iv.to_dict()}
+    patch = {"interventions": [iv.to_dict() for iv in interventions],  # in the identity: --resume checks it
+             "words": {iv.label: iv.words(st.depth) for iv in interventions}}
+    manifest = patch_manifest(build_manifest(tgt, tgt_path, series, settings_, {"patch": patch}), models,
+                              interventions)
 
     def step(writer, bar, probe) -> None:
         job = PromptJob(st, probe, token_ids[probe.id], template_ids)
