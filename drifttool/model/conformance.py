@@ -224,7 +224,9 @@ def _vocab_findings(dv: Any, vocab: Any, keys: dict[str, tuple[int, ...]], vllm:
 
 
 def static_findings(folder: str | Path) -> tuple[dict[str, Any], list[Finding]]:
-    """(what the checkpoint declares, findings) for a drafter folder: config.json and tensor names only."""
+    """(what the checkpoint declares, findings) for a drafter folder: config.json and tensor names, then the weights'
+    values for what no header shows (model/weight_health.py: norms that never trained, NaN, zero rows, the
+    draft-vocabulary maps). No model is built."""
     p = Path(folder)
     raw = _read_config(p)
     layout = detect_layout(raw)
@@ -249,4 +251,6 @@ def static_findings(folder: str | Path) -> tuple[dict[str, Any], list[Finding]]:
         out.append(Finding("assumed", "info", "eagle_aux_hidden_state_layer_ids absent: engines use [2, L//2, L-3]"))
     if layer.get("rope_theta") is None:
         out.append(Finding("assumed", "info", "rope_theta absent: engines use 10000"))
-    return info, out
+    from .weight_health import weight_findings
+
+    return info, out + weight_findings(p)

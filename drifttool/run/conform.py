@@ -33,6 +33,9 @@ from .drafters import DrafterSpec
 from .follow import Followed, committed_sequence, follow, variant, varied
 from .probes import load_suite
 
+# the weights' health findings (model/weight_health.py): reported, not part of the engine's conformance
+HEALTH_CODES = ("norm_never_trained", "norm_barely_moved", "norm_mostly_untouched", "nonfinite_weights", "zero_rows")
+
 
 @dataclass
 class ConformReport:
@@ -49,13 +52,22 @@ class ConformReport:
 
     @property
     def conformant(self) -> bool:
-        bad = [f for f in self.findings if f.severity in ("error", "warning")]
+        """The engine runs the drafter as declared: no error or warning about its reading, drafts that agree. The
+        weights' health (norms that never trained, ...: model/weight_health.py) is reported beside it, not part
+        of it: a bad training run is not an engine misreading its checkpoint."""
+        bad = [f for f in self.findings if f.severity in ("error", "warning") and f.code not in HEALTH_CODES]
         agree = self.divergence.get("agreement")  # None: the engine or the reference could not run it
         return not bad and agree is not None and agree >= AGREE and not (self.training or {}).get("flagged")
+
+    @property
+    def healthy(self) -> bool:
+        """No error or warning about the weights themselves (model/weight_health.py)."""
+        return not [f for f in self.findings if f.code in HEALTH_CODES and f.severity in ("error", "warning")]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["conformant"] = self.conformant
+        d["weights_healthy"] = self.healthy
         return d
 
 
@@ -368,6 +380,8 @@ def render(rep: ConformReport) -> str:
         if tr.get("note"):
             lines.append(f"  {tr['note']}")
     lines += ["", "verdict: " + ("conformant" if rep.conformant else "NOT conformant")]
+    if not rep.healthy:
+        lines.append("weights: NOT healthy (see the weight findings above: a training problem, not the engine's)")
     return "\n".join(wrapped(lines))
 
 

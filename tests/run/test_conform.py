@@ -16,7 +16,7 @@ from drifttool import save_drafter
 from drifttool.cli import main
 from drifttool.model.conformance import static_findings
 from drifttool.model.tiny import tiny_drafter, tiny_target
-from drifttool.run.conform import conform, intended_flags
+from drifttool.run.conform import HEALTH_CODES, conform, intended_flags
 from tests.support.capture import TINY, build_models, prompt, write_probes
 
 
@@ -76,7 +76,9 @@ def test_conformant_checkpoints_of_each_layout_are_clean(tmp_path, layout):
         if layout == "safeailab" and flags:
             continue  # SafeAILab's layout has no EAGLE-3.1 flags
         out = save_drafter(tiny_drafter(t, seed=3, **flags), tmp_path / f"{layout}-{name}", layout=layout)
-        bad = [f for f in static_findings(out)[1] if f.severity != "info"]
+        # a freshly initialised drafter's norms never trained: the weights' health (tests/model/test_weight_health.py),
+        # not the layout's conformance, which is what this checks
+        bad = [f for f in static_findings(out)[1] if f.severity != "info" and f.code not in HEALTH_CODES]
         assert bad == [], (layout, name, bad)
 
 
