@@ -191,12 +191,19 @@ def reproduce(out: str, root: Path | None = None, n: int = REPRODUCE_N, progress
     from .trace.reader import read_trace
     from .trace.sinks import SinkSpec
 
-    shipped = dict((s, p) for s, _, p in shipped_traces(root))[REPRODUCE_SUITE]
+    shipped = dict((s, p) for s, _, p in shipped_traces(root)).get(REPRODUCE_SUITE)
+    if shipped is None:  # a KeyError traceback before
+        raise DriftError(f"{(root or REPO / 'sample_traces') / SHIPPED[REPRODUCE_SUITE][0]}: the shipped "
+                         f"{REPRODUCE_SUITE} trace is missing; the live check reproduces its prompts (restore it "
+                         "from git)")
     ref = read_trace(shipped)
     cap = ref.manifest["capture"]
     pr = ref.table("prompts")
     ids = list(pr.drop_duplicates("prompt_id").sort_values(["prompt_len", "prompt_id"])["prompt_id"][:n])
     src = REPO / cap["probes"]["path"]
+    if not src.is_file():
+        raise DriftError(f"{src}: the probe suite of the shipped {REPRODUCE_SUITE} trace is missing (a source "
+                         "checkout has it under probes/)")
     lines = {}
     for line in src.read_text().splitlines():
         obj = json.loads(line)
@@ -204,6 +211,10 @@ def reproduce(out: str, root: Path | None = None, n: int = REPRODUCE_N, progress
             base, _, cut = pid.rpartition("@")
             if obj.get("id") == base:
                 lines[pid] = json.dumps({**obj, "cut": int(cut)})
+    lost = [p for p in ids if p not in lines]
+    if lost:
+        raise DriftError(f"{src}: no probe line for {', '.join(lost)} of the shipped {REPRODUCE_SUITE} trace (the "
+                         "suite file changed since the trace was captured)")
     probes = Path(tempfile.mkdtemp(prefix="drifttool-demo-")) / "reproduce.jsonl"
     probes.write_text("".join(lines[p] + "\n" for p in ids))
     models = bundled(REAL)

@@ -86,11 +86,22 @@ def _dur(seconds: float) -> str:
     return f"{m} min {s:02d} s" if m else f"{s} s"
 
 
+def _load(results: Path) -> dict:
+    """A bench results file, or one line naming it (a truncated file was a JSONDecodeError traceback)."""
+    try:
+        data = json.loads(results.read_text())
+    except ValueError as e:
+        raise MarkerError(f"{results}: not valid JSON ({e}); rerun its bench or restore it from git") from None
+    if not isinstance(data, dict):
+        raise MarkerError(f"{results}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
 def times_block(results: Path) -> str:
     """The two commands' times in one paragraph, from the first-hour bench's results (what it ran, where, when)."""
     if not results.is_file():
         return "(not measured yet: run `bench/bench_first_hour.py`)"
-    data = json.loads(results.read_text())
+    data = _load(results)
     runs = {(r["command"], r["load"]): r for r in data["runs"]}
     cores = data["machine"]["cores"]
     parts = []
@@ -115,7 +126,7 @@ def overhead_block(results: Path) -> str:
     """The live monitor's throughput ratios, from bench/bench_monitor_overhead.py's results."""
     if not results.is_file():
         return "(not measured yet: run `bench/bench_monitor_overhead.py` in the vLLM environment)"
-    data = json.loads(results.read_text())
+    data = _load(results)
     w, runs = data["workload"], {r["monitor"]: r for r in data["runs"]}
     parts = [(f"at {k} **{runs[k]['ratio']:.3f}x** (goal >= {g:.2f}x: {'met' if runs[k]['ratio'] >= g else 'missed'}"
               if runs[k].get("ratio") is not None and runs[k].get("replayed", 1) > 0 else
@@ -140,7 +151,7 @@ def study_block(results: Path) -> str:
     if not results.is_file():
         return ("(not measured on this version yet: `.vllm-env/bin/python bench/bench_vllm_throughput.py --prompts 32` "
                 "writes bench/results/vllm_throughput.json, from which this table is generated)")
-    r = json.loads(results.read_text())
+    r = _load(results)
     met = "met" if r["ratio_start_to_stop"] >= r["goal"] else "missed"
     return (f"vLLM {r['vllm']} on {r['cores']} {r['device'].upper()} cores, {r['date']}: {r['prompts']} prompts of "
             f"{r['min_len']}-{r['max_len']} tokens, {r['new']} new, K = {r['depth']}, {r['dtype']}; the same output "
@@ -163,7 +174,7 @@ def capture_block(results: Path) -> str:
     if not results.is_file():
         return ("(not measured yet: `python bench/bench_overhead.py --alternate 2k,16k --against REV --json "
                 "bench/results/capture_overhead.json`)")
-    r = json.loads(results.read_text())
+    r = _load(results)
     before, after = r["before"], r["after"]
     rows = ["| context | version | capture off (ms / round) | taps alone / off | whole capture / off | bar |",
             "|---|---|---|---|---|---|"]
@@ -223,6 +234,10 @@ def main(argv: list[str]) -> int:
         generated = pages()  # every page checked before any is written
     except MarkerError as e:
         print(f"docs_gen: {e}", file=sys.stderr)
+        return 2
+    except (KeyError, TypeError, IndexError) as e:  # a results file of another shape: one line, nothing written
+        print(f"docs_gen: a bench results file under bench/results/ lacks a field this page needs ({e!r}); rerun "
+              "its bench or restore it from git", file=sys.stderr)
         return 2
     for path, text in generated.items():
         if path.is_file() and path.read_text() == text:

@@ -58,6 +58,10 @@ def _check_shapes(m: Eagle3Drafter, tcfg: dict) -> None:
 @torch.no_grad()
 def init_from_sink_layer(models: dict[str, Eagle3Drafter], target_dir: Path, layer: int) -> dict:
     """Overwrite every drafter's weights in place (see the module doc); returns what was done, for the report."""
+    for f in ("config.json", "model.safetensors"):  # one line, not a FileNotFoundError traceback
+        if not (target_dir / f).is_file():
+            raise SinkInitError(f"--sink-layer: {target_dir / f} missing; the sink init copies the target's layer "
+                                "from its config.json and model.safetensors (one file)")
     tcfg = json.loads((target_dir / "config.json").read_text())
     aux_ids = list(next(iter(models.values())).config.aux_layer_ids)
     slot = check_sink_layer(layer, tcfg["num_hidden_layers"], aux_ids)

@@ -17,6 +17,7 @@ then `drifttool compare try.drift`, `drifttool check try.drift --rule ...` or `d
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -322,8 +323,11 @@ def write_trace(path: Path, drafters: dict[str, dict], depth: int, window: int =
                 values = {"heads": {**{c: v[sel] for c, v in d["heads"].items()}, "max_prob": 0.5, "top_pos": 0},
                           "depths": {"rms_in": d["rms_in"][sel]},
                           "rounds": {c: v[sel] for c, v in d["rounds"].items()}}
-                if groups is not None:
-                    values["prompts"] = {"group": groups[p], "prompt_len": 100}
+                # every shard writes its prompts row (without one, `report` called the trace damaged): the group
+                # given, else the probe line's id, as a capture records it (a cut's id is LINE@N)
+                values["prompts"] = {"group": groups[p] if groups is not None else re.sub(r"@\d+$", "", p),
+                                     "prompt_len": 100}
+                values["aux"] = {"layer_id": [1, 2, 3], "rms_before": 1.0, "rms_after": 1.0, "massive": False}
                 parts.append(chain_tables(name, p, d["accepted"][sel], k, context=d["context"][sel], window=window,
                                           values=values))
             yield p, join(parts)

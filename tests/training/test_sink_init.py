@@ -61,6 +61,13 @@ def test_depth1_attention_is_the_target_layers(target):
             torch.testing.assert_close(st.pre, hs[layer + 1], atol=1e-5, rtol=1e-5)
 
 
+def test_a_target_without_weights_is_one_line(target, tmp_path):
+    t, _ = target
+    (tmp_path / "config.json").write_text((target[1] / "config.json").read_text())
+    with pytest.raises(SinkInitError, match="model.safetensors missing"):
+        init_from_sink_layer(_pair(t, [1, 2, 3]), tmp_path, 2)
+
+
 def test_bad_sink_layers_are_one_line():
     with pytest.raises(SinkInitError, match=r"--sink-layer 30: the target has layers 0..29"):
         check_sink_layer(30, 30, [2, 15, 27])
