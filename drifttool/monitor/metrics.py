@@ -88,7 +88,7 @@ COUNTERS = {
     "leftovers_dropped": "Requests an earlier run spooled beyond the spool bound, removed at this start unreplayed.",
     "replay_errors": "Sampled requests whose replay failed (the request itself was served).",
     "replay_quarantined": "Sampled requests that could not be replayed (meta, events, replay or shard), moved to "
-                          "DIR/spool/RUN/quarantine/ and kept.",
+                          "DIR/spool/RUN/quarantine/ (the newest 64 kept).",
     "replay_write_errors": "Segment or snapshot writes that failed, by reason (disk_full, permission, write_error); "
                            "the request stays spooled and is retried when the cause goes.",
     "replay_lag_clamped": "Replays whose request ended after the replay by the monitor's clock (the worker's clock "

@@ -34,6 +34,7 @@ FAULT_FILE = ".drifttool-test-fault"  # tests of a running server: DIR/.drifttoo
 
 
 QUARANTINE = "quarantine"  # DIR/spool/RUN/quarantine/: requests that could not be replayed, kept (counted) not deleted
+QUARANTINE_KEEP = 64  # the newest this many quarantined requests are kept for a look; older ones removed (bounded)
 _UNREADABLE = object()  # the meta of a job whose meta file is not JSON
 _JOB = re.compile(r"^job-(\d+)$")
 
@@ -61,6 +62,21 @@ class Job:
                 continue
             except OSError:  # cannot be moved: out of the way all the same, else it would block the spool
                 f.unlink(missing_ok=True)
+        prune_quarantine(q)
+
+
+def prune_quarantine(q: Path, keep: int = QUARANTINE_KEEP) -> int:
+    """At most `keep` requests in a quarantine folder, the oldest (by name order, job numbers rising) removed with
+    all their files: a replay that fails on every request no longer fills the disk. Returns how many went."""
+    if not q.is_dir():
+        return 0
+    bases = sorted({f.name.split(".", 1)[0] for f in q.iterdir() if f.is_file() and not f.is_symlink()},
+                   key=lambda b: (int(_JOB.match(b).group(1)) if _JOB.match(b) else sys.maxsize, b))
+    gone = bases[:max(0, len(bases) - keep)]
+    for b in gone:
+        for f in q.glob(f"{b}.*"):
+            f.unlink(missing_ok=True)
+    return len(gone)
 
 
 def _plain(f: Path) -> bool:

@@ -52,3 +52,18 @@ def test_a_sibling_engines_spool_is_not_a_leftover(tmp_path):
         assert leftover_runs(root, "1700000000-42") == []
     finally:
         fh.close()
+
+
+def test_the_quarantine_is_bounded(tmp_path):
+    """A replay that fails on every request moved each to quarantine/ and kept it forever; now the newest 64 stay
+    (each request's files together), the older ones are removed."""
+    from drifttool.monitor.replay_worker import QUARANTINE_KEEP, prune_quarantine
+
+    q = tmp_path / "quarantine"
+    q.mkdir()
+    for i in range(QUARANTINE_KEEP + 10):
+        for suffix in (".json", ".safetensors", ".meta.json"):
+            (q / f"job-{i}{suffix}").write_text("x")
+    assert prune_quarantine(q) == 10
+    left = sorted({f.name.split(".", 1)[0] for f in q.iterdir()}, key=lambda b: int(b.split("-")[1]))
+    assert len(left) == QUARANTINE_KEEP and left[0] == "job-10" and len(list(q.iterdir())) == 3 * QUARANTINE_KEEP

@@ -193,13 +193,34 @@ def test_a_replay_on_a_full_disk_keeps_requests_and_writes_them_when_space_retur
         assert sum(len(read_trace(p).table("prompts")) for p in segments(mon / "segments")) == 4
 
 
+_SPAWNED: list = []  # processes (Popen, or pids) a test started: killed after it, whether it passed or failed
+
+
+@pytest.fixture(autouse=True)
+def _reap_children():
+    """A failing test used to leave its replay child running (one ran 17+ minutes): every process a test started
+    is killed when it ends."""
+    yield
+    while _SPAWNED:
+        p = _SPAWNED.pop()
+        with contextlib.suppress(ProcessLookupError, OSError, subprocess.TimeoutExpired):
+            if isinstance(p, int):  # a pid: only while it is still the replay (never a reused pid)
+                if b"replay_worker" in Path(f"/proc/{p}/cmdline").read_bytes():
+                    os.kill(p, signal.SIGKILL)
+            elif p.poll() is None:
+                p.kill()
+                p.wait(10)
+
+
 def child(root, mon, run: str, per: int = 2, stdin: bool = True) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "drifttool.monitor.replay_worker",
            *[x if x != RUN else run for x in args(root, mon, per=per)]]
     if stdin:
         cmd.remove("--no-stdin")
-    return subprocess.Popen(cmd, env=child_env(), stdin=subprocess.PIPE if stdin else None,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = subprocess.Popen(cmd, env=child_env(), stdin=subprocess.PIPE if stdin else None,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _SPAWNED.append(p)
+    return p
 
 
 def test_sigterm_leaves_pending_requests_spooled_and_the_next_start_replays_them(served, tmp_path):
@@ -251,8 +272,10 @@ def test_the_replay_child_does_not_outlive_its_parent(served, tmp_path):
             f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
             "time.sleep(600)\n")
     parent = subprocess.Popen([sys.executable, "-c", code], env=child_env())
+    _SPAWNED.append(parent)
     until(lambda: pidfile.exists() and pidfile.read_text().strip(), 60)
     pid = int(pidfile.read_text())
+    _SPAWNED.insert(0, pid)  # the grandchild too, should the test fail before it is gone
     until(lambda: len(segments(mon / "segments")) >= 1, 180)
     parent.kill()
     parent.wait(10)
