@@ -213,11 +213,6 @@ def _trace_lines(labels: list[str], rows: dict, ad: pd.DataFrame, ct: pd.DataFra
     return out
 
 
-def headline(lines: list[str]) -> str:
-    """The first sentence a user reads: whether EAGLE-3 drifts and whether EAGLE-3.1 changes it."""
-    return lines[0] if lines else "no drafted rounds: nothing to answer"
-
-
 SHORT_WIDTH = 80  # the terminal's "In short" fits a plain 80-column terminal
 VERDICT_SHORT = {"drift": "drift", "no drift": "no drift", "not established": "not estab.", "uniform": "uniform"}
 
