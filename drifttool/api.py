@@ -200,6 +200,13 @@ class _Plots:
         return plots.lift_curves(pd_, metrics) if all(m.endswith("_lift") for m in metrics) else \
             plots.depth_curves(pd_, metrics)
 
+    def patch(self):
+        """A `drifttool patch` trace: the change in per-depth acceptance each intervention makes, with CIs."""
+        from . import plots
+        from .analysis.patching import effects
+
+        return plots.patch_effects(effects(self._t.data))
+
     def recency(self, *others: Trace):
         """The drift verdict's picture: own drafts against equally recent prompt tokens, per series."""
         from . import plots

@@ -169,3 +169,16 @@ def test_the_answer_and_compare_read_the_patch_trace(patched):
     r = cli("compare", t.path, "--json")
     assert r.returncode == 0, r.stderr
     assert len(json.loads(r.stdout)["summary"]) == 1 + len(SITES)
+
+
+def test_the_patch_figure_draws_every_intervention(patched):
+    """The shared plot builder (notebook `t.plot.patch()`): one line per intervention, one point per depth, with
+    its CI; the zero-strength intervention sits on 0 at every depth."""
+    import drifttool as dt
+
+    _, _, t = patched
+    fig = dt.load(t.path).plot.patch()
+    assert sorted(tr.name for tr in fig.data) == sorted(parse(s).label for s in SITES)
+    assert all(len(tr.x) == K for tr in fig.data)
+    zero = next(tr for tr in fig.data if tr.name == "feedback-norm@2-Kx0")
+    assert list(zero.y) == [0.0] * K
