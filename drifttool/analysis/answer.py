@@ -260,6 +260,28 @@ def _inputs(cmp, s, ad, ct) -> tuple[pd.DataFrame, pd.DataFrame, dict, pd.Series
     return ad, ct, rows, acceptance_length(g.sum(), g.count())
 
 
+SHORT_LEGEND = ("Pooled ratios; ↑↓ detected (paired test over groups, p < 0.05, beyond x/÷ 1.05), · not; sink lift "
+                "↑: its CI above uniform; own/rec.: own drafts against prompt tokens as recent at d1 (> 1: drift).")
+
+
+def short_data(cmp, s: pd.DataFrame | None = None, ad: pd.DataFrame | None = None,
+               ct: pd.DataFrame | None = None) -> tuple[str, list[str], list[tuple[str, list[str]]]] | None:
+    """In short as data: the counted sentence, the column heads in words and one row of cells per series (the
+    terminal's text and the report's HTML table are both drawn from it)."""
+    got = _inputs(cmp, s, ad, ct)
+    if got is None:
+        return None
+    ad, _, rows, pooled = got
+    k = cmp.depth
+    labels = [x.label for x in cmp.series if x.label in rows]
+    cells = {lab: _short_cells(rows[lab], _acc_cell(pooled, ad, lab)) for lab in labels}
+    heads = [f"fed-back RMS, depth 1 → {k}", f"own drafts / equally recent prompt tokens at depth {k}",
+             "sink lift at depth 1", f"sink kept at depth {k}", "acceptance length (paired difference)", "verdict"]
+    keep = [i for i in range(len(heads)) if i != 3 or any(c[3] != "-" for c in cells.values())]
+    return (_counted(labels, rows, k), [heads[i] for i in keep],
+            [(lab, [cells[lab][i] for i in keep]) for lab in labels])
+
+
 def short(cmp, s: pd.DataFrame | None = None, ad: pd.DataFrame | None = None,
           ct: pd.DataFrame | None = None) -> list[str]:
     """The terminal's "In short": one counted sentence, then one row per series (fed-back RMS depth 1 -> K, the

@@ -81,15 +81,19 @@ def _table(df: pd.DataFrame, cols: list[tuple[str, str, int | None]]) -> str:
 def _answer(cmp: Comparison) -> list[str]:
     """The terminal's opening, computed the same way: "In short" (the counted sentence and its table), "The
     answer" (every sentence with its CI and p) and the findings (each detected trend with its test)."""
-    from ..analysis.answer import short
+    from ..analysis.answer import SHORT_LEGEND, short_data
     from ..analysis.report_stats import findings
 
     s, tr, ad, ct = cmp.summary(), cmp.trends(), cmp.acceptance_differences(), cmp.contrasts()
-    lines = short(cmp, s, ad, ct)
-    table_at = next((i for i, x in enumerate(lines) if x.startswith("series")), len(lines))
-    out = ["<h2>In short</h2><p>" + html.escape(" ".join(lines[:table_at])) + "</p>"]
-    if lines[table_at:]:
-        out.append("<pre>" + html.escape("\n".join(lines[table_at:])) + "</pre>")
+    got = short_data(cmp, s, ad, ct)
+    out = ["<h2>In short</h2>"]
+    if got is not None:  # the terminal's table as an HTML table: full series names, heads in words, no wrapping
+        sentence, heads, rows = got
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in ["series", *heads])
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in [lab, *cells]) + "</tr>"
+                       for lab, cells in rows)
+        out += [f"<p>{html.escape(sentence)}</p>", f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>",
+                f"<p><small>{html.escape(SHORT_LEGEND)}</small></p>"]
     out.append("<h2>The answer</h2><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in plain_summary(cmp, s, ad, ct))
                + "</ul>")
     found = findings(cmp, tr, ad)

@@ -134,7 +134,7 @@ def test_report_opens_with_compares_answer_and_reads_in_words(tmp_path):
     import html as h
     import re
 
-    from drifttool.analysis.answer import short
+    from drifttool.analysis.answer import short, short_data
     from drifttool.analysis.report_stats import findings
     from drifttool.plots.html_report import html_report
 
@@ -144,7 +144,13 @@ def test_report_opens_with_compares_answer_and_reads_in_words(tmp_path):
     heads = re.findall(r"<h2>([^<]+)</h2>", text)
     assert heads[:3] == ["In short", "The answer", "Findings: every detected trend and difference, with its test"]
     lines = short(cmp)
-    assert h.escape(lines[0].split(";")[0]) in text and all(h.escape(x) in text for x in lines[-4:])
+    assert h.escape(lines[0].split(";")[0]) in text
+    # In short as a table (not wrapped console text): every series' cells, heads in words
+    sentence, heads, rows = short_data(cmp)
+    assert f"<p>{h.escape(sentence)}</p>" in text and "<pre>" not in text
+    for lab, cells in rows:
+        assert "<tr><td>" + "</td><td>".join(h.escape(c) for c in [lab, *cells]) + "</td></tr>" in text
+    assert all(f"<th>{h.escape(x)}</th>" in text for x in heads)
     for x in findings(cmp):
         assert h.escape(x) in text and (re.search(r"\bp ?[<0-9]", x) or "MDE" in x)  # a test, or its power
     tables = re.findall(r"<table>.*?</table>", text, re.S)
