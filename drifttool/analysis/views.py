@@ -292,7 +292,10 @@ class View:
         rows = []
         for _, r in s.iterrows():
             al = ci(r.rename({"mean_acceptance_length": "al"}), "al")
-            rows.append({"series": r["series"], "verdict": r.get("drift_verdict", "-"), "AL [95% CI]": al,
+            verdict = r.get("drift_verdict", "-")
+            if verdict == "drift" and r.get("drift_depths"):  # the depths the curve detects it at (Holm)
+                verdict = f"drift d{r['drift_depths']}"
+            rows.append({"series": r["series"], "verdict": verdict, "AL [95% CI]": al,
                          "groups": int(r["groups"]), f"own/recent d{k}": ci(r, "recency_ratio", "x"),
                          "sink lift d1": ci(r, "sink_lift_d1"), f"sink kept d{k}": ci(r, "sink_retention", "x"),
                          f"RMS d{k}/d1": "-" if r["rms_growth"] != r["rms_growth"] else f"x{r['rms_growth']:.2f}"})
