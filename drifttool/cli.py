@@ -359,16 +359,22 @@ def compare(
 
     datas = read_traces(traces, pool)
     if any(d.is_tree for d in datas):  # draft trees: per depth, main path vs side branches (docs/trees.md)
-        from .analysis.tree_compare import render_tree_table, tree_depth_table
+        from .analysis.tree_compare import render_tree_table, tree_depth_table, tree_verdicts
 
         for flag, val in (("--trained-window", trained_window), ("--breakeven", breakeven)):
             if val is not None:
                 raise DriftError(f"{flag}: applies to chain traces; tree traces have no per-chain window split or "
                                  "break-even analysis")
         tab = tree_depth_table(datas)
+        verdicts = tree_verdicts(datas)
         if as_json:
-            typer.echo(dumps_strict({"tree_depths": tab.to_dict(orient="records")}, indent=1))
+            typer.echo(dumps_strict({"tree_depths": tab.to_dict(orient="records"),
+                                     "tree_verdicts": verdicts.to_dict(orient="records")}, indent=1))
         else:
+            for r in verdicts.itertuples():  # the drift verdict over every node, as a chain's (docs/trees.md)
+                at = f" at depth{'' if str(r.drift_depths).isdigit() else 's'} {r.drift_depths}" \
+                    if r.drift_verdict == "drift" else ""
+                typer.echo(f"{r.trace} / {r.drafter}: {r.drift_verdict}{at}: {r.drift_why}")
             render_tree_table(_console(), tab)
         return
     cmp = Comparison.of(datas, trained_window=trained_window)

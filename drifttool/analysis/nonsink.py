@@ -87,3 +87,27 @@ def read_heads(trace, drafter: str | None = None) -> pd.DataFrame:
     except (DriftError, KeyError, FileNotFoundError):
         return pd.DataFrame(columns=HEAD_COLUMNS)
     return h if drafter is None else h[h["drafter"] == drafter]
+
+
+def tree_node_shares(heads: pd.DataFrame) -> pd.DataFrame:
+    """A tree trace's per-node non-sink shares (tree_heads): per (drafter, prompt_id, round, node, depth >= 2) the
+    head means of own-path mass / (1 - the node's producer's sink) and matched / (1 - the root's sink), the root's
+    sink read off any depth-1 node of the round (the root produced them all)."""
+    keys = ["drafter", "prompt_id", "round"]
+    cols = [*keys, "node", "depth", "self_ns", "matched_ns"]
+    need = {*keys, "node", "depth", "head", "sink_mass", "matched_mass", *SELF_PARTS}
+    if heads.empty or not need <= set(heads.columns):
+        return pd.DataFrame(columns=cols)
+    one = (heads.loc[heads["depth"] == 1, [*keys, "head", "sink_mass"]].drop_duplicates([*keys, "head"])
+           .rename(columns={"sink_mass": "sink1"}))
+    deep = heads[heads["depth"] >= 2].merge(one, on=[*keys, "head"], how="inner")
+    f = np.float64
+    rest_k, rest_1 = 1.0 - deep["sink_mass"].to_numpy(f), 1.0 - deep["sink1"].to_numpy(f)
+    sm = sum(deep[c].to_numpy(f) for c in SELF_PARTS)
+    c = deep["matched_mass"].to_numpy(f)
+    ok = (rest_k > MIN_REST) & (rest_1 > MIN_REST) & np.isfinite(sm) & np.isfinite(c)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = pd.DataFrame({"self_ns": np.where(ok, sm / rest_k, np.nan), "matched_ns": np.where(ok, c / rest_1, np.nan)})
+    x = pd.concat([deep[[*keys, "node", "depth"]].reset_index(drop=True), x], axis=1)
+    return x.groupby([*keys, "node", "depth"], observed=True, sort=False)[["self_ns", "matched_ns"]].mean() \
+        .reset_index()[cols]

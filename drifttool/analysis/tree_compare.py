@@ -8,6 +8,7 @@ definition."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from ..errors import DriftError
@@ -127,3 +128,37 @@ def render_tree_table(console, tab: pd.DataFrame) -> None:
             n = f"{few[0]}" if len(few) == 1 else f"{few[0]}-{few[-1]}"
             console.print(f"Rows over n = {n} groups: too few for an interval (the group bootstrap needs "
                           f"{MIN_CLUSTERS} or more; docs/statistics.md).", markup=False)
+
+
+def tree_verdicts(traces: list[TraceData]) -> pd.DataFrame:
+    """The drift verdict of tree traces, per trace x drafter, over all drafted nodes: the recency-matched ratio of a
+    node at depth k is its producer query's mass on the k - 1 own slots of its path against the root query's mass
+    on its k - 1 most recent keys, each over its row's non-sink keys per head (analysis/nonsink.py), pooled over
+    the nodes at k; the curve k = 2..K with Holm over depths, and the chain's verdict rules (analysis/verdict.py)."""
+    from .compare import trace_labels
+    from .nonsink import tree_node_shares
+    from .verdict import classify, depth_drift, rm_curve, span
+
+    rows = []
+    for t, label in zip(traces, trace_labels(traces)):
+        k = int(t.manifest["capture"].get("depth") or 0)
+        shares = tree_node_shares(t.table("tree_heads", ["drafter", "prompt_id", "round", "node", "depth", "head",
+                                                           "sink_mass", "draft_mass", "own_mass", "matched_mass"]))
+        for drafter in [d["name"] for d in t.manifest["drafters"]]:
+            d = shares[shares["drafter"].astype(str) == drafter].copy()
+            ids = d["prompt_id"].astype(str)
+            got = ids.map(t.groups)
+            d["group"] = got.where(got.notna(), group_of_id(ids)).astype(str)
+            recorded = bool(d["matched_ns"].notna().any()) if len(d) else False
+            curve = rm_curve(d, k) if recorded and k >= 2 else {}
+            verdict, why = classify(curve, False, recorded, k)
+            if not recorded:
+                why = (f"recency-matched control not recorded in this tree trace (captured by drifttool "
+                       f"{t.manifest.get('drifttool_version', 'an earlier version')} before trees had one); recapture")
+            rk = curve.get(k, {})
+            up = [x for x, r in curve.items() if np.isfinite(r["value"]) and depth_drift(r)]
+            rows.append({"trace": label, "drafter": drafter, "drift_verdict": verdict, "drift_why": why,
+                         "drift_depths": span(up), "recency_ratio": rk.get("value", np.nan),
+                         "recency_ratio_lo": rk.get("lo", np.nan), "recency_ratio_hi": rk.get("hi", np.nan),
+                         "recency_ratio_p": rk.get("p", np.nan), "groups": int(d["group"].nunique()) if len(d) else 0})
+    return pd.DataFrame(rows)

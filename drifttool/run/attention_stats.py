@@ -84,16 +84,20 @@ class Gathered:
     lo: np.ndarray  # [R] int64
     chain: bool  # depth rows of a chain (the matched control and the window mass apply); False: a tree's nodes
     recent: int = 0  # --recent R (the window mass's R); 0: the recent set's size
+    depths: tuple[int, ...] | None = None  # a tree's rows' chain depths (root 1): their matched control, from the root
 
     @classmethod
     def of(cls, n: int, sets: list[np.ndarray], tail: TailSlots, matched: np.ndarray | None = None,
-           lo: np.ndarray | None = None, recent: int = 0) -> Gathered:
+           lo: np.ndarray | None = None, recent: int = 0, depths: list[int] | None = None) -> Gathered:
+        """`matched` without `depths`: a chain's rows (depth j+1 at row j); with `depths`: a tree's rows, each
+        node's query at its chain depth (the root 1), the matched control read off the root's row."""
         f = tail.anc.shape[1]
         mi = matched if matched is not None else np.zeros(0, np.int64)
         index = np.concatenate([*sets, np.arange(n, n + f, dtype=np.int64), mi])
         r = tail.anc.shape[0]
         return cls(index, tuple(len(s) for s in sets), n, f, len(mi), tail,
-                   np.zeros(r, np.int64) if lo is None else np.asarray(lo, np.int64), matched is not None, recent)
+                   np.zeros(r, np.int64) if lo is None else np.asarray(lo, np.int64),
+                   matched is not None and depths is None, recent, None if depths is None else tuple(depths))
 
     @property
     def windowed(self) -> bool:
@@ -315,6 +319,13 @@ def head_values(p: np.ndarray, g: Gathered, rows: np.ndarray | None = None) -> n
         out[..., _COL[_MATCHED[0]]] = col
     elif not g.chain:
         out[..., [_COL[f] for f in (*_MATCHED, *_WINDOW)]] = np.nan
+        if g.depths is not None and _MATCHED:  # a tree: a node's query at depth d, the root's last d-1 keys
+            d = np.asarray(g.depths, np.int64)
+            w, nan = _matched_weights(g.m, int(d.max()))
+            root = p[0, :, p.shape[-1] - g.m:] @ w  # [nh, Dmax]: the root row's mass on its last j keys
+            col = root[:, d - 1].T  # [R, nh]
+            col[nan[d - 1]] = np.nan
+            out[..., _COL[_MATCHED[0]]] = col
     return out.astype(np.float32)
 
 

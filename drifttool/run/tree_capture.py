@@ -99,9 +99,12 @@ class TreeCapture(Observer):
         keep = torch.tensor([0] + [1 + col[u] for u in tree.fed], device=q.device)
         tail = region_masks(tree.parents, rows, col, keys.shape[1] - n)
         ctx = np.asarray(self._seq[:n], dtype=np.int64)
-        sets = key_sets.context_sets(key_sets.KeyContext(n, lambda: ctx, self.sink.index(ctx), self.recent,
-                                                         self.template_ids))
-        g = stats.Gathered.of(n, sets, tail)
+        sink_pos = self.sink.index(ctx)
+        sets = key_sets.context_sets(key_sets.KeyContext(n, lambda: ctx, sink_pos, self.recent, self.template_ids))
+        # each row's query at its chain depth (the root 1; a fed node one deeper than the node): the recency-matched
+        # control of a node drafted at depth d is the root's mass on its d-1 most recent non-sink keys
+        dep = [tree.depths[u] + 1 for u in rows]
+        g = stats.Gathered.of(n, sets, tail, key_sets.matched_index(n, max(dep) - 1, sink_pos), depths=dep)
         d = stats.masked_logits(q.index_select(0, keep), keys, n, self.scale, tail=tail)
         p, rws, _ = stats.full_probs(d, g, torch.from_numpy(g.index).to(keys.device))
         x = torch.stack([torch.cat(st[k], -2)[0].detach().index_select(0, keep) for k in ("in", "pre", "post")])
@@ -109,7 +112,7 @@ class TreeCapture(Observer):
         heads = stats.head_values(p, g, rws)
         hidden = stats.hidden_stats(x)
         if not (np.isfinite(heads[..., list(stats.CHECKED_TREE)]).all() and np.isfinite(hidden).all()):
-            raise DriftError(  # (the matched and window masses are NaN on trees by design)
+            raise DriftError(  # (the window mass is NaN on trees by design, the matched mass at the root)
                 f"drafter activations: NaN or inf in tree round {record.round} (try --dtype float32)"
             )
         self.rounds.append(TreeRoundCapture(record.round, n, rows, heads, hidden.astype(np.float32)))

@@ -98,7 +98,58 @@ def test_top1_tree_capture_equals_chain_capture(trained_pair, k):
     assert len(cc.rounds) == len(tc.rounds) == len(chain.rounds)
     for a, b in zip(cc.rounds, tc.rounds):
         assert b.rows == list(range(k))  # root + nodes 1..k-1 fed: the producers of depths 1..k
-        for f in ("sink_mass", "draft_mass", "own_mass", "entropy", "max_prob", "recent_mass", "template_mass"):
-            np.testing.assert_allclose(b.field(f), a.field(f), atol=1e-5, rtol=0, err_msg=f)
+        for f in ("sink_mass", "draft_mass", "own_mass", "entropy", "max_prob", "recent_mass", "template_mass",
+                  "matched_mass"):  # matched: a node's recency control from the root, as a chain's from depth 1
+            np.testing.assert_allclose(b.field(f), a.field(f), atol=1e-5, rtol=0, err_msg=f, equal_nan=True)
         assert (b.field("top_pos") == a.field("top_pos")).all()
         np.testing.assert_allclose(b.hidden, a.hidden, rtol=1e-6, atol=1e-6)
+
+
+def test_a_wide_trees_matched_control_is_the_roots_mass_on_its_last_keys(trained_pair):
+    """In a tree of width 2, every query row at chain depth d (the root 1, a fed node one deeper than the node)
+    gets the root query's mass on its d - 1 most recent non-sink context keys (the recency null of the d - 1 own
+    slots on that node's path), equal to the root's eager attention row (fp32, two attention codes: 1e-5)."""
+    from drifttool.run import attention_stats as stats
+    from drifttool.run.key_sets import matched_index
+
+    t, d = trained_pair.target, trained_pair.drafter
+
+    class RootRows:  # each round's first attention call is the refresh: its last row is the root query's
+        rows: list = []
+        want = False
+
+        def begin_round(self, *_a):
+            self.want = True
+
+        def end_round(self, *_a):
+            pass
+
+    roots = RootRows()
+
+    def grab(_m, _i, out):
+        if roots.want:
+            roots.rows.append(out[0][:, -1, :].detach().double())
+            roots.want = False
+
+    d.set_attn_impl("eager")
+    h = d.layer.self_attn.hook_probs.register_forward_hook(grab)
+    try:
+        with TreeCapture(d, sink=SinkSpec.parse("first:1")) as tc:
+            res = speculate_tree(t, d, trained_pair.prompts[1], parse_tree("dynamic:top_k=2,depth=3,total=6"),
+                                 max_new_tokens=12, observers=[roots, tc])
+    finally:
+        h.remove()
+        d.set_attn_impl("sdpa")
+    checked = 0
+    for rec, cap, root in zip(res.rounds, tc.rounds, roots.rows):
+        n = rec.context_len
+        dep = [rec.tree.depths[u] + 1 for u in cap.rows]
+        m = stats.field(cap.heads, "matched_mass")  # [R, nh]
+        assert np.isnan(m[0]).all()  # the root: no own slot, no control
+        for r, dd in enumerate(dep):
+            if dd < 2:
+                continue
+            keys = matched_index(n, dd - 1, np.array([0]))
+            np.testing.assert_allclose(m[r], root[:, keys].sum(-1).numpy(), atol=1e-5, rtol=0)
+            checked += 1
+    assert checked > len(res.rounds)  # more than one node row per round: a real tree
