@@ -141,16 +141,22 @@ def tree_verdicts(traces: list[TraceData]) -> pd.DataFrame:
 
     rows = []
     for t, label in zip(traces, trace_labels(traces)):
-        k = int(t.manifest["capture"].get("depth") or 0)
+        k_trace = int(t.manifest["capture"].get("depth") or 0)
         shares = tree_node_shares(t.table("tree_heads", ["drafter", "prompt_id", "round", "node", "depth", "head",
                                                            "sink_mass", "draft_mass", "own_mass", "matched_mass"]))
         for drafter in [d["name"] for d in t.manifest["drafters"]]:
+            k = k_trace
             d = shares[shares["drafter"].astype(str) == drafter].copy()
             ids = d["prompt_id"].astype(str)
             got = ids.map(t.groups)
             d["group"] = got.where(got.notna(), group_of_id(ids)).astype(str)
             recorded = bool(d["matched_ns"].notna().any()) if len(d) else False
             curve = rm_curve(d, k) if recorded and k >= 2 else {}
+            # a tree's deepest nodes are few: its verdict reads the curve up to the deepest depth that has any
+            reached = [x for x, r in curve.items() if np.isfinite(r["value"])]
+            if reached and max(reached) < k:
+                k = max(reached)
+                curve = rm_curve(d, k)
             verdict, why = classify(curve, False, recorded, k)
             if not recorded:
                 why = (f"recency-matched control not recorded in this tree trace (captured by drifttool "
@@ -160,5 +166,6 @@ def tree_verdicts(traces: list[TraceData]) -> pd.DataFrame:
             rows.append({"trace": label, "drafter": drafter, "drift_verdict": verdict, "drift_why": why,
                          "drift_depths": span(up), "recency_ratio": rk.get("value", np.nan),
                          "recency_ratio_lo": rk.get("lo", np.nan), "recency_ratio_hi": rk.get("hi", np.nan),
-                         "recency_ratio_p": rk.get("p", np.nan), "groups": int(d["group"].nunique()) if len(d) else 0})
+                         "recency_ratio_p": rk.get("p", np.nan), "depth_read": k,
+                         "groups": int(d["group"].nunique()) if len(d) else 0})
     return pd.DataFrame(rows)
