@@ -34,6 +34,8 @@ from ..trace.metric_table import derived
 NS_COLUMNS = ("self_ns", "matched_ns")  # the depths columns this module adds
 SELF_PARTS = derived()["self_mass"]  # the own-slot masses the self mass sums (the metric table's row)
 HEAD_COLUMNS = ["drafter", "prompt_id", "round", "depth", "head", "sink_mass", *SELF_PARTS, "matched_mass"]
+TREE_HEAD_COLUMNS = ["drafter", "prompt_id", "round", "node", "depth", "head", "sink_mass", *SELF_PARTS,
+                     "matched_mass"]  # what tree_node_shares reads of tree_heads
 MIN_REST = 8 * 2.0 ** -23  # a non-sink remainder below float32 resolution of 1: no non-sink share to compare
 
 

@@ -136,14 +136,13 @@ def tree_verdicts(traces: list[TraceData]) -> pd.DataFrame:
     on its k - 1 most recent keys, each over its row's non-sink keys per head (analysis/nonsink.py), pooled over
     the nodes at k; the curve k = 2..K with Holm over depths, and the chain's verdict rules (analysis/verdict.py)."""
     from .compare import trace_labels
-    from .nonsink import tree_node_shares
+    from .nonsink import TREE_HEAD_COLUMNS, tree_node_shares
     from .verdict import classify, depth_drift, rm_curve, span
 
     rows = []
     for t, label in zip(traces, trace_labels(traces)):
         k_trace = int(t.manifest["capture"].get("depth") or 0)
-        shares = tree_node_shares(t.table("tree_heads", ["drafter", "prompt_id", "round", "node", "depth", "head",
-                                                           "sink_mass", "draft_mass", "own_mass", "matched_mass"]))
+        shares = tree_node_shares(t.table("tree_heads", TREE_HEAD_COLUMNS))
         for drafter in [d["name"] for d in t.manifest["drafters"]]:
             k = k_trace
             d = shares[shares["drafter"].astype(str) == drafter].copy()

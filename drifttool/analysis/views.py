@@ -22,7 +22,7 @@ from ..trace.footers import check_files, read_tokens
 from ..trace.reader import TraceData, member
 from ..trace.schema import HEAD_METRICS, LIFTS, MEASURED_MASSES
 from ..trace.summary import CATEGORIES
-from .compare import SUMMARY_DEPTHS, Comparison, series_table
+from .compare import SUMMARY_DEPTHS, Comparison, nonsink_columns, series_table
 from .metrics import context_bucket
 
 # read and validated at load: what the first page (overview) needs (None: every column); the rest is read by
@@ -249,7 +249,8 @@ class View:
     def _full(self) -> Comparison:
         """The comparison with every depths column (per-depth pages), filtered like the summary's."""
         c = self._cmp
-        return Comparison(c.series, self._kept(series_table(c.series, "depths")), c.rounds, c.notes)
+        depths = series_table(c.series, "depths")  # with the verdict's non-sink shares, as Comparison.of adds them
+        return Comparison(c.series, self._kept(nonsink_columns(c.series, depths)), c.rounds, c.notes)
 
     @cached_property
     def _dd(self) -> pd.DataFrame:

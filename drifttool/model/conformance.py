@@ -8,14 +8,15 @@ such case with what the engines do with it, from the engine's own source (ENGINE
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import DriftError
 from . import flags as flag_table
 from .config import FLAG_NAMES
+from .findings import Finding
 from .layouts import detect_layout
+from .weight_health import weight_findings
 
 FLAGS = FLAG_NAMES  # the flag names at import time (model/flags.py declares them)
 
@@ -60,19 +61,6 @@ ENGINE_READS: dict[str, dict[str, Any]] = {
         "missing_weights": "fc_norm / input_norm only under an override: unit weights, recorded",
     },
 }
-
-
-@dataclass
-class Finding:
-    code: str
-    severity: str  # error: an engine will misread or refuse it; warning: likely wrong; info: what was assumed
-    message: str
-    engines: dict[str, str] = field(default_factory=dict)  # engine -> what it does with this
-    flag: str | None = None  # the flag the finding is about, where it is about one
-    value: Any = None  # the value the checkpoint stores for it (where it stores one)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _keys(folder: Path) -> dict[str, tuple[int, ...]]:
@@ -251,6 +239,4 @@ def static_findings(folder: str | Path) -> tuple[dict[str, Any], list[Finding]]:
         out.append(Finding("assumed", "info", "eagle_aux_hidden_state_layer_ids absent: engines use [2, L//2, L-3]"))
     if layer.get("rope_theta") is None:
         out.append(Finding("assumed", "info", "rope_theta absent: engines use 10000"))
-    from .weight_health import weight_findings
-
     return info, out + weight_findings(p)

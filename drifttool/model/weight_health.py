@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from .conformance import Finding
+from .findings import Finding
 
 NORM = re.compile(r"(?:^|\.)(?:[a-z_]*norm)(?:\.\d+)?\.weight$")
 ROWS = re.compile(r"(?:^|\.)(?:fc|lm_head|embed_tokens)\.weight$")

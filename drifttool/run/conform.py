@@ -339,6 +339,20 @@ def _reference_inputs(rep: ConformReport, trace, path, target: str, probes: str,
     return tgt, ref, suite, prompts, aux
 
 
+def _training_lines(tr: dict | None) -> list[str]:
+    """The training-vs-serving block of the report (with a drifttool training report), else nothing."""
+    if not tr:
+        return []
+    out = []
+    if tr.get("trained_heldout_depth1") is not None:
+        ci = f" (95% CI over {tr['n_groups']} groups {tr['ci95'][0]:.3f}-{tr['ci95'][1]:.3f})" if tr.get("ci95") else ""
+        out += ["", f"training vs serving: held-out depth-1 agreement {tr['trained_heldout_depth1']:.3f}, measured "
+                    f"depth-1 acceptance {tr['measured_depth1']:.3f}{ci}" + ("  GAP" if tr.get("flagged") else "")]
+    if tr.get("note"):
+        out.append(f"  {tr['note']}")
+    return out
+
+
 def render(rep: ConformReport) -> str:
     """The report as text (one screen)."""
     lines = [f"conform {rep.drafter}  (engine: {rep.engine})", "",
@@ -371,14 +385,7 @@ def render(rep: ConformReport) -> str:
         lines += ["", f"diagnosis: {dg['verdict']}", f"  ({dg['method']})"]
         for t in dg["finalists"]:
             lines.append(f"  {t['agreement']:.1%}  {t['as']}")
-    if rep.training:
-        tr = rep.training
-        if tr.get("trained_heldout_depth1") is not None:
-            ci = f" (95% CI over {tr['n_groups']} groups {tr['ci95'][0]:.3f}-{tr['ci95'][1]:.3f})" if tr.get("ci95") else ""
-            lines += ["", f"training vs serving: held-out depth-1 agreement {tr['trained_heldout_depth1']:.3f}, measured "
-                          f"depth-1 acceptance {tr['measured_depth1']:.3f}{ci}" + ("  GAP" if tr.get("flagged") else "")]
-        if tr.get("note"):
-            lines.append(f"  {tr['note']}")
+    lines += _training_lines(rep.training)
     lines += ["", "verdict: " + ("conformant" if rep.conformant else "NOT conformant")]
     if not rep.healthy:
         lines.append("weights: NOT healthy (see the weight findings above: a training problem, not the engine's)")
