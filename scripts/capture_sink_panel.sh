@@ -15,7 +15,7 @@ DT=${DT:-.venv/bin/drifttool}
 SEEDS=${SEEDS:-$(ls -d runs/sink/s*/ 2>/dev/null | sed 's|runs/sink/s||; s|/$||' | sort -n | tr '\n' ' ')}
 OUT=sample_traces/sink_seeds
 for s in $SEEDS; do
-  if [ ! -d "runs/sink/s$s" ]; then
+  if [ ! -d "runs/sink/s$s" ] && ! grep -qs '"status": "complete"' "$OUT/smollm2-long_code-s$s.drift/manifest.json"; then
     echo "capture_sink_panel: seed $s never trained: no runs/sink/s$s/; train it first" \
       "(SEEDS=\"$s\" bash scripts/train_sink_panel.sh)" >&2
     exit 2
@@ -30,11 +30,13 @@ cap() {  # out, drafter args...
     --depth 8 --max-new-tokens 32 --keep-rows 0 --seed 0 --sink target --quiet --out "$out" $r
 }
 I=runs/sink/s0/drafters/steps/step-000000
-if [ -d "$I/eagle3" ] && [ ! -e runs/sink/captured-init ]; then
+if [ -d "$I/eagle3" ] && [ ! -e runs/sink/captured-init ] && \
+   ! grep -qs '"status": "complete"' "$OUT/init/smollm2-long_code-init.drift/manifest.json"; then
   cap "$OUT/init/smollm2-long_code-init.drift" --drafter "eagle3-init=$I/eagle3" --drafter "eagle3.1-init=$I/eagle3.1"
   touch runs/sink/captured-init
 fi
 for s in $SEEDS; do
+  grep -qs '"status": "complete"' "$OUT/smollm2-long_code-s$s.drift/manifest.json" && continue  # an earlier session's
   [ -e "runs/sink/s$s/done" ] || { echo "capture_sink_panel: seed $s still training; skipped (rerun later)" >&2; continue; }
   [ -e "runs/sink/captured-s$s" ] && continue
   cap "$OUT/smollm2-long_code-s$s.drift" --drafter "eagle3-s$s=runs/sink/s$s/drafters/eagle3" \

@@ -7,7 +7,9 @@
 # runs/sink/s0/drafters/steps/step-000000. Every stage resumes: rerun the same command after an interruption.
 #   1. held-out + training features, shared with scripts/train_seed_panel.sh (runs/seeds/features)
 #   2. per seed: training.train_real --sink-layer SINK_LAYER --steps STEPS --lr LR --seed S -> runs/sink/s<S>/drafters
-# Then scripts/capture_sink_panel.sh captures them.
+# Then scripts/capture_sink_panel.sh captures them. runs/ does not survive a session: a seed whose trace is committed
+# (sample_traces/sink_seeds/smollm2-long_code-sS.drift, complete) is skipped, so the panel accumulates over sessions
+# (commit each captured seed's trace as it lands).
 # Env: SEEDS (default "0 1 2 3 4 5 6 7"), STEPS (120), LR (3e-4: a fine-tune of a pretrained layer),
 #      SINK_LAYER (15: the sink layer whose input is the middle aux feature), FEATURE_CONVERSATIONS (259), WINDOW (4096).
 # One thread per process (OMP_NUM_THREADS=1): the other core stays free. A log line per step with its tokens/s.
@@ -36,8 +38,12 @@ if [ ! -e "$F/train.done" ]; then
     >> runs/seeds/feat_train.log 2>&1
   touch "$F/train.done"
 fi
+shipped() {  # a seed whose captured trace is committed (a complete manifest): done in an earlier session
+  grep -qs '"status": "complete"' "sample_traces/sink_seeds/smollm2-long_code-s$1.drift/manifest.json"
+}
 for s in $SEEDS; do
   [ -e "runs/sink/s$s/done" ] && continue
+  if shipped "$s"; then echo "$(date +%T) seed $s: its trace is already in sample_traces/sink_seeds/; skipped" >&2; continue; fi
   echo "$(date +%T) seed $s: training (log runs/sink/s$s.log)" >&2
   $PY -m training.train_real --features "$F" --work "runs/sink/s$s/train" --out "runs/sink/s$s/drafters" \
     --variants eagle3,eagle3.1 --seed "$s" --steps "$STEPS" --lr "$LR" --sink-layer "$SINK_LAYER" \
