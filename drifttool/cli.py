@@ -94,6 +94,14 @@ Example (the bundled SmolLM2 drafters; `drifttool zoo fetch smollm2` once):
 Options: docs/cli.md; settings explained: docs/metrics.md"""
 IN, OUT, DEC, MEAS, ENG = "Inputs", "Output", "Decoding", "Measurement", "Engine and device"
 JSON_HELP = "print JSON instead of text (strict JSON: a value that cannot be computed, NaN or infinite, is null)"
+# the options `capture` and `patch` share (one declaration each; typer reads them, never changes them)
+LIMIT_OPT = typer.Option(None, "--limit", metavar="N", rich_help_panel=IN, help="only the first N prompts")
+OUT_OPT = typer.Option(None, "--out", metavar="NAME.drift", rich_help_panel=OUT,
+                       help="the trace folder to write  [required]")
+RESUME_OPT = typer.Option(False, "--resume", rich_help_panel=OUT,
+                          help="continue the partial trace at --out (same settings)")
+OVERWRITE_OPT = typer.Option(False, "--overwrite", rich_help_panel=OUT, help="replace the trace at --out")
+QUIET_OPT = typer.Option(False, "--quiet", rich_help_panel=OUT, help="no progress display")
 
 
 @app.command(cls=HelpSections, epilog=CAPTURE_EXAMPLE,
@@ -114,17 +122,13 @@ def capture(
     probes: str | None = typer.Option(None, "--probes", metavar="SUITE", rich_help_panel=IN,
                                       help="JSONL file, or a bundled suite: long_code, quick, real/long_code, ... "
                                            " [required]"),
-    limit: int | None = typer.Option(None, "--limit", metavar="N", rich_help_panel=IN,
-                                     help="only the first N prompts"),
-    out: str | None = typer.Option(None, "--out", metavar="NAME.drift", rich_help_panel=OUT,
-                                   help="the trace folder to write  [required]"),
-    resume: bool = typer.Option(False, "--resume", rich_help_panel=OUT,
-                                help="continue the partial trace at --out (same settings)"),
-    overwrite: bool = typer.Option(False, "--overwrite", rich_help_panel=OUT,
-                                   help="replace the trace at --out"),
+    limit: int | None = LIMIT_OPT,
+    out: str | None = OUT_OPT,
+    resume: bool = RESUME_OPT,
+    overwrite: bool = OVERWRITE_OPT,
     no_compact: bool = typer.Option(False, "--no-compact", rich_help_panel=OUT,
                                     help="keep one shard per prompt (skip the final merge)"),
-    quiet: bool = typer.Option(False, "--quiet", rich_help_panel=OUT, help="no progress display"),
+    quiet: bool = QUIET_OPT,
     depth: int = typer.Option(8, "--depth", metavar="K", rich_help_panel=DEC, help="speculation depth"),
     mode: str = typer.Option("generate", "--mode", metavar="MODE", rich_help_panel=DEC,
                              help="generate | teacher-forced"),
@@ -210,14 +214,11 @@ def patch(
                                         "aux.fc_norm, aux.zero-2 (docs/patching.md); repeatable"),
     sites: str | None = typer.Option(None, "--sites", metavar="FILE", rich_help_panel=IN,
                                      help="interventions from a JSON file (a list of {site, op, lo, hi, strength})"),
-    limit: int | None = typer.Option(None, "--limit", metavar="N", rich_help_panel=IN,
-                                     help="only the first N prompts"),
-    out: str | None = typer.Option(None, "--out", metavar="NAME.drift", rich_help_panel=OUT,
-                                   help="the trace folder to write  [required]"),
-    resume: bool = typer.Option(False, "--resume", rich_help_panel=OUT,
-                                help="continue the partial trace at --out (same settings)"),
-    overwrite: bool = typer.Option(False, "--overwrite", rich_help_panel=OUT, help="replace the trace at --out"),
-    quiet: bool = typer.Option(False, "--quiet", rich_help_panel=OUT, help="no progress display"),
+    limit: int | None = LIMIT_OPT,
+    out: str | None = OUT_OPT,
+    resume: bool = RESUME_OPT,
+    overwrite: bool = OVERWRITE_OPT,
+    quiet: bool = QUIET_OPT,
     as_json: bool = typer.Option(False, "--json", rich_help_panel=OUT, help=JSON_HELP),
     depth: int = typer.Option(8, "--depth", metavar="K", rich_help_panel=DEC, help="speculation depth"),
     max_new_tokens: int | None = typer.Option(

@@ -39,6 +39,20 @@ TREE_HEAD_COLUMNS = ["drafter", "prompt_id", "round", "node", "depth", "head", "
 MIN_REST = 8 * 2.0 ** -23  # a non-sink remainder below float32 resolution of 1: no non-sink share to compare
 
 
+def _row_shares(deep: pd.DataFrame) -> pd.DataFrame:
+    """Per head row (its depth-k sink as `sink_mass`, its depth-1 sink as `sink1`): self_ns, matched_ns and
+    n_ns_heads (1 where both rows have a non-sink remainder above float32 resolution, else NaN shares), float64."""
+    f = np.float64
+    rest_k, rest_1 = 1.0 - deep["sink_mass"].to_numpy(f), 1.0 - deep["sink1"].to_numpy(f)
+    s = sum(deep[c].to_numpy(f) for c in SELF_PARTS)
+    c = deep["matched_mass"].to_numpy(f)
+    ok = (rest_k > MIN_REST) & (rest_1 > MIN_REST) & np.isfinite(s) & np.isfinite(c) & np.isfinite(rest_k) \
+        & np.isfinite(rest_1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return pd.DataFrame({"self_ns": np.where(ok, s / rest_k, np.nan), "matched_ns": np.where(ok, c / rest_1, np.nan),
+                             "n_ns_heads": ok.astype(np.int64)})
+
+
 def nonsink_shares(heads: pd.DataFrame) -> pd.DataFrame:
     """Per (drafter, prompt_id, round, depth >= 2): self_ns and matched_ns, the head means of the own-slot and
     control masses renormalised over each row's non-sink keys (module doc), in float64; n_ns_heads the heads kept."""
@@ -49,17 +63,7 @@ def nonsink_shares(heads: pd.DataFrame) -> pd.DataFrame:
     h = heads[HEAD_COLUMNS]
     one = h.loc[h["depth"] == 1, [*keys, "head", "sink_mass"]].rename(columns={"sink_mass": "sink1"})
     deep = h[h["depth"] >= 2].merge(one, on=[*keys, "head"], how="inner")
-    f = np.float64
-    rest_k = 1.0 - deep["sink_mass"].to_numpy(f)
-    rest_1 = 1.0 - deep["sink1"].to_numpy(f)
-    s = sum(deep[c].to_numpy(f) for c in SELF_PARTS)
-    c = deep["matched_mass"].to_numpy(f)
-    ok = (rest_k > MIN_REST) & (rest_1 > MIN_REST) & np.isfinite(s) & np.isfinite(c) & np.isfinite(rest_k) \
-        & np.isfinite(rest_1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        x = pd.DataFrame({"self_ns": np.where(ok, s / rest_k, np.nan), "matched_ns": np.where(ok, c / rest_1, np.nan),
-                          "n_ns_heads": ok.astype(np.int64)})
-    x = pd.concat([deep[[*keys, "depth"]].reset_index(drop=True), x], axis=1)
+    x = pd.concat([deep[[*keys, "depth"]].reset_index(drop=True), _row_shares(deep)], axis=1)
     g = x.groupby([*keys, "depth"], observed=True, sort=False)
     out = g[["self_ns", "matched_ns"]].mean()
     out["n_ns_heads"] = g["n_ns_heads"].sum()
@@ -103,13 +107,6 @@ def tree_node_shares(heads: pd.DataFrame) -> pd.DataFrame:
     one = (heads.loc[heads["depth"] == 1, [*keys, "head", "sink_mass"]].drop_duplicates([*keys, "head"])
            .rename(columns={"sink_mass": "sink1"}))
     deep = heads[heads["depth"] >= 2].merge(one, on=[*keys, "head"], how="inner")
-    f = np.float64
-    rest_k, rest_1 = 1.0 - deep["sink_mass"].to_numpy(f), 1.0 - deep["sink1"].to_numpy(f)
-    sm = sum(deep[c].to_numpy(f) for c in SELF_PARTS)
-    c = deep["matched_mass"].to_numpy(f)
-    ok = (rest_k > MIN_REST) & (rest_1 > MIN_REST) & np.isfinite(sm) & np.isfinite(c)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        x = pd.DataFrame({"self_ns": np.where(ok, sm / rest_k, np.nan), "matched_ns": np.where(ok, c / rest_1, np.nan)})
-    x = pd.concat([deep[[*keys, "node", "depth"]].reset_index(drop=True), x], axis=1)
+    x = pd.concat([deep[[*keys, "node", "depth"]].reset_index(drop=True), _row_shares(deep)], axis=1)
     return x.groupby([*keys, "node", "depth"], observed=True, sort=False)[["self_ns", "matched_ns"]].mean() \
         .reset_index()[cols]

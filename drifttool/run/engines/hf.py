@@ -34,13 +34,19 @@ def capture_one(target: Target, name: str, drafter: Eagle3Drafter, cap: Capture,
     """One drafter on one prompt through an attached Capture; returns (tables, sampled rows, SpecResult)."""
     t0 = time.perf_counter()
     res = speculate(target, drafter, job.ids, job.decoding(), observers=[cap], forced=forced, prefill=prefill)
-    wall = time.perf_counter() - t0
-    tabs = prompt_tables(name, job.probe.id, res.rounds, cap.rounds, drafter.config.input_aux_layer_ids,
-                         trained_window(drafter.config.to_dict())["window"], drafter.config.sliding_window)
-    tabs["prompts"] = prompt_row(name, job.probe, len(job.ids), len(res.output_ids), res.rounds, wall,
-                                 max_new_tokens=job.max_new_tokens)
-    rows = add_rows(tabs, name, job.probe.id, cap.rounds)
+    tabs, rows = shard_of(name, drafter, job, res.rounds, cap, len(res.output_ids), time.perf_counter() - t0)
     return tabs, rows, res
+
+
+def shard_of(name: str, drafter: Eagle3Drafter, job: PromptJob, rounds: list, cap: Capture, n_generated: int,
+             wall: float) -> tuple[dict[str, pd.DataFrame], dict]:
+    """One drafter's run of one prompt as its shard's tables (and sampled rows): the round records and what the
+    attached Capture measured."""
+    tabs = prompt_tables(name, job.probe.id, rounds, cap.rounds, drafter.config.input_aux_layer_ids,
+                         trained_window(drafter.config.to_dict())["window"], drafter.config.sliding_window)
+    tabs["prompts"] = prompt_row(name, job.probe, len(job.ids), n_generated, rounds, wall,
+                                 max_new_tokens=job.max_new_tokens)
+    return tabs, add_rows(tabs, name, job.probe.id, cap.rounds)
 
 
 def resolve_sink(st, tgt, prompts: list[list[int]]):

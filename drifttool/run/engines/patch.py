@@ -25,7 +25,6 @@ import pandas as pd
 import torch
 
 from ...errors import DriftError
-from ...model.config import trained_window
 from ...model.drafter import Eagle3Drafter
 from ...model.target import load_target
 from ..drafters import DrafterSpec, load_drafters
@@ -33,9 +32,8 @@ from ..hooks import Capture
 from ..interventions import Intervention, applied
 from ..loop import RoundRecord, draft_chain, draft_token, run_rounds, teacher_forcing_data, teacher_verify
 from ..manifest import build_manifest
-from ..records import add_rows, prompt_row, prompt_tables
 from ..runner import Output, PromptJob, begin, write_run
-from .hf import checked_tokens, recorded_settings, resolve_sink, token_cost
+from .hf import checked_tokens, recorded_settings, resolve_sink, shard_of, token_cost
 from .shard import each_drafter
 
 
@@ -87,13 +85,9 @@ def _pass(name: str, d: Eagle3Drafter, iv: Intervention | None, job: PromptJob, 
                                                     full_every=st.full_every, recent=st.recent,
                                                     template_ids=tuple(job.template_ids)) as cap:
         rounds = chain_pass(d, job.ids, st.depth, job.max_new_tokens, forced, [cap], schedule)
-    wall = time.perf_counter() - t0
-    tabs = prompt_tables(name, job.probe.id, rounds, cap.rounds, d.config.input_aux_layer_ids,
-                         trained_window(d.config.to_dict())["window"], d.config.sliding_window)
     n_gen = min(job.max_new_tokens, sum(len(committed(r)) for r in rounds))
-    tabs["prompts"] = prompt_row(name, job.probe, len(job.ids), n_gen, rounds, wall,
-                                 max_new_tokens=job.max_new_tokens)
-    return tabs, add_rows(tabs, name, job.probe.id, cap.rounds), rounds
+    tabs, rows = shard_of(name, d, job, rounds, cap, n_gen, time.perf_counter() - t0)
+    return tabs, rows, rounds
 
 
 def patch_prompt(target, drafters: dict[str, Eagle3Drafter], ivs: list[Intervention], job: PromptJob):
