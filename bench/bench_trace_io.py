@@ -21,10 +21,10 @@ from _common import median, print_table
 
 from drifttool.run.attention_stats import Gathered, key_counts
 from drifttool.run.hooks import HEAD_FIELDS, RoundCapture
-from drifttool.run.key_sets import TailSlots
 from drifttool.run.loop import RoundRecord
 from drifttool.run.records import prompt_tables
 from drifttool.trace import TraceWriter, read_table
+from drifttool.trace.key_sets import TailSlots
 
 K = 8
 

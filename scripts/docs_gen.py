@@ -22,6 +22,7 @@ OVERHEAD = ("<!-- overhead:begin (scripts/docs_gen.py from bench/results/monitor
             "<!-- overhead:end -->")
 SETTINGS = ("<!-- monitor-settings:begin (scripts/docs_gen.py) -->", "<!-- monitor-settings:end -->")
 SERIES = ("<!-- monitor-metrics:begin (scripts/docs_gen.py) -->", "<!-- monitor-metrics:end -->")
+COUNT = ("<!-- monitor-count:begin (scripts/docs_gen.py) -->", "<!-- monitor-count:end -->")
 GOALS = {"sample=0.01": 0.98, "sample=0.1": 0.90}  # the monitor's throughput goals against an unmonitored server
 
 
@@ -195,12 +196,33 @@ def capture_block(results: Path) -> str:
             f"--reps {r['blocks']} --json bench/results/capture_overhead.json`).\n\n" + "\n".join(rows))
 
 
+def series_at_zero(k: int) -> int:
+    """How many series /metrics shows before the first request at depth K (the replay's and the worker's)."""
+    import tempfile
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from drifttool.monitor import replay_worker
+    from drifttool.monitor.attach import worker_counters
+    from drifttool.monitor.metrics import Aggregates, exposition
+
+    labels = {"model_name": "m", "engine": "0", "drafter": "d"}
+    with tempfile.TemporaryDirectory() as tmp:
+        rep = Aggregates()
+        replay_worker.counters_at_zero(rep, labels, k)
+        rep.write(Path(tmp) / "run-replay.json")
+        worker_counters(labels).write(Path(tmp) / "run-worker.json")
+        fams = text_string_to_metric_families(exposition(Path(tmp), "run"))
+        return sum(1 for f in fams for s in f.samples if not s.name.endswith("_created"))
+
+
 def monitor_blocks(text: str, page: str = "docs/monitor.md") -> str:
     from drifttool.monitor.metrics import describe as series
     from drifttool.monitor.settings import describe as settings
 
     text = with_block(text, md_table(settings()), SETTINGS, page)
     text = with_block(text, md_table(series()), SERIES, page)
+    text = with_block(text, f"**{series_at_zero(4)} series at K = 4**", COUNT, page)
     return with_block(text, overhead_block(ROOT / "bench" / "results" / "monitor_overhead.json"), OVERHEAD, page)
 
 

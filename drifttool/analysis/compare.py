@@ -19,21 +19,21 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DriftError
+from ..trace.metric_table import paired, shown
 from ..trace.reader import TraceData, group_of_id
-from ..trace.schema import HEAD_METRICS, LIFTS
+from ..trace.schema import HEAD_METRICS, KEY_COUNTS, LIFTS
 from .metrics import acceptance, cluster_mean, context_bucket, spearman
 from .nonsink import NS_COLUMNS
 
 # the per-depth statistics, in the order tables show them: the three regions first, then every other head metric
 # (trace/schema.HEAD_METRICS), then the fed-back magnitudes
-_FIRST = ("sink_lift", "self_lift", *(k for k in LIFTS if k not in ("sink_lift", "self_lift")), "sink_mass", "self_mass",
-          "prompt_mass")
+_FIRST = (*shown("lift"), *(k for k in LIFTS if k not in shown("lift")), *shown("mass"))
 DEPTH_METRICS = (*_FIRST, *(m for m in HEAD_METRICS if m not in _FIRST), "entropy_norm", "rms_in", "rms_pre",
                  "rms_post")
 PREDICTORS = ("sink_mass", "self_mass", "rms_in")
 # the depths columns Comparison.summary reads (a view of a large trace reads only these for its first page)
-SUMMARY_DEPTHS = ["prompt_id", "round", "depth", "self_mass", "rms_in", "sink_mass", "matched_mass", "recent_mass",
-                  "template_mass", "n_keys", "n_sink", "n_self", "n_recent", "n_template", *LIFTS]
+SUMMARY_DEPTHS = ["prompt_id", "round", "depth", "rms_in", *dict.fromkeys((*(m for m, _ in LIFTS.values()),
+                                                                             *paired().values())), *KEY_COUNTS, *LIFTS]
 
 
 # Per-depth statistics over fewer rounds (chains reaching the depth) than this are greyed in charts and starred

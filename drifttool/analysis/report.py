@@ -10,6 +10,7 @@ import pandas as pd
 from rich.console import Console
 from rich.markup import escape as _e  # names, paths and notes are data, not rich markup
 
+from ..trace.metric_table import by_name, short, shown
 from ..trace.positions import query_position
 from .compare import MIN_N, Comparison
 from .metrics import MIN_CLUSTERS
@@ -68,18 +69,16 @@ def print_per_depth(c: Console, cmp: Comparison) -> None:
     if pd_.empty:
         return
     pd_ = pd_.assign(_o=pd_["series"].map(_order(cmp))).sort_values(["depth", "_o"])
-    t = _table("Per depth: attention against uniform (lift = mass / uniform share), masses and layer-input RMS (all "
-               "rounds; 95% CI over groups)", "depth", "series", "sink\nlift", "self\nlift", "recent\nlift", "sink",
-               "self", "prompt", "rms_in", widths={**_sw(pd_["series"]), "sink": 14, "self": 14})
-    last = None
-    for _, r in pd_.iterrows():
-        if last is not None and r.depth != last:
-            t.add_section()
-        last = r.depth
-        t.add_row(str(int(r.depth)), _lab(r.series), _f(r.sink_lift, d=2), _f(r.self_lift, d=1),
-                  _f(r.recent_lift, d=2), _f(r.sink_mass, r.sink_mass_lo, r.sink_mass_hi),
-                  _f(r.self_mass, r.self_mass_lo, r.self_mass_hi), _f(r.prompt_mass), _f(r.rms_in, d=2))
-    c.print(t)
+    for title, cols, widths, gated in _attention_tables(pd_, c.width):
+        heads = [f"{short(m)}\nlift" if m.endswith("_lift") else short(m) for m in cols]
+        t = _table(title, "depth", "series", *heads, widths={**_sw(pd_["series"]), **widths})
+        last = None
+        for _, r in pd_.iterrows():
+            if last is not None and r.depth != last:
+                t.add_section()
+            last = r.depth
+            t.add_row(str(int(r.depth)), _lab(r.series), *(_mass_cell(r, m, m in gated) for m in cols))
+        c.print(t)
     t = _table("Per depth: acceptance (95% CI over groups)", "depth", "series", "rounds", "prefix-\ncorrect",
                "per-position\nrate (vLLM)", "n-alpha\n(EAGLE)",
                widths={**_sw(pd_["series"]), "per-position\nrate (vLLM)": 14})
@@ -95,6 +94,33 @@ def print_per_depth(c: Console, cmp: Comparison) -> None:
     if small:
         c.print(f"* n-alpha over fewer than {MIN_N} chains reaching the depth: too few to read as a rate.",
                 markup=False)
+
+
+def _attention_tables(pd_: pd.DataFrame, width: int) -> list[tuple[str, list[str], dict[str, int], set[str]]]:
+    """(title, columns, minimum widths, masses with a CI line) of the per-depth attention tables. The metric table's
+    shown lifts and masses (Metric.show): a row added there is printed here. Lifts in one table; masses (the story's
+    gated ones with their CI line; prompt = 1 - sink - self, its value alone) and the layer-input RMS in as many
+    tables as fit the console's width: headers whole, no column cut off."""
+    lifts = [m for m in shown("lift") if m in pd_]
+    masses = [*(m for m in shown("mass") if m in pd_), "rms_in"]
+    gated = {m for m in masses if m in by_name() and by_name()[m].better}
+    room = width - 6 - (_sw(pd_["series"]).get("series", SERIES_WIDTH) + 2)
+    chunks: list[list[str]] = [[]]
+    for m in masses:
+        if chunks[-1] and sum(16 if x in gated else 9 for x in (*chunks[-1], m)) > room:
+            chunks.append([])
+        chunks[-1].append(m)
+    out = [("Per depth: attention against uniform (lift = mass / its uniform share; all rounds)", lifts,
+            {f"{short(m)}\nlift": max(5, len(short(m))) for m in lifts}, gated)]
+    return out + [("Per depth: attention masses (95% CI over groups) and layer-input RMS" + (" (continued)" if i else ""),
+                   cols, {short(m): 14 for m in cols if m in gated}, gated) for i, cols in enumerate(chunks)]
+
+
+def _mass_cell(r: pd.Series, m: str, ci: bool) -> str:
+    """A per-depth cell: a lift or the RMS to 2 decimals, a mass to 3 (its CI on the next line when `ci`)."""
+    if m.endswith("_lift") or m == "rms_in":
+        return _f(r[m], d=2)
+    return _f(r[m], r.get(f"{m}_lo", float("nan")), r.get(f"{m}_hi", float("nan"))) if ci else _f(r[m])
 
 
 def print_decay(c: Console, cmp: Comparison, breakeven: float | None = None) -> None:

@@ -43,6 +43,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..trace import metric_table
 from .metrics import MIN_CLUSTERS, bootstrap_ratio
 from .multiple import holm_adjusted
 from .stats import ALPHA, paired
@@ -53,8 +54,7 @@ N_BOOT = 10_000
 LOG_TOL = 8 * 2.0 ** -23  # group log ratios below float32 resolution (a few ulps of 1) count as 0
 VERDICTS = ("drift", "no drift", "not established", "uniform")
 RM_BASES = {"non-sink shares": ("self_ns", "matched_ns"), "raw shares": ("self_mass", "matched_mass")}
-LIFT_COLUMNS = {"sink_lift": ("sink_mass", "n_sink"), "recent_lift": ("recent_mass", "n_recent"),
-                "template_lift": ("template_mass", "n_template"), "self_lift": ("self_mass", "n_self")}
+LIFT_COLUMNS = metric_table.lifts()  # lift -> (mass, key count), from the metric table
 
 
 def flat(x: float, band: float = FLAT) -> bool:

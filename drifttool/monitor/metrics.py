@@ -31,7 +31,6 @@ PREFIX = "drifttool:"
 BASE_LABELS = ("model_name", "engine", "drafter")  # vLLM's own label names for the model and the engine index
 LIFT_BUCKETS = tuple(2.0 ** i for i in range(-3, 9))  # 0.125 .. 256: below uniform to a sink's hundreds
 RMS_BUCKETS = tuple(round(0.5 * 1.3 ** i, 3) for i in range(17))  # 0.5 .. 33, steps of 30 % (EAGLE-3: 9-13)
-ENTROPY_BUCKETS = (0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
 LAG_BUCKETS = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0)
 CONTEXT_BUCKETS = (1024, 2048, 4096, 8192, 16384)  # upper bounds (tokens) of the context-length label's buckets
 
@@ -58,13 +57,15 @@ def _lift_help(m: metric_table.Metric) -> str:
 
 
 def per_depth() -> dict[str, tuple[str, tuple[float, ...], str]]:
-    """depths-table column -> (exported histogram name, buckets, HELP), the lifts from the metric table."""
+    """depths-table column -> (exported histogram name, buckets, HELP): the metric table's "lift" and "value" series,
+    and the fed-back RMS (a hidden-state magnitude, not a per-head metric: the one series outside the table)."""
     out = {m.lift: (m.lift, LIFT_BUCKETS, _lift_help(m)) for m in metric_table.METRICS if "lift" in m.live}
     out["rms_in"] = ("fed_back_rms", RMS_BUCKETS, "The RMS of the drafter layer's input per drafted token: at depth 1 "
                      "fc of the target's features, deeper the fed-back hidden state (EAGLE-3 feeds back the raw "
                      "residual, EAGLE-3.1 the normalised one).")
-    out["entropy"] = ("attention_entropy", ENTROPY_BUCKETS, "The head-mean attention entropy in nats per drafted "
-                      "token (full rounds only).")
+    out.update({m.name: (f"attention_{m.name}", m.buckets, f"The head-mean {m.label} per drafted token: {m.what}"
+                         f"{' (full rounds only)' if m.kind == 'row' else ''}.")
+                for m in metric_table.METRICS if "value" in m.live})
     return out
 
 
@@ -73,10 +74,22 @@ def summed() -> tuple[str, ...]:
     return tuple(m.name for m in metric_table.METRICS if "sum" in m.live)
 
 
-PAIRED = ("self_mass", "matched_mass")  # summed over the same rows (both finite): their ratio is the raw RM(k)
+# a mass and its null (Metric.null) are summed over the same rows (both finite): their ratio is the raw RM(k)
+PAIRED = tuple(dict.fromkeys(x for pair in metric_table.paired().items() for x in pair))
 # the verdict's RM(k) reads non-sink shares (analysis/nonsink.py), computed from each request's per-head rows and
 # summed over the same rows: rate(self_nonsink) / rate(matched_nonsink) is the recency-matched ratio
 NONSINK = {"self_ns": "self_nonsink", "matched_ns": "matched_nonsink"}
+
+
+def _keys_help() -> str:
+    """The `keys` label's values in words: the metric table's summed masses, then the non-sink shares."""
+    parts = [f"keys={m.name.removesuffix('_mass')}: {m.what.split(' (')[0]}" for m in metric_table.METRICS
+             if "sum" in m.live]
+    stems = " and ".join(k.removesuffix("_nonsink") for k in NONSINK.values())
+    return "; ".join([*parts, f"keys={' / '.join(NONSINK.values())}: the {stems} masses renormalised over each head's "
+                      "non-sink keys, per draft"])
+
+
 COUNTERS = {
     "samples": "Requests the monitor sampled (chosen by a hash of their id).",
     "samples_dropped": "Sampled requests dropped before replay, by reason: queue_full, spool_full, disk_full, "
@@ -99,13 +112,11 @@ COUNTERS = {
     "drafts": "Drafts at this depth in the replayed requests' rounds. " + CONTEXT_HELP,
     "draft_accepted": "Drafts accepted at this depth by vLLM's verifier (at sample=1 the sum over context buckets "
                       "equals vLLM's per-position count). " + CONTEXT_HELP,
-    "attention_mass": "Attention mass summed over the drafted tokens at this depth, per key set (keys=sink: the "
-                      "sink positions; keys=self: the chain's own drafted slots; keys=matched: the depth-1 query's "
-                      "mass on as many most recent prompt keys; keys=self_nonsink / matched_nonsink: the same two renormalised "
-                      "over each head's non-sink keys, per draft). self_nonsink and matched_nonsink are summed "
-                      "over the same rows (depth >= 2), so rate(self_nonsink)/rate(matched_nonsink) is the "
-                      "recency-matched ratio the verdict reads (> 1: drift; a fading sink cancels out); "
-                      "sink at depth K over sink at depth 1, each per draft, is the sink retention. " + CONTEXT_HELP,
+    "attention_mass": "Attention mass summed over the drafted tokens at this depth, per key set (" + _keys_help() +
+                      "). self_nonsink and matched_nonsink are summed over the same rows (depth >= 2), so "
+                      "rate(self_nonsink)/rate(matched_nonsink) is the recency-matched ratio the verdict reads (> 1: "
+                      "drift; a fading sink cancels out); sink at depth K over sink at depth 1, each per draft, is the "
+                      "sink retention. " + CONTEXT_HELP,
 }
 GAUGES = {
     "heartbeat_timestamp_seconds": "When the monitor's process last wrote its snapshot (unix seconds; process=worker "

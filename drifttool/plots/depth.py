@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 
 from ..analysis.compare import MIN_N
 from ..styles import split_label
+from ..trace import metric_table
 from .base import N_COLUMN, TEMPLATE, in_series_order, label, log_range, series_styles
 from .base import empty as _empty
 from .base import has_small_n as _has_small_n
@@ -48,24 +49,26 @@ def metric_by_depth(per_depth: pd.DataFrame, metrics: Sequence[str], title: str,
     return fig
 
 
-def depth_curves(per_depth: pd.DataFrame, metrics: Sequence[str] = ("sink_mass", "self_mass", "prompt_mass"),
-                 scale: str = "auto") -> go.Figure:
-    """Attention mass on sink / own draft / prompt positions vs depth (95% CI over groups).
+def depth_curves(per_depth: pd.DataFrame, metrics: Sequence[str] | None = None, scale: str = "auto") -> go.Figure:
+    """Attention mass on sink / own draft / prompt positions vs depth (95% CI over groups); by default the metric
+    table's shown masses (Metric.show).
 
     scale 'auto': the sink-mass panel on a log axis fitted to the data (a 0.004 -> 0.010 change is visible),
     the other panels auto-ranged; scale 'unit': every panel on the full 0-1 range."""
     if scale not in ("auto", "unit"):
         raise ValueError(f"scale {scale!r}: expected 'auto' or 'unit'")
+    metrics = metric_table.shown("mass") if metrics is None else metrics
     if scale == "unit":
         return metric_by_depth(per_depth, metrics, "Where the draft queries attend, by depth", y_range=(0, 1))
     return metric_by_depth(per_depth, metrics, "Where the draft queries attend, by depth",
                            log_y=[m for m in metrics if m == "sink_mass"])
 
 
-def lift_curves(per_depth: pd.DataFrame,
-                metrics: Sequence[str] = ("sink_lift", "self_lift", "recent_lift", "template_lift")) -> go.Figure:
+def lift_curves(per_depth: pd.DataFrame, metrics: Sequence[str] | None = None) -> go.Figure:
     """Attention against uniform vs depth: each mass / the share uniform attention over the keys seen would give it
-    (log axis; the dotted line at 1 is uniform). Self lift starts at depth 2 (no own slot before)."""
+    (log axis; the dotted line at 1 is uniform); by default the metric table's shown lifts. Self lift starts at
+    depth 2 (no own slot before)."""
+    metrics = metric_table.shown("lift") if metrics is None else metrics
     have = [m for m in metrics if m in per_depth and per_depth[m].notna().any()]
     fig = metric_by_depth(per_depth, have or list(metrics), "Attention against uniform (lift: 1 = uniform), by depth",
                           log_y=True)

@@ -41,12 +41,12 @@ SUMMARY_COLUMNS = [("series", "series", None), ("drafts", "drafts", 0),
                    ("self lift trend (depth K / depth 2)", "self_lift_trend", 2),
                    ("fed-back RMS growth (depth K / depth 1)", "feature_growth", 2), ("prompts", "prompts", 0),
                    ("groups", "groups", 0)]
+# the metric table's shown lifts and masses (Metric.show), as the terminal's per-depth table
 PER_DEPTH_COLUMNS = [("series", "series", None), ("depth", "depth", 0), ("rounds", "n_rounds", 0),
-                     ("groups", "n_groups", 0), ("sink lift (x uniform)", "sink_lift", 2),
-                     ("self lift (x uniform)", "self_lift", 2), ("recent lift (x uniform)", "recent_lift", 2),
-                     ("sink mass", "sink_mass", 4), ("self mass", "self_mass", 4),
-                     ("prompt mass", "prompt_mass", 4), ("fed-back RMS", "rms_in", 2),
-                     ("acceptance rate", "acceptance_rate", 3)]
+                     ("groups", "n_groups", 0),
+                     *((metric_table.labels()[m], m, 2) for m in metric_table.shown("lift")),
+                     *((metric_table.labels()[m], m, 4) for m in metric_table.shown("mass")),
+                     ("fed-back RMS", "rms_in", 2), ("acceptance rate", "acceptance_rate", 3)]
 
 
 def mass_columns() -> list[tuple[str, str, int | None]]:

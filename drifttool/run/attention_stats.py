@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ..trace import metric_table
-from .key_sets import TailSlots
+from ..trace.key_sets import TailSlots, tail_counts
 
 # The per-head fields in the capture's packed order (trace/metric_table.head_fields): the context masses (sink,
 # recent, template, ...: each a key set of the metric table), the tail masses over this chain's (tree path's)
@@ -361,13 +361,7 @@ def _counts(g: Gathered) -> np.ndarray:
         seen_tail, ctx, n_ctx = g.tail.path, np.broadcast_to(np.array(g.sizes), (r, len(g.sizes))), np.full(r, g.n)
     out = {"n_keys": n_ctx + seen_tail.sum(1)}
     out.update({m.count: ctx[:, i] for i, m in enumerate(metric_table.of_kind("context")) if m.count})
-    weights = dict(zip(_TAIL, g.tail.weights))
-    for m in metric_table.of_kind("tail", "derived"):
-        if m.count:
-            w = weights.get(m.name)
-            if w is None:
-                w = sum(weights[x] for x in m.parts if x in weights)
-            out[m.count] = ((np.asarray(w) > 0) & seen_tail).sum(1)
+    out.update(tail_counts(g.tail, seen_tail))
     return np.stack([out[c] for c in COUNT_FIELDS], -1).astype(np.int64)
 
 

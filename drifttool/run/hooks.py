@@ -21,9 +21,9 @@ import torch
 from torch import nn
 
 from ..errors import DriftError
+from ..trace import key_sets
 from ..trace.sinks import RECENT, SinkSpec
 from . import attention_stats as stats
-from . import key_sets
 from .attention_stats import HEAD_FIELDS, HIDDEN_FIELDS, MASS_FIELDS, MASS_IDX, massive  # noqa: F401 - re-exported (public names)
 
 

@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 from ..errors import DriftError
+from ..trace import key_sets
 from ..trace.sinks import RECENT, SinkSpec
 from . import attention_stats as stats
-from . import key_sets
 from .hooks import DrafterAdapter, Observer
 
 # per query row and head: sink / ancestors before the row's own slot / own slot, entropy, largest weight, its slot

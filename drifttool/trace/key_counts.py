@@ -1,55 +1,74 @@
 """Columns added after schema 3 was first written, for traces that lack them: the key counts of the uniform share
-derived from what the trace does record (context length, query position, window start and the manifest's sink
-rule), everything else NaN. New captures store the counts the capture itself summed over; this reproduces them
-exactly for first-N and explicit-position sinks (a test compares both) and leaves them NaN for token-id sinks,
-whose positions only the tokens tell."""
+counted by the capture's own rules (trace/key_sets.py) from what the trace does record (context length, query
+position, window start and the manifest's sink rule and recent window), everything else NaN. New captures store
+the counts the capture itself summed over; this reproduces them exactly wherever the rule needs positions only (a
+test compares both) and leaves them NaN where it needs the context's tokens (a token-id sink rule, the chat
+template). The synthetic traces count with the same function."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from .schema import ADDED
-from .sinks import SinkSpec
+from ..errors import DriftError
+from .key_sets import KeyContext, NeedsTokens, TailSlots, rule, tail_counts
+from .metric_table import of_kind
+from .schema import ADDED, KEY_COUNTS
+from .sinks import RECENT, SinkSpec
 
 _POS = ("context_len", "position", "attn_window_start")
 # what a missing added column is computed from (read alongside it: layout.stored_columns)
-FILL_INPUTS: dict[str, dict[str, tuple[str, ...]]] = {
-    "depths": {"n_keys": _POS, "n_sink": _POS, "n_self": _POS},
-}
+FILL_INPUTS: dict[str, dict[str, tuple[str, ...]]] = {"depths": {c: _POS for c in KEY_COUNTS}}
 
 
-def derived_counts(ctx: np.ndarray, pos: np.ndarray, ws: np.ndarray, sink: SinkSpec) -> dict[str, np.ndarray]:
-    """n_keys / n_sink / n_self of chain depth rows (n_sink NaN for a token-id sink rule). The query at slot `pos`
-    sees slots ws..pos; slots < ctx are context, slots ctx..pos this chain's draft slots (self)."""
-    ctx, pos, ws = (np.asarray(a, dtype=np.int64) for a in (ctx, pos, ws))
-    out: dict[str, np.ndarray] = {"n_keys": (pos - ws + 1).astype(np.float64),
-                                  "n_self": np.maximum(pos - np.maximum(ctx, ws) + 1, 0).astype(np.float64)}
-    if sink.token_ids:
-        out["n_sink"] = np.full(len(ctx), np.nan)
-        return out
-    first = np.minimum(sink.first_n, ctx)
-    n_sink = np.maximum(first - ws, 0)
-    for p in sorted(set(sink.positions)):
-        if p >= sink.first_n:  # not already among the first N
-            n_sink = n_sink + ((p >= ws) & (p < ctx))
-    out["n_sink"] = n_sink.astype(np.float64)
-    return out
+def chain_counts(ctx, pos, ws, sink: SinkSpec, recent: int = RECENT,
+                 ids: Callable[[int], np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Every key-count column (metric_table.key_counts()) of chain depth rows, each counted by the rule the capture
+    resolves (trace/key_sets.py) over the keys the query at slot `pos` sees: slots ws..pos, context slots < ctx and
+    this chain's drafted slots ctx..pos. `ids(n)` gives a context's token ids when they are known (the synthetic
+    traces: no real tokens); without them (a trace stores no context tokens) a count whose rule reads tokens (a
+    token-id sink rule, the chat template) is NaN (float64 arrays)."""
+    ctx, pos, ws = (np.asarray(a, dtype=np.int64).reshape(-1) for a in (ctx, pos, ws))
+    out: dict[str, np.ndarray] = {"n_keys": (pos - ws + 1).astype(np.float64)}
+    out.update(_context_counts(ctx, ws, sink, recent, ids))
+    depth = pos - ctx + 2  # depth 1 queries from the last context slot
+    k_ = int(depth.max()) if len(depth) else 1
+    chain = TailSlots.chain(max(k_, 2))
+    rows = np.clip(depth - 1, 0, chain.anc.shape[0] - 1)
+    cols = np.arange(chain.anc.shape[1])
+    seen = chain.path[rows] & (ctx[:, None] + cols[None, :] >= ws[:, None])
+    out.update({c: v.astype(np.float64) for c, v in tail_counts(TailSlots(chain.anc[rows], chain.own[rows]),
+                                                                seen).items()})
+    return {c: out[c] for c in KEY_COUNTS}
 
 
-def recent_counts(ctx, ws, sink: SinkSpec, recent: int) -> np.ndarray:
-    """n_recent of depth rows: context slots max(0, ctx - recent) .. ctx - 1, not sinks, at or after the window
-    start ws (first-N / explicit-position sinks; the capture counts token-id sinks itself)."""
-    ctx, ws = np.asarray(ctx, np.int64), np.asarray(ws, np.int64)
-    lo = np.maximum(np.maximum(ctx - recent, 0), ws)
-    n = np.maximum(ctx - lo, 0)
-    n = n - np.clip(np.minimum(sink.first_n, ctx) - lo, 0, None)  # first-N sinks inside [lo, ctx)
-    for p in sorted(set(sink.positions)):
-        if p >= sink.first_n:
-            n = n - ((p >= lo) & (p < ctx))
-    return n
+def _context_counts(ctx: np.ndarray, ws: np.ndarray, sink: SinkSpec, recent: int,
+                    ids: Callable[[int], np.ndarray] | None) -> dict[str, np.ndarray]:
+    """Each context mass's count per row: its rule's set at the row's context length, among the slots at or after
+    the window start; evaluated once per distinct (context length, window start)."""
+    ctxm = [m for m in of_kind("context") if m.count]
+    pairs, inv = np.unique(np.stack([ctx, ws], 1), axis=0, return_inverse=True)
+    got = np.full((len(pairs), len(ctxm)), np.nan)
+    for i, (n, lo) in enumerate(pairs.tolist()):
+        tokens = (lambda n=n: ids(n)) if ids is not None else _unknown
+        try:
+            kc = KeyContext(n, tokens, sink.index(tokens() if sink.token_ids else np.full(n, -1)), recent, ())
+        except (NeedsTokens, DriftError):  # a token-id sink rule without tokens, or one never resolved
+            continue
+        for j, m in enumerate(ctxm):
+            try:
+                idx = np.asarray(rule(m)(kc), dtype=np.int64).reshape(-1)
+            except NeedsTokens:
+                continue
+            got[i, j] = float((idx >= lo).sum())
+    return {m.count: got[inv.reshape(-1), j] for j, m in enumerate(ctxm)}
+
+
+def _unknown() -> np.ndarray:
+    raise NeedsTokens
 
 
 def fill_added(table: str, tbl: pa.Table, manifest: dict[str, Any], wanted: list[str] | None) -> pa.Table:
@@ -58,12 +77,13 @@ def fill_added(table: str, tbl: pa.Table, manifest: dict[str, Any], wanted: list
     if not missing:
         return tbl
     derived: dict[str, np.ndarray] = {}
-    if table == "depths" and all(c in tbl.column_names for c in _POS[:2]):
+    if table == "depths" and all(c in tbl.column_names for c in _POS[:2]) and any(c in KEY_COUNTS for c in missing):
         ws = (tbl.column("attn_window_start").to_numpy(zero_copy_only=False)
               if "attn_window_start" in tbl.column_names else np.zeros(tbl.num_rows, np.int64))
-        derived = derived_counts(tbl.column("context_len").to_numpy(zero_copy_only=False),
-                                 tbl.column("position").to_numpy(zero_copy_only=False), ws,
-                                 SinkSpec.from_dict((manifest.get("capture") or {}).get("sink")))
+        cap = manifest.get("capture") or {}
+        derived = chain_counts(tbl.column("context_len").to_numpy(zero_copy_only=False),
+                               tbl.column("position").to_numpy(zero_copy_only=False), ws,
+                               SinkSpec.from_dict(cap.get("sink")), int(cap.get("recent") or RECENT))
     from .metric_table import measured_masses
 
     masses = set(measured_masses())

@@ -29,18 +29,20 @@ class Metric:
 
     kind: context | tail | row | derived (module docstring). keys: a context mass's slots (int64 positions < n,
     ascending; sinks excluded unless it is the sink mass itself). slots: a tail mass's weights over the round's
-    drafted slots from each query row's ancestor / own masks (run/key_sets.TailSlots: chains and trees alike). count: its key-count column (the uniform share is
+    drafted slots from each query row's ancestor / own masks (trace/key_sets.TailSlots: chains and trees alike). count: its key-count column (the uniform share is
     count / n_keys; the lift `<stem>_lift` = mass / share). parts: a derived mass's terms (`1 -` them when
     `complement`). lo / hi: the valid range. better: +1 higher is better, -1 lower is better, 0 neither (check
     --baseline needs one). added: written after schema 3's first traces: older traces read it as NaN. live: its
-    series on the monitor's /metrics (monitor/metrics.py reads it)."""
+    series on the monitor's /metrics (monitor/metrics.py reads it). show: where the per-depth tables and the Depth
+    page's curves show it by default (a new row is shown everywhere unless it says otherwise). null: the metric
+    that is its null, summed over the same rows wherever the two are compared (the monitor's paired sums)."""
 
     name: str
     label: str
     unit: str
     what: str
     kind: str
-    keys: str | Callable | None = None  # a rule run/key_sets.py resolves ("sink", "recent", "template") or a callable
+    keys: str | Callable | None = None  # a rule trace/key_sets.py resolves ("sink", "recent", "template") or a callable
     slots: str | Callable | None = None  # a tail mass's drafted slots: "ancestors", "own" or a callable (key_sets)
     count: str | None = None
     parts: tuple[str, ...] = ()
@@ -51,7 +53,12 @@ class Metric:
     added: bool = False
     base_depth: int = 1  # the first depth with a value to trend from (a chain's own slots start at depth 2)
     live: tuple[str, ...] = ()  # what the live monitor exports: "lift" (a histogram of the lift per depth), "sum"
-    #                             (a counter of the summed mass per depth and context bucket)
+    #                             (a counter of the summed mass per depth and context bucket), "value" (a histogram of
+    #                             the value itself, over `buckets`, named attention_<name>)
+    show: tuple[str, ...] = ("mass", "lift")  # what the per-depth tables (terminal compare, the HTML report) and the
+    #                                           Depth page's default curves show: "mass" the value, "lift" its lift
+    null: str | None = None  # the metric read as its null (the recency-matched control): summed over the same rows
+    buckets: tuple[float, ...] = ()  # a "value" live histogram's upper bounds
 
     @property
     def computed(self) -> str:
@@ -70,31 +77,32 @@ METRICS: tuple[Metric, ...] = (
     Metric("sink_mass", "sink mass", MASS, "attention on the sink positions (--sink)", "context",
            keys="sink", count="n_sink", better=1, live=("lift", "sum")),
     Metric("draft_mass", "draft mass", MASS, "attention on this chain's earlier draft slots", "tail",
-           slots="ancestors", better=-1, base_depth=2),
+           slots="ancestors", better=-1, base_depth=2, show=()),
     Metric("own_mass", "own-slot mass", MASS, "attention on the query's own input slot", "tail", slots="own",
-           better=-1),
+           better=-1, show=()),
     Metric("recent_mass", "recent mass (last R slots)", MASS, "attention on the last R context slots (--recent; "
            "sinks excluded)", "context", keys="recent", count="n_recent",
-           added=True, live=("lift",)),
+           added=True, live=("lift",), show=("lift",)),
     Metric("template_mass", "template mass (chat delimiters)", MASS, "attention on the chat template's special "
            "tokens in the context (sinks excluded)", "context",
            keys="template", count="n_template", added=True,
-           live=("lift",)),
+           live=("lift",), show=("lift",)),
     Metric("matched_mass", "recency-matched control mass", MASS, "at depth k: the depth-1 query's attention on its "
            "k-1 most recent keys (sinks skipped), prompt tokens at the distances the k-1 own slots have at depth k "
            "(the null of the self mass: a drafter whose attention depends on distance alone puts as much on its own "
            "slots)",
-           "matched", added=True, base_depth=2, live=("sum",)),
+           "matched", added=True, base_depth=2, live=("sum",), show=()),
     Metric("recent_all_mass", "recent mass incl. drafts (last R keys)", MASS, "attention on the R most recent keys "
            "whatever they are (--recent): the query's own drafted slots plus the newest context slots (sinks "
            "excluded), R in all; the paper's 'recent' (Table 2 form); at depth 1 it equals recent_mass", "window",
-           added=True),
-    Metric("entropy", "entropy (nats)", "nats", "entropy of the head's attention row", "row", hi=None),
+           added=True, show=()),
+    Metric("entropy", "entropy (nats)", "nats", "entropy of the head's attention row", "row", hi=None,
+           live=("value",), show=(), buckets=(0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)),
     Metric("self_mass", "self mass (draft + own)", MASS, "attention on the chain's own slots (draft + own)",
            "derived", parts=("draft_mass", "own_mass"), count="n_self", better=-1, base_depth=2,
-           live=("lift", "sum")),
+           live=("lift", "sum"), null="matched_mass"),
     Metric("prompt_mass", "prompt mass", MASS, "attention on the context outside the sinks", "derived",
-           parts=("sink_mass", "draft_mass", "own_mass"), complement=True),
+           parts=("sink_mass", "draft_mass", "own_mass"), complement=True, show=("mass",)),
 )
 # the self mass's key set is the tail's: counted by the capture (n_self), not by a context rule
 ROW_EXTRAS = ("max_prob", "top_pos")  # full-row fields kept per head (heads table), not head metrics
@@ -131,6 +139,26 @@ def key_counts() -> tuple[str, ...]:
     sets in table order (appended, as in head_fields)."""
     ctx = [m.count for m in of_kind("context") if m.count]
     return ("n_keys", *ctx[:1], *(m.count for m in of_kind("tail", "row", "derived") if m.count), *ctx[1:])
+
+
+def shown(what: str) -> tuple[str, ...]:
+    """The columns the per-depth tables and the Depth page's default curves show: what="mass" the metrics marked
+    "mass", "lift" the lifts of those marked "lift"; the gated ones (a `better` direction: the story's sink and
+    self) first, then table order."""
+    if what not in ("mass", "lift"):
+        raise ValueError(f"shown({what!r}): expected 'mass' or 'lift'")
+    rows = sorted((m for m in METRICS if what in m.show and (what == "mass" or m.lift)), key=lambda m: not m.better)
+    return tuple(m.lift if what == "lift" else m.name for m in rows)
+
+
+def paired() -> dict[str, str]:
+    """metric -> its null (`null`), for the sums that must run over the same rows."""
+    return {m.name: m.null for m in METRICS if m.null}
+
+
+def short(name: str) -> str:
+    """A column's short header: the metric's stem ("sink" for sink_mass and sink_lift)."""
+    return name.removesuffix("_mass").removesuffix("_lift")
 
 
 def derived() -> dict[str, tuple[str, ...]]:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .key_counts import derived_counts, recent_counts
+from .key_counts import chain_counts
 from .metric_table import acceptance_length
 from .positions import query_position
 from .schema import DERIVED, DERIVED_MASSES, KEY, KEY_COUNTS, MAGNITUDES, OPTIONAL, ROWS_INDEX, STORED
@@ -147,10 +147,9 @@ def _depths_table(c: _Chain, depth_values: Mapping[str, Any] | None,
                   position=c.pos.ravel(), reached=(dep[None, :] <= acc[:, None] + 1).ravel(),
                   accepted=(dep[None, :] <= acc[:, None]).ravel(), beyond_window=c.beyond(c.pos).ravel())
     ws = _window_starts(depth_values, c.pos.shape)
-    cnt = derived_counts(shape["context_len"], shape["position"], ws, SinkSpec())  # the default sinks
-    shape.update({col: cnt[col].astype(np.int32) for col in ("n_keys", "n_sink", "n_self")},
-                 n_recent=recent_counts(shape["context_len"], ws, SinkSpec(), RECENT).astype(np.int32),
-                 n_template=np.zeros(len(ws), np.int32))  # synthetic traces hold no chat template tokens
+    # the default sinks and recent window; the contexts hold no real tokens (id -1: no chat template token)
+    cnt = chain_counts(shape["context_len"], shape["position"], ws, SinkSpec(), RECENT, lambda n: np.full(n, -1))
+    shape.update({col: v.astype(np.int32) for col, v in cnt.items()})
     return pd.DataFrame({col: shape[col] if col in shape else per_depth[col].ravel() if col in per_depth
                          else _grid(col, val[col], (c.n_r, k)).ravel() for col in cols})
 

@@ -42,7 +42,7 @@ def test_report_fits_80_columns_without_cutting_names_or_cis(three):
         assert f"[{r.self_lift_trend_lo:.2f}, {r.self_lift_trend_hi:.2f}]" in text
         assert re.search(rf"^{re.escape(r.series)}\s", text, re.M)  # the label whole, at the start of a row
     # per-depth rows: all drafters of depth 1, then of depth 2, ...: (depth, series) in that order
-    block = text[text.index("Per depth: attention"):text.index("Per depth: acceptance")]
+    block = text[text.index("Per depth: attention against"):text.index("Per depth: attention masses")]
     rows = re.findall(r"^(\d+)\s+(e3post|e31|e3)\s", block, re.M)
     assert rows == [(str(d), s) for d in range(1, 5) for s in ("e3", "e31", "e3post")]
 

@@ -1,5 +1,5 @@
 """A per-head metric is named where docs/architecture.md says: its declaration (trace/metric_table.py) alone. Its
-computation follows the table's rules (context key sets, tail slot rules: run/key_sets.py, run/attention_stats.py),
+computation follows the table's rules (context key sets, tail slot rules: trace/key_sets.py, run/attention_stats.py),
 and every other stage reads the table."""
 
 from __future__ import annotations

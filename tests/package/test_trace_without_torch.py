@@ -1,6 +1,6 @@
 """Reading a trace needs no torch (issue #54, item 2): `import drifttool; dt.load(...)` and its depth table, the
 comparison and the summary run in a fresh interpreter without torch or transformers ever imported — the trace
-stage knows nothing of the capture (the key rules' torch side lives in run/key_sets.py)."""
+stage knows nothing of the capture (the key rules' torch side lives in trace/key_sets.py)."""
 
 from __future__ import annotations
 

@@ -16,6 +16,8 @@ from drifttool.model.tiny import tiny_target
 from drifttool.run.hooks import Capture
 from drifttool.run.loop import speculate
 from drifttool.run.records import prompt_tables
+from drifttool.trace import metric_table
+from drifttool.trace.schema import KEY_COUNTS
 from drifttool.trace.sinks import SinkSpec
 from tests.support.capture import TINY, make_drafter, prompt
 
@@ -114,7 +116,9 @@ def test_rows_and_masses_equal_eager(target, nh, nkv, sink, mode):
                                        atol=ATOL, rtol=0)
             # the key counts of the uniform share, counted from the eager row's own length and masks
             rec_slots = (torch.arange(n) >= n - 5) & (mask == 0)
-            assert rc.counts[j].tolist() == [n + j, int(mask.sum()), j, int(rec_slots.sum()), int(tpl.sum())]
+            got = dict(zip(KEY_COUNTS, rc.counts[j].tolist()))
+            assert got == {**got, "n_keys": n + j, "n_sink": int(mask.sum()), "n_self": j,
+                           "n_recent": int(rec_slots.sum()), "n_template": int(tpl.sum())}, got
             # concentration: each head's largest weight and the slot it sits on
             np.testing.assert_allclose(rc.field("max_prob")[j], row.max(-1).values.numpy(), atol=ATOL, rtol=0)
             assert (rc.field("top_pos")[j] == row.argmax(-1).numpy()).all()
@@ -228,7 +232,7 @@ def test_uniform_attention_has_lift_one_at_every_depth_and_context(target, recen
     """Uniform attention puts count / n_keys on every key set: every lift is 1.0 wherever the set is non-empty (self
     from depth 2; sinks and recent slots as the rule gives them), at every context length the chain reaches; and the
     counts a trace without them derives from its manifest equal the capture's (first-N / explicit-position sinks)."""
-    from drifttool.trace.key_counts import derived_counts, recent_counts
+    from drifttool.trace.key_counts import chain_counts
     from drifttool.trace.schema import LIFTS
 
     d = make_drafter(target, 4, 2, seed=5, zero_keys=True)
@@ -252,8 +256,9 @@ def test_uniform_attention_has_lift_one_at_every_depth_and_context(target, recen
         np.testing.assert_allclose(df["entropy_norm"].dropna(), 1.0, atol=1e-5)
         assert (df.loc[df.depth >= 2, "n_self"] == df.loc[df.depth >= 2, "depth"] - 1).all()
         spec = SinkSpec.parse(s)
-        if not spec.token_ids:
-            old = derived_counts(df["context_len"], df["position"], df["attn_window_start"], spec)
-            for c in ("n_keys", "n_sink", "n_self"):
-                assert (old[c] == df[c]).all(), (s, c)
-            assert (recent_counts(df["context_len"], df["attn_window_start"], spec, recent) == df["n_recent"]).all()
+        # a trace without the counts counts them with the same rules: equal wherever the rule needs positions only
+        # (every count of a first-N / explicit-position sink rule but the chat template's), NaN where it needs tokens
+        old = chain_counts(df["context_len"], df["position"], df["attn_window_start"], spec, recent)
+        tokens = {m.count for m in metric_table.of_kind("context") if m.count and (spec.token_ids or m.keys == "template")}
+        for c in KEY_COUNTS:
+            assert np.isnan(old[c]).all() if c in tokens else (old[c] == df[c]).all(), (s, c)

@@ -12,8 +12,8 @@ import torch
 from drifttool.model.tiny import tiny_target
 from drifttool.run import attention_stats as stats
 from drifttool.run.hooks import Capture
-from drifttool.run.key_sets import TailSlots
 from drifttool.run.loop import speculate
+from drifttool.trace.key_sets import TailSlots
 from drifttool.trace.sinks import SinkSpec
 from tests.run.test_capture_attention import EagerRows
 from tests.support.capture import TINY, make_drafter, prompt

@@ -110,7 +110,7 @@ def test_a_wide_trees_matched_control_is_the_roots_mass_on_its_last_keys(trained
     gets the root query's mass on its d - 1 most recent non-sink context keys (the recency null of the d - 1 own
     slots on that node's path), equal to the root's eager attention row (fp32, two attention codes: 1e-5)."""
     from drifttool.run import attention_stats as stats
-    from drifttool.run.key_sets import matched_index
+    from drifttool.trace.key_sets import matched_index
 
     t, d = trained_pair.target, trained_pair.drafter
 

@@ -26,8 +26,10 @@ from drifttool.run.hooks import HEAD_FIELDS, RoundCapture
 from drifttool.run.loop import RoundRecord
 from drifttool.run.probes import load_suite
 from drifttool.run.records import prompt_tables, row_samples
+from drifttool.trace.key_counts import chain_counts
 from drifttool.trace.reader import read_trace
-from drifttool.trace.schema import TABLES
+from drifttool.trace.schema import KEY_COUNTS, TABLES
+from drifttool.trace.sinks import SinkSpec
 from drifttool.trace.writer import TraceWriter
 
 BASE = settings(deadline=None, derandomize="DRIFT_FUZZ_EXAMPLES" not in os.environ, database=None,
@@ -43,8 +45,10 @@ K, HEADS, AUX = 2, 2, [1, 2, 3]
 
 
 def _counts(ctx: int) -> np.ndarray:
-    """Key counts that agree (each set no larger than the keys seen): n_keys, n_sink, n_self, n_recent, n_template."""
-    return np.array([[ctx + j, min(4, ctx), j, max(ctx - 4, 0), 0] for j in range(K)], np.int64)
+    """Key counts that agree (each set no larger than the keys seen): every KEY_COUNTS column of a K-deep chain,
+    counted by the capture's rules (a context of unknown tokens: no template slot)."""
+    c = chain_counts(np.full(K, ctx), ctx - 1 + np.arange(K), np.zeros(K), SinkSpec(), ids=lambda n: np.full(n, -1))
+    return np.stack([c[name] for name in KEY_COUNTS], -1).astype(np.int64)
 
 
 def _prompt(name: str, rounds: int, rng: np.random.Generator) -> tuple[dict[str, pd.DataFrame], dict]:

@@ -1,6 +1,8 @@
 """The metric table's slot rules, resolved for one round on the host (numpy): which context slots each context
-mass sums over (`context_sets`), and which of the round's drafted tail slots each tail mass sums over
-(`tail_weights`). The table (trace/metric_table.py) names a rule or gives a callable; this module resolves it.
+mass sums over (`context_sets`), which of the round's drafted tail slots each tail mass sums over (`tail_weights`),
+and how many keys each set holds (`tail_counts`; a context set's count is its size). The capture resolves them every
+round; a trace written before a count was stored, and the synthetic traces, count with the same rules
+(trace/key_counts.py), so a rule is written once. The table (trace/metric_table.py) names a rule or gives a callable; this module resolves it.
 Index arithmetic over a few hundred slots per round is microseconds in numpy and tens of microseconds as torch
 ops, and the capture runs it every round (bench/bench_overhead.py)."""
 
@@ -12,7 +14,11 @@ from functools import cached_property
 
 import numpy as np
 
-from ..trace import metric_table
+from . import metric_table
+
+
+class NeedsTokens(Exception):
+    """A rule read the context's token ids where only positions are known (a trace stores no context tokens)."""
 
 
 @dataclass(frozen=True)
@@ -131,4 +137,18 @@ def tail_weights(t: TailSlots) -> list[np.ndarray]:
     for m in _TAIL:
         f = m.slots if callable(m.slots) else TAIL_RULES[m.slots]
         out.append(np.asarray(f(t), dtype=np.float64) * t.path)
+    return out
+
+
+def tail_counts(t: TailSlots, seen: np.ndarray) -> dict[str, np.ndarray]:
+    """Each tail or derived mass's key count per query row (int64 [R]): the drafted slots the row sees (`seen`
+    [R, F], after any sliding window) that its weights count. A derived mass counts its parts' slots."""
+    weights = {m.name: w for m, w in zip(_TAIL, t.weights)}
+    out = {}
+    for m in metric_table.of_kind("tail", "derived"):
+        if m.count:
+            w = weights.get(m.name)
+            if w is None:
+                w = sum(weights[x] for x in m.parts if x in weights)
+            out[m.count] = ((np.asarray(w) > 0) & seen).sum(1)
     return out
