@@ -11,6 +11,8 @@ ruff check .
 # the documentation: pages generated from the code are current, and the site builds with no broken link
 python scripts/docs_gen.py --check
 NO_MKDOCS_2_WARNING=1 mkdocs build --strict -q
+# Prometheus' promtool for the alert rules' unit tests (Debian's package unpacked into ~/.cache, nothing installed)
+PROMTOOL=$(bash scripts/promtool.sh) && export PROMTOOL
 python -m pytest -x -p randomly "$@"  # shuffled (pytest-randomly; the seed is printed at the end: replay with --randomly-seed=N); addopts -q -rs
 # the example notebook, as a user runs it
 NB=$(mktemp -d)  # the executed copy goes there (nbconvert writes beside the notebook unless told)

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DriftError
-from .metrics import Aggregates
+from .logs import OncePerKind
+from .metrics import WRITE_REASONS, Aggregates
 from .settings import MonitorSettings
 
 RUN_ENV = "DRIFTTOOL_MONITOR_RUN"  # one id per server start, set in the API server and inherited by its children
@@ -49,6 +50,8 @@ def worker_counters(labels: dict[str, str]) -> Aggregates:
     for reason in DROP_REASONS:
         agg.inc("samples_dropped", {**labels, "reason": reason}, 0)
     agg.inc("requests_skipped", {**labels, "reason": "no_prompt_ids"}, 0)
+    for reason in WRITE_REASONS:
+        agg.inc("snapshot_write_errors", {**labels, "process": "worker", "reason": reason}, 0)
     agg.set("last_spool_write_timestamp_seconds", {**labels, "process": "worker"}, 0)
     agg.set("heartbeat_timestamp_seconds", {**labels, "process": "worker"}, time.time())
     return agg
@@ -109,6 +112,14 @@ def run_id(server_run: str, engine: str) -> str:
     return server_run if str(engine) in ("", "0") else f"{server_run}-e{engine}"
 
 
+def server_dtype(model_config) -> str:
+    """The dtype vLLM serves the model in (its ModelConfig.dtype, a torch dtype), as the replay's --dtype: the replay
+    runs the drafter in it, so its tolerance is the one for that dtype."""
+    from ..dtypes import dtype_name
+
+    return dtype_name(getattr(model_config, "dtype", "float32"))
+
+
 class WorkerMonitor:
     """The worker's half: recorder, finished-request hook, queue, spool thread, replay child."""
 
@@ -128,6 +139,7 @@ class WorkerMonitor:
         self.seq = 0
         self.child: subprocess.Popen | None = None
         self.stopping = threading.Event()
+        self.log = OncePerKind()
 
     def start(self) -> WorkerMonitor:
         self.rec.attach()
@@ -135,11 +147,21 @@ class WorkerMonitor:
         self.runner._on_request_state_removed = self._removed_wrapper(orig)
         threading.Thread(target=self._spool_loop, name="drifttool-monitor-spool", daemon=True).start()
         self.child = subprocess.Popen(self._child_args(), stdin=subprocess.PIPE, start_new_session=True)
-        try:
-            self.agg.write(self.snapshot)
-        except Exception as e:  # noqa: BLE001 - a full disk at start: the spool thread retries every second
-            self._tell(e)
+        self._write_snapshot()  # a full disk at start: counted, mirrored, retried every second
         return self
+
+    def _write_snapshot(self) -> None:
+        """The worker's snapshot (its heartbeat); a failed write is counted under snapshot_write_errors and the
+        snapshot kept in memory-backed storage meanwhile (metrics.Aggregates.write_kept): nothing is dropped."""
+        from .metrics import write_reason
+
+        e = self.agg.write_kept(self.snapshot)
+        if e is not None:
+            reason = write_reason(e)
+            self.agg.inc("snapshot_write_errors", {**self.labels, "process": "worker", "reason": reason})
+            self.agg.write_kept(self.snapshot)
+            self.log.tell(f"snapshot:{reason}", f"metrics snapshot not written ({type(e).__name__}: {e}); its counts "
+                          "are served from memory-backed storage meanwhile (drifttool:snapshot_write_errors_total)")
 
     def _record_error(self, e: Exception) -> None:
         self.agg.inc("samples_dropped", {**self.labels, "reason": "record_error"})
@@ -154,7 +176,8 @@ class WorkerMonitor:
                 "--run", self.run, "--target", str(mc.model), "--drafter", str(spec.model),
                 "--name", self.labels["drafter"], "--model", self.labels["model_name"],
                 "--engine", self.labels["engine"],
-                "--depth", str(int(spec.num_speculative_tokens)), "--threads", str(self.s.threads)]
+                "--depth", str(int(spec.num_speculative_tokens)), "--threads", str(self.s.threads),
+                "--dtype", server_dtype(mc)]
 
     def _removed_wrapper(self, orig):
         def removed(req_id, req_state) -> None:
@@ -201,17 +224,10 @@ class WorkerMonitor:
                 if time.time() - last > 1.0 or job is not None:
                     last = time.time()
                     self.agg.set("heartbeat_timestamp_seconds", {**self.labels, "process": "worker"}, last)
-                    self.agg.write(self.snapshot)
-            except Exception as e:  # noqa: BLE001 - the snapshot could not be written: it is retried next second
-                self._tell(e)
-
-    def _tell(self, e: BaseException) -> None:
-        """One line per kind of failure, not one per request (a full disk would flood the server's log)."""
-        why = f"{type(e).__name__}: {e}"
-        if why != getattr(self, "_last_why", None):
-            self._last_why = why
-            print(f"drifttool monitor: spool write failed ({why}); counted in drifttool:samples_dropped_total, "
-                  "retried with the next request", file=sys.stderr, flush=True)
+                    self._write_snapshot()
+            except Exception as e:  # noqa: BLE001 - any other failure of one pass: told, the next pass goes on
+                self.log.tell(f"loop:{type(e).__name__}", f"monitor pass failed ({type(e).__name__}: {e}); the "
+                              "next pass goes on")
 
     def _spool(self, job: Finished) -> None:
         from ..run.engines.vllm.events import write_events
@@ -236,8 +252,10 @@ class WorkerMonitor:
                     f.unlink(missing_ok=True)  # no half-written job is left to fill the disk further
                 except OSError:
                     pass
-            self.agg.inc("samples_dropped", {**self.labels, "reason": write_reason(e)})
-            self._tell(e)
+            reason = write_reason(e)
+            self.agg.inc("samples_dropped", {**self.labels, "reason": reason})
+            self.log.tell(f"spool:{reason}", f"spool write failed ({type(e).__name__}: {e}); this sample is dropped "
+                          f"(drifttool:samples_dropped_total{{reason=\"{reason}\"}}), the request served")
             return
         self.agg.set("last_spool_write_timestamp_seconds", {**self.labels, "process": "worker"}, time.time())
 

@@ -18,6 +18,7 @@ import os
 import re
 import stat
 import sys
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,17 +96,22 @@ COUNTERS = {
     "samples_dropped": "Sampled requests dropped before replay, by reason: queue_full, spool_full, disk_full, "
                        "permission, write_error (any other write failure), record_error.",
     "requests_skipped": "Requests sampled but not recordable (no prompt token ids, e.g. prompt embeddings).",
-    "replayed": "Sampled requests replayed into the trace segments.",
+    "replayed": "Requests this run sampled and replayed into the trace segments (never more than samples_total; an "
+                "earlier run's requests replayed at this start: leftovers_replayed).",
     "leftovers_replayed": "Requests an earlier run of the server spooled but never replayed (a restart or SIGTERM), "
                           "replayed at this start.",
     "leftovers_dropped": "Requests an earlier run spooled beyond the spool bound, removed at this start unreplayed.",
     "replay_errors": "Sampled requests whose replay failed (the request itself was served).",
     "replay_quarantined": "Sampled requests that could not be replayed (meta, events, replay or shard), moved to "
                           "DIR/spool/RUN/quarantine/ (the newest 64 kept).",
-    "replay_write_errors": "Segment or snapshot writes that failed, by reason (disk_full, permission, write_error); "
-                           "the request stays spooled and is retried when the cause goes.",
+    "replay_write_errors": "Segment writes that failed, by reason (disk_full, permission, write_error); "
+                           "the request stays spooled and is retried when the cause goes (snapshot writes: "
+                          "snapshot_write_errors).",
     "replay_lag_clamped": "Replays whose request ended after the replay by the monitor's clock (the worker's clock "
                           "ahead), so the lag was observed as 0.",
+    "snapshot_write_errors": "Metrics snapshot (heartbeat) writes that failed, by process and reason (disk_full, "
+                             "permission, write_error): no request is lost; meanwhile the snapshot is kept in "
+                             "memory-backed storage, so these series keep moving while the disk is full.",
     "replay_disagreements": "Replays that did not reproduce vLLM's drafter within tolerance (the segment is "
                             "flagged).",
     "rounds": "Drafted rounds of the replayed requests.",
@@ -134,6 +140,7 @@ OTHER_HISTOGRAMS = {"replay_lag_seconds": (LAG_BUCKETS, "Seconds from a request'
                                                         "observed).")}
 PER_DEPTH_COUNTERS = ("drafts", "draft_accepted")
 REASON_COUNTERS = ("samples_dropped", "requests_skipped", "replay_write_errors")
+WRITE_REASONS = ("disk_full", "permission", "write_error")  # write_reason's labels
 
 
 def write_reason(e: BaseException) -> str:
@@ -266,6 +273,28 @@ class Aggregates:
             tmp.unlink(missing_ok=True)
             raise
 
+    def write_kept(self, path: Path) -> Exception | None:
+        """`write`, and where it fails (a full disk) the same snapshot into the folder's mirror on memory-backed
+        storage (`mirror_dir`), which the scrape reads too: /metrics keeps moving while the disk is full. Returns
+        the failure (None on success, when the mirror's stale copy is removed). Never raises."""
+        mirror = mirror_dir(path.parent)
+        try:
+            self.write(path)
+        except Exception as e:  # noqa: BLE001 - counted by the caller, never fatal
+            if mirror is not None:
+                try:
+                    _private(mirror)
+                    self.write(mirror / path.name)
+                except Exception:  # noqa: BLE001 - no mirror either: the next write tries again
+                    pass
+            return e
+        if mirror is not None:
+            try:
+                (mirror / path.name).unlink(missing_ok=True)
+            except OSError:
+                pass
+        return None
+
 
 def _labels(labels: dict[str, str]) -> Labels:
     return tuple(sorted((str(k), str(v)) for k, v in labels.items()))
@@ -360,11 +389,72 @@ def _read_plain(f: Path):
         return json.loads(fh.read())
 
 
+def mirror_dir(folder: Path) -> Path | None:
+    """Where a snapshot of the metrics folder `folder` goes while `folder` cannot be written: a private folder on
+    memory-backed storage ($XDG_RUNTIME_DIR, else /dev/shm), one per metrics folder; None where neither exists."""
+    import hashlib
+
+    base = os.environ.get("XDG_RUNTIME_DIR") or "/dev/shm"
+    if not os.path.isdir(base):
+        return None
+    key = hashlib.sha256(str(Path(folder).absolute()).encode()).hexdigest()[:16]
+    return Path(base) / f"drifttool-{os.getuid()}" / key
+
+
+def _private(mirror: Path) -> None:
+    """The mirror and its parent made, owner-only; refused when another user owns the parent (a shared /dev/shm)."""
+    for d in (mirror.parent, mirror):
+        d.mkdir(mode=0o700, exist_ok=True)
+        st = d.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            raise PermissionError(f"{d}: not a folder of this user")
+
+
+def _snapshot_files(folder: Path, run: str) -> list[Path]:
+    """The run's snapshot files in `folder` and its mirror: per file name the newer of the two (the mirror holds
+    the counts written while the disk was full)."""
+    pattern = f"{run}-*.json" if run else "*.json"
+    found: dict[str, Path] = {}
+    mirror = mirror_dir(folder)
+    for d in (folder, mirror):
+        if d is None or not d.is_dir():
+            continue
+        for f in d.glob(pattern):
+            try:
+                if f.name not in found or f.stat().st_mtime > found[f.name].stat().st_mtime:
+                    found[f.name] = f
+            except OSError:
+                continue  # removed between listing and reading
+    return [found[k] for k in sorted(found)]
+
+
+STALE_S = 3600.0  # a live process rewrites its snapshot every few seconds: one untouched this long is a past run's
+
+
+def prune_snapshots(folder: Path, now: float | None = None) -> list[Path]:
+    """Remove the snapshot files (in the metrics folder and its mirror) no process has written for STALE_S: past
+    runs' files, which would otherwise pile up forever. Returns what was removed; never raises."""
+    now = time.time() if now is None else now
+    gone = []
+    for d in (Path(folder), mirror_dir(Path(folder))):
+        if d is None or not d.is_dir():
+            continue
+        for f in d.glob("*.json"):
+            try:
+                if f.is_file() and not f.is_symlink() and now - f.stat().st_mtime > STALE_S:
+                    f.unlink()
+                    gone.append(f)
+            except OSError:
+                continue
+    return gone
+
+
 def read_snapshots(folder: Path, run: str = "", bad: list | None = None) -> list[dict]:
-    """The snapshots of one server run (`RUN-worker.json`, `RUN-replay.json`), or of every run. A file that is not
-    a snapshot (not JSON, a list, wrong fields) is skipped and appended to `bad`: one file never breaks a scrape."""
+    """The snapshots of one server run (`RUN-worker.json`, `RUN-replay.json`), or of every run, from the metrics
+    folder or, where newer, its mirror. A file that is not a snapshot (not JSON, a list, wrong fields) is skipped
+    and appended to `bad`: one file never breaks a scrape."""
     out = []
-    for f in sorted(folder.glob(f"{run}-*.json" if run else "*.json")) if folder.is_dir() else []:
+    for f in _snapshot_files(Path(folder), run):
         try:
             snap = _read_plain(f)
         except OSError:
@@ -445,7 +535,8 @@ def describe() -> list[dict[str, str]]:
     out = [{"series": f"{PREFIX}{name}", "type": "histogram", "labels": f"{base}, depth", "what": h}
            for name, _, h in per_depth().values()]
     extra = {"drafts": ", depth, context", "draft_accepted": ", depth, context",
-             "attention_mass": ", depth, context, keys", **{r: ", reason" for r in REASON_COUNTERS}}
+             "attention_mass": ", depth, context, keys", **{r: ", reason" for r in REASON_COUNTERS},
+             "snapshot_write_errors": ", process, reason"}
     out += [{"series": f"{PREFIX}{name}_total", "type": "counter", "labels": base + extra.get(name, ""), "what": h}
             for name, h in COUNTERS.items()]
     out += [{"series": f"{PREFIX}{name}", "type": "gauge", "labels": base + ", process", "what": h}

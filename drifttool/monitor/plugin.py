@@ -63,8 +63,9 @@ def register_collector(settings: MonitorSettings) -> None:
         from prometheus_client import REGISTRY
     except ImportError:
         return
-    from .metrics import Collector
+    from .metrics import Collector, prune_snapshots
 
+    prune_snapshots(settings.dir / "metrics")  # finished runs' files (no live process rewrites them)
     REGISTRY.register(Collector(settings.dir / "metrics", os.environ[RUN_ENV]))
     _DONE["collector"] = True
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR") and not _DONE.get("warned"):

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DriftError
+from .logs import OncePerKind
+from .metrics import WRITE_REASONS
 
 POLL_S = 0.2
 REPLAY_BATCH = 16  # spooled requests replayed side by side (each alone when the batch fails)
@@ -37,6 +39,7 @@ QUARANTINE = "quarantine"  # DIR/spool/RUN/quarantine/: requests that could not 
 QUARANTINE_KEEP = 64  # the newest this many quarantined requests are kept for a look; older ones removed (bounded)
 _UNREADABLE = object()  # the meta of a job whose meta file is not JSON
 _JOB = re.compile(r"^job-(\d+)$")
+LOG = OncePerKind()  # the replay's repeated failures (segments, snapshots), told once a minute per kind
 
 
 @dataclass
@@ -168,10 +171,13 @@ class Replayer:
         torch.set_num_threads(max(1, args.threads))
         self.info = TargetInfo(args.target)
         self.name = args.name
-        self.models = load_drafters([DrafterSpec(args.name, args.drafter)], self.info.shape(), "cpu", torch.float32)
+        # the server's dtype (attach passes vLLM's model dtype): a bf16 server's features replayed through a float32
+        # drafter differ from vLLM's bf16 drafter by bf16 rounding alone, and were flagged as disagreements
+        self.settings = RunSettings.of(depth=args.depth, sink=SinkSpec(), dtype=args.dtype)
+        self.models = load_drafters([DrafterSpec(args.name, args.drafter)], self.info.shape(), "cpu",
+                                    self.settings.torch_dtype)
         self.drafter = self.models[args.name]
         self.info.set_aux_layer_ids(self.drafter.config.input_aux_layer_ids)
-        self.settings = RunSettings.of(depth=args.depth, sink=SinkSpec(), dtype=args.dtype)
         self.labels = {"model_name": args.model, "engine": args.engine, "drafter": args.name}
         self.dir = folder  # the monitor's folder (its test-fault file)
 
@@ -260,8 +266,9 @@ def counters_at_zero(agg, labels: dict[str, str], depth: int) -> None:
     for name in ("replayed", "replay_errors", "replay_quarantined", "replay_disagreements", "rounds",
                  "replay_lag_clamped", "leftovers_replayed", "leftovers_dropped"):
         agg.inc(name, labels, 0)
-    for reason in ("disk_full", "permission", "write_error"):
+    for reason in WRITE_REASONS:
         agg.inc("replay_write_errors", {**labels, "reason": reason}, 0)
+        agg.inc("snapshot_write_errors", {**labels, "process": "replay", "reason": reason}, 0)
     agg.zero_depths(labels, depth)
     agg.set("last_replay_timestamp_seconds", {**labels, "process": "replay"}, 0)
     agg.set("heartbeat_timestamp_seconds", {**labels, "process": "replay"}, time.time())
@@ -278,10 +285,13 @@ class Snapshot:
 
         self.last = time.time()
         self.agg.set("heartbeat_timestamp_seconds", {**self.labels, "process": "replay"}, self.last)
-        try:
-            self.agg.write(self.path)
-        except Exception as e:  # noqa: BLE001 - a full disk: the next write has the counts
-            self.agg.inc("replay_write_errors", {**self.labels, "reason": write_reason(e)})
+        e = self.agg.write_kept(self.path)  # a full disk: kept in memory-backed storage, still scraped
+        if e is not None:
+            reason = write_reason(e)
+            self.agg.inc("snapshot_write_errors", {**self.labels, "process": "replay", "reason": reason})
+            self.agg.write_kept(self.path)
+            LOG.tell(f"snapshot:{reason}", f"metrics snapshot not written ({_why(e)}); its counts are served from "
+                     "memory-backed storage meanwhile (drifttool:snapshot_write_errors_total)")
 
     def due(self) -> bool:
         return time.time() - self.last >= SNAPSHOT_S
@@ -344,11 +354,9 @@ def replay_leftovers(rep, segs, agg, snap, root: Path, run: str, bound: int, sto
         jobs = pending(folder, sys.maxsize)
         while jobs and budget > 0 and not stop.is_set():
             batch, jobs = jobs[: min(REPLAY_BATCH, budget)], jobs[min(REPLAY_BATCH, budget):]
-            before = agg.counters.get(("replayed", _key(rep.labels)), 0.0)
             if one_batch(rep, segs, agg, batch, leftover=True):
                 return  # segments cannot be written: the rest waits for the next start
             budget -= len(batch)
-            agg.inc("leftovers_replayed", rep.labels, agg.counters.get(("replayed", _key(rep.labels)), 0.0) - before)
             snap.write()
         if stop.is_set():
             return
@@ -363,12 +371,6 @@ def replay_leftovers(rep, segs, agg, snap, root: Path, run: str, bound: int, sto
         else:
             (folder / LOCK).unlink(missing_ok=True)
     snap.write()
-
-
-def _key(labels: dict[str, str]):
-    from .metrics import _labels
-
-    return _labels(labels)
 
 
 def one_batch(rep: Replayer, segs, agg, jobs: list[Job], leftover: bool = False) -> bool:
@@ -398,8 +400,8 @@ def one_batch(rep: Replayer, segs, agg, jobs: list[Job], leftover: bool = False)
             reason = write_reason(e)
             if reason in ("disk_full", "permission"):
                 agg.inc("replay_write_errors", {**rep.labels, "reason": reason})
-                print(f"drifttool monitor: {j.base.name}: segment not written ({_why(e)}); kept in the spool, "
-                      f"retried in {BACKOFF_S:g} s", file=sys.stderr, flush=True)
+                LOG.tell(f"segment:{reason}", f"{j.base.name}: segment not written ({_why(e)}); kept in the spool, "
+                         f"retried in {BACKOFF_S:g} s")
                 blocked = True
                 continue
             _fail(rep, agg, j, f"shard not written ({_why(e)})")
@@ -432,7 +434,7 @@ def _write(rep: Replayer, segs, agg, j: Job, tabs: dict, rows: dict, problem: st
 
     segs.add(f"{rep.name}:{j.meta['key']}", tabs, rows, problem)
     agg.add_request(tabs["depths"], rep.labels, tabs.get("heads"))
-    agg.inc("replayed", rep.labels)
+    agg.inc("leftovers_replayed" if leftover else "replayed", rep.labels)  # replayed <= this run's samples
     agg.set("last_replay_timestamp_seconds", {**rep.labels, "process": "replay"}, time.time())
     if problem is not None:
         agg.inc("replay_disagreements", rep.labels)
@@ -461,6 +463,49 @@ def _watch_stdin(stop: threading.Event) -> None:
     except (OSError, ValueError):
         pass
     stop.set()
+
+
+def python_ancestors(pid: int | None = None) -> list[tuple[int, str]]:
+    """(pid, start time) of the processes above `pid` (default: this one) that run this very interpreter, nearest
+    first, read from /proc (Linux; [] elsewhere): vLLM's worker, engine core and API server above the replay, not the
+    shell that started them. The start time tells a reused pid from the process itself."""
+    out, me = [], Path(f"/proc/{pid or os.getpid()}")
+    try:
+        exe = os.readlink(me / "exe")
+        cur = _stat(me)[1]
+        while cur > 1 and os.readlink(f"/proc/{cur}/exe") == exe:
+            start, parent, _ = _stat(Path(f"/proc/{cur}"))
+            out.append((cur, start))
+            cur = parent
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+def _stat(proc: Path) -> tuple[str, int, str]:
+    """(start time, parent pid, state) from /proc/PID/stat (fields after the command name, which may hold spaces)."""
+    rest = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+    return rest[19], int(rest[1]), rest[0]
+
+
+def alive(pid: int, start: str) -> bool:
+    """The process that started at `start` still runs (a zombie, killed but not yet reaped by its parent, does not)."""
+    try:
+        began, _, state = _stat(Path(f"/proc/{pid}"))
+    except (OSError, ValueError, IndexError):
+        return False
+    return began == start and state not in ("Z", "X")
+
+
+def _watch_ancestors(stop: threading.Event, ancestors: list[tuple[int, str]], every: float = 2.0) -> None:
+    """Stop when any process above us dies (a kill -9 of vLLM's API server leaves its engine core, and so this
+    process's own parent, alive: the replay must not outlive the server)."""
+    while not stop.wait(every):
+        if not all(alive(p, t) for p, t in ancestors):
+            print("drifttool monitor: the vLLM server above this replay is gone; the replay stops (stop vLLM's "
+                  "remaining processes with `kill -- -PGID`, docs/monitor.md)", file=sys.stderr, flush=True)
+            stop.set()
+            return
 
 
 def _die_with_parent() -> None:
@@ -496,6 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         _die_with_parent()
         threading.Thread(target=_watch_stdin, args=(stop,), daemon=True).start()
+        threading.Thread(target=_watch_ancestors, args=(stop, python_ancestors()), daemon=True).start()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())  # the batch in hand is finished; the rest stays spooled
     try:
         serve(args, stop, drain=args.no_stdin)

@@ -22,6 +22,7 @@ import pytest
 
 from drifttool.monitor import replay_worker
 from drifttool.monitor.attach import Finished, WorkerMonitor, request_key, worker_counters
+from drifttool.monitor.logs import OncePerKind
 from drifttool.monitor.metrics import read_snapshots
 from drifttool.monitor.segments import segments
 from drifttool.monitor.settings import MonitorSettings
@@ -72,6 +73,7 @@ def worker(mon: Path, bound: int = 64) -> WorkerMonitor:
     w.spool.mkdir(parents=True, exist_ok=True)
     w.labels, w.agg = dict(LABELS), worker_counters(LABELS)
     w.snapshot, w.seq, w.stopping = mon / "metrics" / f"{RUN}-worker.json", 0, threading.Event()
+    w.log = OncePerKind()
     import queue
 
     w.q = queue.Queue(maxsize=8)
@@ -103,7 +105,13 @@ def counters(mon: Path, run: str) -> dict[str, float]:
     return out
 
 
-def test_a_full_disk_is_counted_and_the_spool_recovers_when_space_returns(served, tmp_path):
+def test_a_full_disk_is_counted_and_the_spool_recovers_when_space_returns(served, tmp_path, capfd):
+    """While the disk is full the counts keep reaching the scrape (the snapshot is mirrored on memory-backed
+    storage), a failed snapshot is not called a dropped request, and the log says each kind of failure once."""
+    import shutil
+
+    from drifttool.monitor.metrics import mirror_dir
+
     root, reqs = served
     with small_disk(tmp_path / "disk") as disk:
         mon = disk / "mon"
@@ -121,6 +129,15 @@ def test_a_full_disk_is_counted_and_the_spool_recovers_when_space_returns(served
             left = sorted(f.name for f in w.spool.iterdir())
             assert all(n.startswith("job-000000001") for n in left), left  # no half-written job stays behind
             assert t.is_alive()  # the spool thread lives on
+            # during the fault, as a scrape reads it: both drops and the failed snapshot writes, a fresh heartbeat
+            until(lambda: counters(mon, RUN).get("samples_dropped[disk_full]") == 2
+                  and counters(mon, RUN).get("snapshot_write_errors[disk_full]", 0) >= 1)
+            beat = [g["value"] for snap in read_snapshots(mon / "metrics", RUN) for g in snap["gauges"]
+                    if g["name"] == "heartbeat_timestamp_seconds"]
+            assert beat and time.time() - max(beat) < 10
+            err = capfd.readouterr().err
+            assert err.count("spool write failed") == 1, err  # two drops, one line (the second held back)
+            assert "snapshot not written" in err and "samples_dropped" not in err.split("snapshot not written")[1]
             ballast.unlink()
             t_back = time.time()
             w.q.put(rest[2])
@@ -129,9 +146,11 @@ def test_a_full_disk_is_counted_and_the_spool_recovers_when_space_returns(served
                 g["name"] == "heartbeat_timestamp_seconds" and g["value"] >= t_back for g in snap["gauges"]))
             c = counters(mon, RUN)
             assert c["samples_dropped[disk_full]"] == 2 and c["samples"] == 0  # (samples counts in finished())
+            assert not (mirror_dir(mon / "metrics") / f"{RUN}-worker.json").exists()  # the disk's copy again
         finally:
             w.stopping.set()
             t.join(5)
+            shutil.rmtree(mirror_dir(mon / "metrics"), ignore_errors=True)
 
 
 def test_a_librarys_own_write_exception_is_counted_not_fatal(served, tmp_path, monkeypatch):
@@ -181,6 +200,8 @@ def test_a_replay_on_a_full_disk_keeps_requests_and_writes_them_when_space_retur
         t.start()
         time.sleep(4)  # the replay runs and fails to write, again and again
         assert len(list((mon / "spool" / RUN).glob("job-*.meta.json"))) == 4  # nothing lost, nothing quarantined
+        during = counters(mon, RUN)  # as a scrape reads it while the disk is full (the mirrored snapshot)
+        assert during.get("replay_write_errors[disk_full]", 0) >= 1, during
         assert not (mon / "spool" / RUN / "quarantine").exists()
         assert len(list((mon / "segments").glob("seg-*"))) <= 1  # no empty segment folder per retry
         ballast.unlink()
@@ -238,7 +259,8 @@ def test_sigterm_leaves_pending_requests_spooled_and_the_next_start_replays_them
     assert replay_worker.main([x if x != RUN else "next" for x in args(root, mon, per=8)]) == 0
     c = counters(mon, "next")
     assert c["leftovers_replayed"] == left and c["leftovers_dropped"] == 0 and c["replay_errors"] == 0
-    assert counters(mon, RUN)["replayed"] + c["replayed"] == 60  # (the oldest segments may be pruned: 24 kept)
+    # an earlier run's requests count as leftovers only: replayed never exceeds this run's samples (none here)
+    assert c["replayed"] == 0 and counters(mon, RUN)["replayed"] + c["leftovers_replayed"] == 60
     assert not (mon / "spool" / RUN).exists()  # the earlier run's folder, emptied, is removed
 
 

@@ -57,12 +57,12 @@ def _port() -> int:
 
 
 @contextlib.contextmanager
-def _server(target: Path, mon: Path, log: Path):
+def _server(target: Path, mon: Path, log: Path, dtype: str = "float32"):
     """The monitored server: sample=1, one request at a time, the target eager too."""
     srv, port = _launcher(), _port()
     env = {**os.environ, "DRIFTTOOL_MONITOR": f"sample=1,dir={mon}", "VLLM_USE_V2_MODEL_RUNNER": "0",
            "OMP_NUM_THREADS": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
-    cmd = srv.command(target, DRAFTER, DEPTH, port, "--dtype", "float32", "--enforce-eager", "--max-num-seqs", "1",
+    cmd = srv.command(target, DRAFTER, DEPTH, port, "--dtype", dtype, "--enforce-eager", "--max-num-seqs", "1",
                       "--kv-cache-memory-bytes", "268435456")
     with srv.api_server(cmd, port, env, log, timeout=420) as (url, proc):
         yield url, proc
@@ -166,6 +166,50 @@ def test_monitor_in_vllm_serve(tmp_path):
             got = _per_depth(fams, name, d)
             if len(want):
                 assert got == pytest.approx(want.mean(), rel=1e-5, abs=1e-6), (name, d)
+
+
+def test_a_bf16_server_is_replayed_in_bf16_and_raises_no_disagreement(tmp_path):
+    """Issue #63: the replay ran float32 against a bf16 server and flagged every replay (9/9, 17/17) as disagreeing
+    with vLLM's drafter; it now runs in the server's dtype, under that dtype's tolerance."""
+    from drifttool.monitor.segments import segments
+    from drifttool.trace.reader import read_trace
+
+    target, mon = _target(), tmp_path / "mon"
+    with _server(target, mon, tmp_path / "server.log", dtype="bfloat16") as (url, proc):
+        for q in CHATS:
+            assert _chat(url, q)
+        fams = _wait(url, "drifttool:replayed", len(CHATS))
+        assert _value(fams, "drifttool:replayed") == len(CHATS), (mon / "replay.log").read_text()[-2000:] \
+            if (mon / "replay.log").is_file() else ""
+        flags = [f["message"] for seg in segments(mon / "segments")
+                 for f in json.loads((seg / "manifest.json").read_text()).get("flags", [])]
+        assert _value(fams, "drifttool:replay_disagreements") == 0, flags
+        # a kill -9 of the API server alone (vLLM's engine core lives on): the replay stops by itself
+        assert _replays(mon), "no replay process found"
+        from drifttool.monitor.replay_worker import python_ancestors
+
+        above = [pid for pid, _ in python_ancestors(_replays(mon)[0])]
+        assert proc.pid in above, (proc.pid, above)  # the API server is among the processes the replay watches
+        os.kill(proc.pid, signal.SIGKILL)
+        t0 = time.time()
+        while _replays(mon) and time.time() - t0 < 90:
+            time.sleep(1)
+        assert not _replays(mon), "the replay outlived the API server"
+    man = read_trace(segments(mon / "segments")[0]).manifest
+    assert man["capture"]["dtype"] == "bfloat16", man["capture"]
+    assert man["capture"]["vllm"]["replay_tolerance"]["max_rel_fc_diff"] == 3e-2
+
+
+def _replays(mon: Path) -> list[int]:
+    """Live replay processes of this monitor folder (their command lines name it)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            with contextlib.suppress(OSError):
+                cmd = (d / "cmdline").read_bytes()
+                if b"drifttool.monitor.replay_worker" in cmd and str(mon).encode() in cmd:
+                    out.append(int(d.name))
+    return out
 
 
 def _offline_capture(target: Path, tmp_path: Path):

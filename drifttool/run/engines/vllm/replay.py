@@ -29,6 +29,8 @@ class ReplayStats:
 
     drafts_agree: int = 0
     drafts_total: int = 0
+    drafts_tied: int = 0  # counted in drafts_agree: another token than vLLM's, its top two logits within the dtype's
+    #                      resolution of each other (a near tie a kernel's rounding breaks either way)
     max_fc_diff: float = 0.0  # |drifttool combine(features) - vLLM's first-pass hidden input|
     max_feedback_diff: float = 0.0  # |drifttool fed-back tensor - vLLM's step-k hidden input|
     fc_scale: float = 0.0  # max |vLLM's first-pass hidden input|
@@ -48,6 +50,7 @@ class ReplayStats:
         agree = self.drafts_agree / self.drafts_total if self.drafts_total else float("nan")
         return {
             "replay_draft_agreement": agree,
+            "replay_draft_ties": self.drafts_tied,
             "replay_max_fc_diff": self.max_fc_diff,
             "replay_max_feedback_diff": self.max_feedback_diff,
             "replay_rel_fc_diff": self.max_fc_diff / self.fc_scale if self.fc_scale else 0.0,
@@ -198,15 +201,17 @@ def first_passes(drafter: DrafterBase, cache: RaggedKVCache, router: RowCaptures
 
 
 def chains(drafter: DrafterBase, cache: RaggedKVCache, router: RowCaptures, slot: list[int], rows: list[_Prompt],
-           work: list[_Work], steps: list[DraftStep], depth: int) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+           work: list[_Work], steps: list[DraftStep], depth: int
+           ) -> tuple[dict[int, list[int]], dict[int, list[int]], dict[int, list[bool]]]:
     """Depths 2..K of every verified round of the batch on vLLM's ids and fed-back tensors, side by side; per
-    batch row (ids fed at depths 2..K, the replay's drafts)."""
+    batch row (ids fed at depths 2..K, the replay's drafts, whether each was a near tie)."""
     dev, dt = drafter.lm_head.weight.device, drafter.lm_head.weight.dtype
     live = [b for b, w in enumerate(work) if w.ver is not None]
     fed: dict[int, list[int]] = {b: [] for b in live}
     mine = {b: [int(drafter.draft_to_target(steps[b].logits[0, -1].argmax()))] for b in live}
+    tied = {b: [near_tie(steps[b].logits[0, -1], dt)] for b in live}
     if not live:
-        return fed, mine
+        return fed, mine, tied
     h_dim = work[live[0]].prop.steps[1].hidden.shape[-1] if depth > 1 else 0
     for k in range(2, depth + 1):
         ids = torch.zeros(len(rows), 1, dtype=torch.long, device=dev)
@@ -227,7 +232,18 @@ def chains(drafter: DrafterBase, cache: RaggedKVCache, router: RowCaptures, slot
         for b in live:
             steps[b] = last_slot(step, b)
             mine[b].append(int(top[b]))
-    return fed, mine
+            tied[b].append(near_tie(step.logits[b, -1], dt))
+    return fed, mine, tied
+
+
+def near_tie(logits: torch.Tensor, dtype: torch.dtype) -> bool:
+    """The top two logits within the dtype's resolution of each other (crosscheck.MAX_REL_DIFF of the larger's
+    magnitude): which of the two wins is rounding, so choosing the other is not a disagreement."""
+    from .crosscheck import MAX_REL_DIFF
+
+    rel = MAX_REL_DIFF["float32" if dtype in (torch.float32, torch.float64) else "16-bit"]
+    two = logits.float().topk(2).values
+    return bool(two[0] - two[1] <= rel * max(1.0, float(two[0].abs())))
 
 
 def replay_round(drafter: DrafterBase, cache: RaggedKVCache, router: RowCaptures, slot: list[int],
@@ -242,13 +258,15 @@ def replay_round(drafter: DrafterBase, cache: RaggedKVCache, router: RowCaptures
         work.append(_Work(prop, ver, start, n))
     steps = first_passes(drafter, cache, router, slot, rows, work)
     first_ids = [int(w.prop.steps[0].ids[w.m - 1]) for w in work]
-    fed, mine = chains(drafter, cache, router, slot, rows, work, steps, depth)
+    fed, mine, tied = chains(drafter, cache, router, slot, rows, work, steps, depth)
     for b, (p, w) in enumerate(zip(rows, work)):
         p.i += 1
         if w.ver is None:
             continue  # a prefill chunk: its slots stay in the cache for the next chunk
         p.stats.drafts_total += depth
-        p.stats.drafts_agree += sum(a == c for a, c in zip(mine[b], w.prop.drafts))
+        same = [a == c for a, c in zip(mine[b], w.prop.drafts)]
+        p.stats.drafts_tied += sum(not x and t for x, t in zip(same, tied[b]))
+        p.stats.drafts_agree += sum(x or t for x, t in zip(same, tied[b]))
         rec = vllm_round(len(p.records), w.prop, w.ver, p.full, w.n, depth, [first_ids[b], *fed[b]])
         p.cap.end_round(drafter, cache.row(b), rec)
         p.records.append(rec)
