@@ -200,6 +200,25 @@ def test_a_bf16_server_is_replayed_in_bf16_and_raises_no_disagreement(tmp_path):
     assert man["capture"]["vllm"]["replay_tolerance"]["max_rel_fc_diff"] == 3e-2
 
 
+def test_the_documented_cpu_command_starts_and_is_monitored(tmp_path):
+    """docs/monitor.md's CPU serve command, run as written (its placeholders filled: this Python, the bundled target
+    and drafter, a fresh folder, every request sampled, a free port): the server starts, serves, and the monitor
+    replays its request in the model's own dtype without disagreement (issue #63, item 2)."""
+    import re
+
+    text = (REPO / "docs" / "monitor.md").read_text()
+    block = re.search(r"<!-- cpu-serve:begin[^>]*-->\s*```bash\n(.*?)```", text, re.S).group(1)
+    target, mon, port = _target(), tmp_path / "mon", _port()
+    cmd = (block.replace("$VLLM_PY", sys.executable).replace("MODEL", str(target)).replace("DRAFTER", str(DRAFTER))
+           .replace("/var/lib/drifttool", str(mon)).replace("sample=0.01", "sample=1").rstrip()
+           + f" --port {port} --served-model-name smollm2 --max-model-len 1024")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with _launcher().api_server(["bash", "-c", cmd], port, env, tmp_path / "server.log", timeout=420) as (url, _p):
+        assert _chat(url, CHATS[1])
+        fams = _wait(url, "drifttool:replayed", 1)
+        assert _value(fams, "drifttool:replayed") == 1 and _value(fams, "drifttool:replay_disagreements") == 0
+
+
 def _replays(mon: Path) -> list[int]:
     """Live replay processes of this monitor folder (their command lines name it)."""
     out = []
