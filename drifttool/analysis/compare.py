@@ -141,7 +141,26 @@ def check_compatible(traces: list[TraceData]) -> list[str]:
         if t.manifest["status"] != "complete":
             notes.append(f"{t.path.name}: partial trace ({len(t.manifest['shards'])} prompts)")
         notes += flag_notes(t.manifest, t.path.name)
+        notes += selection_notes(t)
     return notes
+
+
+def selection_notes(t: TraceData) -> list[str]:
+    """A live monitor's segment whose requests were partly selected (its `every` / `long` policies: tags
+    sample:cadence, sample:long) rather than drawn uniformly: said, so its pooled statistics are not read as the
+    traffic's own."""
+    if not (t.manifest.get("capture") or {}).get("monitor"):
+        return []
+    try:
+        tags = t.table("prompts")["tags"].astype(str)
+    except (DriftError, KeyError):
+        return []
+    picked = tags.str.contains("sample:cadence|sample:long", regex=True)
+    if not picked.any():
+        return []
+    return [f"{t.path.name}: {int(picked.sum())} of {len(tags)} requests were selected by the monitor's policy "
+            "(sample:cadence / sample:long), not drawn uniformly: its statistics pool a selected and a uniform "
+            "sample and describe neither the traffic nor the selection alone"]
 
 
 def target_notes(traces: list[TraceData]) -> list[str]:

@@ -22,16 +22,15 @@ from typing import Any
 from ..errors import DriftError
 from .logs import OncePerKind
 from .metrics import WRITE_REASONS, Aggregates
+from .sampling import Sampler, uniform
 from .settings import MonitorSettings
 
 RUN_ENV = "DRIFTTOOL_MONITOR_RUN"  # one id per server start, set in the API server and inherited by its children
 
 
 def sampled(request_id: str, fraction: float) -> bool:
-    """A request's sampling decision: a hash of its id under `fraction` (the same answer in every hook)."""
-    if fraction >= 1:
-        return True
-    return int(hashlib.sha1(request_id.encode()).hexdigest()[:8], 16) < fraction * 2**32
+    """The uniform sampling rule (monitor/sampling.py: the selections beside it)."""
+    return uniform(request_id, fraction)
 
 
 def request_key(request_id: str) -> str:
@@ -78,6 +77,7 @@ class Finished:
     prompt_ids: list[int]
     output_ids: list[int]
     t_end: float
+    why: str = "uniform"  # the sampling reason (monitor/sampling.py)
 
 
 def preflight(vllm_config) -> str | None:
@@ -134,7 +134,8 @@ class WorkerMonitor:
         self.agg, self.snapshot = worker_counters(self.labels), settings.dir / "metrics" / f"{self.run}-worker.json"
         self.q: queue.Queue[Finished] = queue.Queue(maxsize=settings.queue)
         self.rec = VllmRecorder(runner)
-        self.rec.want = lambda rid: sampled(rid, settings.sample)
+        self.sampler = Sampler(settings.sample, settings.every, settings.long)
+        self.rec.want = lambda rid: self.sampler.keep(rid, lambda: self._prompt_len(rid))
         self.rec.on_error = self._record_error  # a recording error never reaches vLLM's step
         self.seq = 0
         self.child: subprocess.Popen | None = None
@@ -179,6 +180,15 @@ class WorkerMonitor:
                 "--depth", str(int(spec.num_speculative_tokens)), "--threads", str(self.s.threads),
                 "--dtype", server_dtype(mc)]
 
+    def _prompt_len(self, rid: str) -> int | None:
+        """The prompt length of a request the runner holds (external id `rid`), for the `long` selection."""
+        from ..run.engines.vllm.recorder import external_id
+
+        for req_id, st in getattr(self.runner, "requests", {}).items():
+            if external_id(req_id) == rid:
+                return len(getattr(st, "prompt_token_ids", None) or ())
+        return None
+
     def _removed_wrapper(self, orig):
         def removed(req_id, req_state) -> None:
             orig(req_id, req_state)
@@ -194,7 +204,8 @@ class WorkerMonitor:
 
         ext = external_id(req_id)
         events = self.rec.events.pop(ext, None)
-        if events is None or not sampled(ext, self.s.sample):
+        why = self.sampler.finish(ext)
+        if events is None or why is None:
             return
         self.agg.inc("samples", self.labels)
         prompt = getattr(req_state, "prompt_token_ids", None)
@@ -202,7 +213,7 @@ class WorkerMonitor:
             self.agg.inc("requests_skipped", {**self.labels, "reason": "no_prompt_ids"})
             return
         job = Finished(request_key(ext), events, [int(t) for t in prompt],
-                       [int(t) for t in req_state.output_token_ids], time.time())
+                       [int(t) for t in req_state.output_token_ids], time.time(), why)
         try:
             self.q.put_nowait(job)
         except queue.Full:
@@ -243,7 +254,7 @@ class WorkerMonitor:
             self.spool.mkdir(parents=True, exist_ok=True)  # removed under a running server: made again
             write_events({job.key: job.events}, base)
             meta: dict[str, Any] = {"key": job.key, "prompt_ids": job.prompt_ids, "output_ids": job.output_ids,
-                                    "t_end": job.t_end}
+                                    "t_end": job.t_end, "sample": job.why}
             tmp.write_text(json.dumps(meta))
             os.replace(tmp, base.with_suffix(".meta.json"))
         except Exception as e:  # noqa: BLE001 - any write error (safetensors raises its own) is counted, never fatal

@@ -131,6 +131,14 @@ def _ids(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in v)
 
 
+def sample_tag(meta: dict) -> str:
+    """The prompt's tag saying why it was sampled (a spool written before the selections: uniform)."""
+    from .sampling import REASONS
+
+    why = meta.get("sample", "uniform")
+    return f"sample:{why if why in REASONS else 'uniform'}"
+
+
 def meta_problem(meta: Any) -> str | None:
     """What is wrong with a spooled request's meta file (None: nothing), checked before anything is counted: the
     key, the token ids and the end time the replay and its lag read."""
@@ -181,7 +189,7 @@ class Replayer:
         self.labels = {"model_name": args.model, "engine": args.engine, "drafter": args.name}
         self.dir = folder  # the monitor's folder (its test-fault file)
 
-    def manifest(self, sample: float) -> dict[str, Any]:
+    def manifest(self, sample: float, every: float = 0.0, long: int = 0) -> dict[str, Any]:
         from ..run.engines.vllm.crosscheck import tolerance
         from ..run.manifest import build_manifest
 
@@ -190,7 +198,10 @@ class Replayer:
                "max_new_tokens_rule": "the request's", "template_ids": list(self.info.template_ids),
                "engine": "vllm-serve-monitor", "shard_key": "DRAFTER:PROMPT",
                "sink_rule": "first:4 (the monitor does not read the target's attention)",
-               "monitor": {"sample": sample, "prompt_ids": "a hash of vLLM's request id, never its text"},
+               "monitor": {"sample": sample, "every": every, "long": long,
+                           "selected": "prompts tagged sample:cadence or sample:long were selected, not drawn "
+                                       "uniformly (sample:uniform)",
+                           "prompt_ids": "a hash of vLLM's request id, never its text"},
                "vllm": {"replay_tolerance": tolerance(st.dtype)},
                "draft_sampling": "greedy (vLLM's draft_sample_method)"}
         return build_manifest(self.info, str(self.info.path), self.models, cap)
@@ -203,7 +214,8 @@ class Replayer:
 
         if os.environ.get(FAULT_ENV) == "replay" or _fault_file(self.dir) == "replay":
             raise DriftError("replay failure injected for a test")
-        served = [Served(Probe(id=j.meta["key"], token_ids=j.meta["prompt_ids"], tags=["live"]), j.meta["prompt_ids"],
+        served = [Served(Probe(id=j.meta["key"], token_ids=j.meta["prompt_ids"], tags=["live", sample_tag(j.meta)]),
+                         j.meta["prompt_ids"],
                          len(j.meta["output_ids"]), j.meta["output_ids"], j.events or []) for j in jobs]
         out = replay_served(self.settings, self.info.template_ids, self.name, self.drafter, served)
         return [(j, tabs, rows, problem) for j, (_, tabs, rows, problem, _) in zip(jobs, out)]
@@ -317,7 +329,7 @@ def serve(args: argparse.Namespace, stop: threading.Event, drain: bool = False) 
     counters_at_zero(agg, rep.labels, args.depth)
     snap = Snapshot(agg, rep.labels, snap_path)
     snap.write()
-    segs = SegmentWriter(s.dir / "segments", rep.manifest(s.sample), s.segment_requests, s.keep_segments, s.max_bytes,
+    segs = SegmentWriter(s.dir / "segments", rep.manifest(s.sample, s.every, s.long), s.segment_requests, s.keep_segments, s.max_bytes,
                          engine=int(args.engine) if str(args.engine).isdigit() else 0)
     try:
         replay_leftovers(rep, segs, agg, snap, spool.parent, args.run, s.spool, threading.Event() if drain else stop)

@@ -26,6 +26,8 @@ class MonitorSettings:
     keep_segments: int = 24  # segments kept (oldest removed first)
     max_bytes: int = 1 << 30  # all segments together at most this (oldest removed first)
     threads: int = 1  # torch threads of the replay process
+    every: float = 0.0  # seconds: at least one request recorded this often (0: off)
+    long: int = 0  # tokens: every request whose prompt has at least this many is recorded (0: off)
 
     @classmethod
     def parse(cls, text: str, probe: bool = True) -> MonitorSettings:
@@ -59,6 +61,9 @@ class MonitorSettings:
         for k in ("queue", "spool", "segment_requests", "keep_segments", "max_bytes", "threads"):
             if getattr(self, k) < 1:
                 raise DriftError(f"{ENV}: {k}={shown(k)} must be at least 1")
+        for k in ("every", "long"):
+            if not getattr(self, k) >= 0:  # NaN too
+                raise DriftError(f"{ENV}: {k}={shown(k)} must be 0 (off) or more")
         if probe:
             writable(self.dir)
 
@@ -77,6 +82,10 @@ HELP = {  # each setting in words (docs/monitor.md's table is generated from thi
     "keep_segments": "segments kept (oldest removed first)",
     "max_bytes": "all segments together at most this many bytes (oldest removed first)",
     "threads": "torch threads of the replay process",
+    "every": "seconds: at least one request is recorded this often whatever `sample` draws (0: off); its segments "
+             "say `sample:cadence`",
+    "long": "tokens: every request whose prompt has at least this many is recorded (0: off); its segments say "
+            "`sample:long`",
 }
 
 

@@ -89,7 +89,7 @@ def dropped(agg, reason: str) -> float:
     return agg.counters.get(("samples_dropped", tuple(sorted({**LABELS, "reason": reason}.items()))), 0.0)
 
 
-def until(cond, timeout: float = 60.0) -> None:
+def until(cond, timeout: float = 600.0) -> None:  # a hang guard, not a speed bar
     t0 = time.time()
     while not cond():
         assert time.time() - t0 < timeout, "timed out"
