@@ -36,6 +36,10 @@ RATIOS = ("recency_ratio", "recency_ratio_max", "rms_growth", "self_lift", "self
           "feature_growth",
           "sink_retention", *metric_table.lifts())
 DECAY_METRICS = ("al_per_doubling", "self_lift_per_doubling")
+# a `drifttool patch` trace: per patched series, the intervention's paired change of acceptance length against its
+# clean series (patched - clean, mean over groups; its CI, sign-flip p and MDE reported), e.g. a gate that removing
+# drift must not cost more than 0.02: `patch_al_change>=-0.02`
+PATCH_METRICS = ("patch_al_change",)
 # names a gate may hold from before the lifts: refused with what replaced them (a silent redefinition would flip a
 # gate's outcome with exit 0)
 RETIRED = {"drift_score": "self_lift_trend (self lift at depth K / depth 2; 1.0 = uniform) or self_lift",
@@ -54,7 +58,7 @@ DIRECTION = {"mean_acceptance_length": 1, "draft_acceptance_rate": 1, "iid_accep
 OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq}
 _RULE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:@\s*depth\s*(\d+)(?:\s*-\s*depth\s*(\d+))?)?\s*(>=|<=|==|>|<)\s*"
                    r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(%?)\s*$")
-KNOWN = (f"summary: {', '.join(SUMMARY_METRICS + DECAY_METRICS)} (aliases: {', '.join(sorted(ALIASES))}); per depth "
+KNOWN = (f"summary: {', '.join(SUMMARY_METRICS + DECAY_METRICS + PATCH_METRICS)} (aliases: {', '.join(sorted(ALIASES))}); per depth "
          f"(@depthN, or a trend @depthN-depthM): {', '.join(PER_DEPTH)}")
 
 
@@ -83,7 +87,7 @@ def canonical(metric: str, where: str) -> str:
         raise DriftError(f"{where}: {metric!r} was retired (it grew with the number of visible draft slots, not with "
                          f"drift); use {RETIRED[metric]}")
     m = ALIASES.get(metric, metric)
-    if m not in SUMMARY_METRICS + DECAY_METRICS + PER_DEPTH:
+    if m not in SUMMARY_METRICS + DECAY_METRICS + PER_DEPTH + PATCH_METRICS:
         raise DriftError(f"{where}: unknown metric {metric!r}; known metrics: {KNOWN}")
     return m
 
@@ -213,10 +217,34 @@ def _baseline_metrics(baseline_metrics: list[str] | None) -> list[tuple[str, str
     return out
 
 
+def _patch_rows(cur: Values, r: Rule) -> list[dict[str, Any]]:
+    """A patch rule's rows: one per patched series of the trace (the clean series have no intervention to gate)."""
+    from .patching import effects
+
+    if r.depth is not None or r.from_depth is not None:
+        raise DriftError(f"--rule {r.text!r}: {r.metric} is one number per intervention; drop '@depth'")
+    if not cur.trace.manifest.get("patch"):
+        raise DriftError(f"--rule {r.text!r}: {cur.trace.path} is not a `drifttool patch` trace (no interventions)")
+    rows = []
+    for e in effects(cur.trace):
+        if e["patched"] not in cur.drafters and e["clean"] not in cur.drafters:
+            continue
+        a = e["acceptance_length"]
+        v = float(a["difference"]) if a.get("difference") is not None else math.nan
+        rows.append({"rule": r.text, "drafter": e["patched"], "metric": r.metric, "depth": None, "op": r.op,
+                     "threshold": r.threshold, "value": v if math.isfinite(v) else None, "passed": r.holds(v),
+                     "p": a.get("p"), "mde": a.get("mde"), "n_groups": a.get("n_groups"),
+                     "ci": [a.get("difference_lo"), a.get("difference_hi")]})
+    return rows
+
+
 def _rule_rows(cur: Values, parsed: list[Rule]) -> list[dict[str, Any]]:
     """One row per rule and drafter: the value (or a depth trend's paired statistics) and whether the rule holds."""
     rows = []
     for r in parsed:
+        if r.metric in PATCH_METRICS:
+            rows += _patch_rows(cur, r)
+            continue
         for dname in cur.drafters:
             extra: dict[str, Any] = {}
             if r.from_depth is not None:
