@@ -75,7 +75,7 @@ def test_run_check_values(traces):
 
 def _cli(*args):
     p = subprocess.run([sys.executable, "-m", "drifttool.cli", "check", *map(str, args)], capture_output=True,
-                       text=True, timeout=120)
+                       text=True, timeout=1800)
     return p.returncode, p.stdout, p.stderr
 
 

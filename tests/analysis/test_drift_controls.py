@@ -74,7 +74,7 @@ def controls(tmp_path_factory):
     probes.write_text("".join(json.dumps({"id": f"p{i}", "token_ids": ids}) + "\n" for i, ids in enumerate(_prompts())))
     out = root / "controls.drift"
     r = cli("capture", "--target", root / "target", *args, "--probes", probes, "--out", out, "--depth", K,
-            "--max-new-tokens", 24, "--sink", "pos:0", timeout=600)
+            "--max-new-tokens", 24, "--sink", "pos:0", timeout=1800)
     assert r.returncode == 0, r.stderr
     cmp = Comparison.of([read_trace(out)])
     return cmp, cmp.summary().set_index("series"), out

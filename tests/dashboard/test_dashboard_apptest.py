@@ -23,7 +23,7 @@ PAGES = {"depth": (5, 1), "heads": (2, 1), "context": (2, 1), "drilldown": (1, 1
 
 def _app(monkeypatch, *traces: Path) -> AppTest:
     monkeypatch.setattr(sys, "argv", [str(APP), *map(str, traces)])
-    at = AppTest.from_file(str(APP), default_timeout=120)
+    at = AppTest.from_file(str(APP), default_timeout=1800)
     at.argv = list(sys.argv)  # the app reads sys.argv at every run: a shared AppTest must run with its own
     at.run()
     return at

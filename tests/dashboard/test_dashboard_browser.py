@@ -60,7 +60,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float = 90) -> None:
+def _wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float = 1800.0) -> None:
     t0 = time.time()
     while time.time() - t0 < timeout:
         if proc.poll() is not None:

@@ -18,7 +18,7 @@ APP = Path(__file__).resolve().parents[2] / "drifttool" / "dashboard" / "app.py"
 
 def test_a_link_sets_the_view_and_the_view_writes_the_link(dash_traces, monkeypatch):
     monkeypatch.setattr(sys, "argv", [str(APP), str(dash_traces["a"]), str(dash_traces["b"])])
-    at = AppTest.from_file(str(APP), default_timeout=120)
+    at = AppTest.from_file(str(APP), default_timeout=1800)
     names = [Path(dash_traces["a"]).stem, Path(dash_traces["b"]).stem]  # a link names traces by folder name
     at.query_params.update({"traces": names[1], "depth": "2-3", "heads": "1,99", "probes": "nope"})
     at.run()

@@ -412,7 +412,7 @@ def test_zero_round_trace_in_the_dashboard(env, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
     monkeypatch.setattr(sys, "argv", [str(APP / "app.py"), str(env["traces"]["norounds"])])
-    at = AppTest.from_file(str(APP / "app.py"), default_timeout=60)
+    at = AppTest.from_file(str(APP / "app.py"), default_timeout=1800)
     at.run()
     assert not at.exception and not at.error
     assert any("no drafted rounds" in w.value for w in at.warning)

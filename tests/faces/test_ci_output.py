@@ -26,7 +26,7 @@ def test_ci_pytest_prints_counts_and_skip_reasons(tmp_path):
         args = _pytest_args(REPO / "scripts" / script)
         out = subprocess.run([sys.executable, "-m", "pytest", *args, "-c", str(REPO / "pyproject.toml"),
                               "--rootdir", str(tmp_path), "-p", "no:cacheprovider", str(tmp_path / "test_demo.py")],
-                             capture_output=True, text=True, timeout=120, cwd=tmp_path).stdout
+                             capture_output=True, text=True, timeout=1800, cwd=tmp_path).stdout
         last = out.strip().splitlines()[-1]
         assert re.search(r"\b1 passed, 1 skipped\b", last), (script, out)  # the counts line ends the output
         assert "SKIPPED" in out and "needs the moon" in out, (script, out)

@@ -67,6 +67,6 @@ def test_docs_python_blocks_run(page, tmp_path):
     env = child_env()
     env["MPLBACKEND"] = "Agg"
     r = subprocess.run([sys.executable, str(script), str(page.relative_to(REPO))], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=900)
+                       capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0 and "--- all blocks ran" in r.stdout, \
         f"{page.relative_to(REPO)}: a Python block failed\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"

@@ -25,7 +25,7 @@ def test_example_notebook_executes():
     nb = nbformat.read(NB, as_version=4)
     t0 = time.perf_counter()
     env_before = os.environ.get("PLOTLY_RENDERER")
-    nbclient.NotebookClient(nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "examples")}}).execute()
+    nbclient.NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "examples")}}).execute()
     assert env_before == os.environ.get("PLOTLY_RENDERER")
     elapsed = time.perf_counter() - t0
     code = [c for c in nb.cells if c.cell_type == "code"]

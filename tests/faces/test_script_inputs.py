@@ -53,7 +53,7 @@ def test_capture_seed_panel_refuses_a_seed_that_never_trained(tmp_path):
     (tmp_path / "runs" / "seeds" / "s0" / "done").touch()  # seed 0 trained; seed 7 never was
     env = {**os.environ, "DT": str(dt), "SEEDS": "0 7"}
     r = subprocess.run(["bash", str(tmp_path / "scripts" / "capture_seed_panel.sh")], env=env, capture_output=True,
-                       text=True, timeout=60)
+                       text=True, timeout=1800)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1 and "seed 7" in lines[0] and "never trained" in lines[0], r.stderr
     assert "runs/seeds/s7/done" in lines[0]

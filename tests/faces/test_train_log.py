@@ -66,7 +66,7 @@ def test_the_logger_runs_inside_the_trainer_and_equals_an_offline_capture(tmp_pa
                                               for i, p in enumerate(probes)))
     r = cli("capture", "--target", tmp_path / "target", "--drafter", f"e3={tmp_path / 'trained'}", "--probes",
             tmp_path / "p.jsonl", "--depth", "3", "--mode", "teacher-forced", "--max-new-tokens", "8", "--quiet",
-            "--out", tmp_path / "offline.drift", timeout=600)
+            "--out", tmp_path / "offline.drift", timeout=1800)
     assert r.returncode == 0, r.stderr[-2000:]
     off = dt.load(tmp_path / "offline.drift")
     want = summary(off.depths, off.heads)

@@ -97,7 +97,7 @@ def test_wheel_installs_and_serves_the_dashboard(tmp_path, dash_traces):
                                 stdout=fh, stderr=subprocess.STDOUT, cwd=tmp_path, env=ENV, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_healthy(url, proc, log, timeout=120)
+        _wait_healthy(url, proc, log, timeout=1800)
         from playwright.sync_api import sync_playwright
 
         with sync_playwright() as p:

@@ -29,7 +29,7 @@ def _cache_entry(hub: Path, repo: str, src: Path) -> Path:
 
 def _run(args, env):
     return subprocess.run([sys.executable, "-m", "drifttool.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=600)
+                          timeout=1800)
 
 
 def test_hub_ids_from_the_local_cache(tmp_path):

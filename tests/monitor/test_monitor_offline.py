@@ -213,7 +213,7 @@ def test_the_dashboard_reads_a_live_folder_and_its_new_segments(served, tmp_path
     spool(mon, reqs)
     assert replay_worker.main(args(root, mon)) == 0  # 4 requests: 2 segments
     monkeypatch.setattr(sys, "argv", [str(APP), str(mon)])
-    at = AppTest.from_file(str(APP), default_timeout=120)
+    at = AppTest.from_file(str(APP), default_timeout=1800)
     at.run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert any("Live: 2 segment(s)" in c.value for c in at.sidebar.caption)

@@ -94,7 +94,7 @@ def test_a_metric_typed_into_the_table_needs_nothing_else(tmp_path):
     table.write_text(text[:m.end() - 2] + ROW + text[m.end() - 2:])
     env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
     gen = subprocess.run([sys.executable, "scripts/docs_gen.py"], cwd=copy, env=env, capture_output=True, text=True,
-                         timeout=900)
+                         timeout=1800)
     assert gen.returncode == 0, gen.stderr[-3000:]
     assert _changed(copy) == ["docs/metrics.md", "docs/monitor.md", "drifttool/trace/metric_table.py"]
     assert "first_key_mass" in (copy / "docs" / "metrics.md").read_text()
@@ -102,7 +102,7 @@ def test_a_metric_typed_into_the_table_needs_nothing_else(tmp_path):
                           *TESTS], cwd=copy, env=env, capture_output=True, text=True, timeout=3000)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     reach = subprocess.run([sys.executable, "-c", REACH, str(tmp_path)], cwd=copy, env=env, capture_output=True,
-                           text=True, timeout=900)
+                           text=True, timeout=1800)
     assert reach.returncode == 0, reach.stderr[-3000:]
     said = dict(ln.split() for ln in reach.stdout.splitlines() if ln.split()[:1] in (["TERMINAL"], ["CURVES"],
                                                                                     ["REPORT"], ["METRICS"]))

@@ -197,7 +197,7 @@ out["metrics_hist_count"] = [sum(s.value for s in hist), int(np.isfinite(dep["fi
 from streamlit.testing.v1 import AppTest
 app = Path(dt.__file__).parent / "dashboard" / "app.py"
 sys.argv = [str(app), str(root / "a.drift")]
-at = AppTest.from_file(str(app), default_timeout=120)
+at = AppTest.from_file(str(app), default_timeout=1800)
 at.run()
 at.switch_page("app_pages/heads.py").run()
 at.radio(key="heads_read").set_value("mass").run()
@@ -223,7 +223,7 @@ def test_a_metric_declared_once_runs_end_to_end(tmp_path):
     if not sample.is_dir():
         pytest.skip("sample traces not in this checkout")
     p = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path), str(sample)], capture_output=True, text=True,
-                       timeout=600, cwd=repo, env=child_env())
+                       timeout=1800, cwd=repo, env=child_env())
     line = next((ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert line, p.stderr[-3000:]
     r = json.loads(line[len("RESULT "):])

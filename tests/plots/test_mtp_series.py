@@ -71,7 +71,7 @@ def test_dashboard_pages_render_an_mtp_trace(mtp_trace, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
     monkeypatch.setattr(sys, "argv", [str(APP), str(mtp_trace)])
-    at = AppTest.from_file(str(APP), default_timeout=120)
+    at = AppTest.from_file(str(APP), default_timeout=1800)
     at.run()
     assert not at.exception and not at.error
     assert sorted(at.dataframe[0].value["series"]) == ["mtp", "mtp-postnorm"]

@@ -95,7 +95,7 @@ def test_series_capture_compare_notebook_and_page(tmp_path, capsys, monkeypatch)
 
     app = Path(__file__).resolve().parents[2] / "drifttool" / "dashboard" / "app.py"
     monkeypatch.setattr(sys, "argv", [str(app), str(out)])
-    at = AppTest.from_file(str(app), default_timeout=120)
+    at = AppTest.from_file(str(app), default_timeout=1800)
     at.run()
     at.switch_page("app_pages/training.py").run()
     assert not at.exception and len(at.get("plotly_chart")) == 4

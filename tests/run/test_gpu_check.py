@@ -31,7 +31,7 @@ def test_without_cuda_one_line_and_exit_0():
         capture_output=True,
         text=True,
         env={**child_env(), "PYTHON": sys.executable},
-        timeout=300,
+        timeout=1800,
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines() == [

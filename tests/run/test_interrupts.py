@@ -96,9 +96,9 @@ def runs(tmp_path_factory):
             time.sleep(0.002)
         results = []
         for p, proc in zip(kills, procs):
-            _, err = proc.communicate(timeout=120)
+            _, err = proc.communicate(timeout=1800)
             results.append((p, proc.returncode, err))
-        yield {"root": root, "ref": Path(ref.result(timeout=240)), "args": args, "results": results}
+        yield {"root": root, "ref": Path(ref.result(timeout=1800)), "args": args, "results": results}
     finally:
         pool.shutdown(wait=True)
         for proc in procs:

@@ -64,7 +64,7 @@ def _server(target: Path, mon: Path, log: Path, dtype: str = "float32"):
            "OMP_NUM_THREADS": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
     cmd = srv.command(target, DRAFTER, DEPTH, port, "--dtype", dtype, "--enforce-eager", "--max-num-seqs", "1",
                       "--kv-cache-memory-bytes", "268435456")
-    with srv.api_server(cmd, port, env, log, timeout=420) as (url, proc):
+    with srv.api_server(cmd, port, env, log, timeout=1800) as (url, proc):
         yield url, proc
 
 
@@ -81,7 +81,7 @@ def _value(fams: dict, name: str, **labels) -> float:
                and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
-def _wait(url: str, name: str, n: float, timeout: float = 180) -> dict:
+def _wait(url: str, name: str, n: float, timeout: float = 1800.0) -> dict:
     t0 = time.time()
     while True:
         fams = _metrics(url)
@@ -213,7 +213,7 @@ def test_the_documented_cpu_command_starts_and_is_monitored(tmp_path):
            .replace("/var/lib/drifttool", str(mon)).replace("sample=0.01", "sample=1").rstrip()
            + f" --port {port} --served-model-name smollm2 --max-model-len 1024")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    with _launcher().api_server(["bash", "-c", cmd], port, env, tmp_path / "server.log", timeout=420) as (url, _p):
+    with _launcher().api_server(["bash", "-c", cmd], port, env, tmp_path / "server.log", timeout=1800) as (url, _p):
         assert _chat(url, CHATS[1])
         fams = _wait(url, "drifttool:replayed", 1)
         assert _value(fams, "drifttool:replayed") == 1 and _value(fams, "drifttool:replay_disagreements") == 0
@@ -262,7 +262,7 @@ def test_a_wrong_monitor_setting_stops_the_server_with_one_line(setting, extra, 
     env = {**os.environ, "DRIFTTOOL_MONITOR": setting.format(d=tmp_path / "mon"), "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
     r = subprocess.run([sys.executable, "-W", "ignore", "-m", "vllm.entrypoints.openai.api_server", "--model",
                         str(target), "--dtype", "float32", "--port", str(_port()), *extra], env=env,
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=1800)
     ours = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.startswith("drifttool monitor:")]
     assert r.returncode == 2 and len(ours) == 1 and why in ours[0], (r.stdout + r.stderr)[-3000:]
     assert "Traceback" not in r.stdout + r.stderr

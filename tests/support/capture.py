@@ -49,7 +49,7 @@ def prompt(seed: int, n: int, vocab: int = TINY["vocab"]) -> list[int]:
     return torch.randint(3, vocab, (n,), generator=g).tolist()
 
 
-def cli(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+def cli(*args: str, timeout: float = 1800.0, **kw) -> subprocess.CompletedProcess:
     """`python -m drifttool.cli ARGS` in a fresh interpreter."""
     return subprocess.run([sys.executable, "-m", "drifttool.cli", *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, env=child_env(), **kw)

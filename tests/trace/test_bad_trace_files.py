@@ -124,7 +124,7 @@ def test_dashboard_skips_a_typed_bad_trace_and_keeps_the_others(dash_traces, tmp
     shutil.copytree(dash_traces["b"], bad)
     rewrite(bad / "depths" / "merged-001.parquet", lambda df: df.__setitem__("sink_mass", df["sink_mass"].astype(str)))
     monkeypatch.setattr(sys, "argv", [str(APP / "app.py"), str(dash_traces["a"]), str(bad)])
-    at = AppTest.from_file(str(APP / "app.py"), default_timeout=120)
+    at = AppTest.from_file(str(APP / "app.py"), default_timeout=1800)
     at.run()
     assert not at.exception
     assert [e.value for e in at.error] and all("strings.drift" in e.value and "'sink_mass'" in e.value
@@ -198,7 +198,7 @@ def test_dashboard_given_one_trace_twice(dash_traces, monkeypatch):
 
     a = str(dash_traces["a"])
     monkeypatch.setattr(sys, "argv", [str(APP / "app.py"), a, a])
-    at = AppTest.from_file(str(APP / "app.py"), default_timeout=120)
+    at = AppTest.from_file(str(APP / "app.py"), default_timeout=1800)
     at.run()
     assert not at.exception and [e.value for e in at.error] == [f"Trace skipped: {a}: given twice; shown once"]
     at.switch_page("app_pages/overview.py").run()
@@ -287,7 +287,7 @@ def test_drilldown_with_broken_rows_shows_one_error(dash_traces, tmp_path, monke
     for f in files:
         f.write_bytes(b"garbage")
     monkeypatch.setattr(sys, "argv", [str(APP / "app.py"), str(t)])
-    at = AppTest.from_file(str(APP / "app.py"), default_timeout=120)
+    at = AppTest.from_file(str(APP / "app.py"), default_timeout=1800)
     at.run()
     at.switch_page("app_pages/drilldown.py").run()
     assert not at.exception

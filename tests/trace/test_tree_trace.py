@@ -172,7 +172,7 @@ def test_tree_compare_api_and_figures(tree_trace, chain_trace):
 
     env = {**os.environ, "COLUMNS": "80", "OMP_NUM_THREADS": "1"}
     r = subprocess.run([sys.executable, "-m", "drifttool.cli", "compare", str(path)], capture_output=True, text=True,
-                       env=env, timeout=120)
+                       env=env, timeout=1800)
     assert r.returncode == 0 and "side branches" in r.stdout
     assert max(len(ln) for ln in r.stdout.splitlines()) <= 80, r.stdout  # the tree tables fit 80 columns
     r = cli("compare", path, chain_trace)
@@ -189,7 +189,7 @@ def test_dashboard_trees_page(tree_trace, monkeypatch):
     path = tree_trace
     app = Path(__file__).resolve().parents[2] / "drifttool" / "dashboard" / "app.py"
     monkeypatch.setattr(sys, "argv", [str(app), str(path)])
-    at = AppTest.from_file(str(app), default_timeout=120)
+    at = AppTest.from_file(str(app), default_timeout=1800)
     at.run()
     # the chain pages do not crash on a tree trace (the overview opens first)
     assert not at.exception, [e.message for e in at.exception]

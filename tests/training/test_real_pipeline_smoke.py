@@ -83,7 +83,7 @@ def test_trainer_killed_and_resumed(tmp_path):
     os.killpg(p.pid, signal.SIGKILL)  # killed mid-run, after its first checkpoint
     p.wait()
     step = json.loads((work / "ckpt" / "state.json").read_text())["step"]
-    r = subprocess.run([*cmd, "0.3"], capture_output=True, text=True, env=env, timeout=600)
+    r = subprocess.run([*cmd, "0.3"], capture_output=True, text=True, env=env, timeout=1800)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert f"resumed at step {step}" in r.stdout
     assert json.loads((work / "ckpt" / "state.json").read_text())["step"] > step
@@ -94,7 +94,7 @@ def test_trainer_killed_and_resumed(tmp_path):
     # warm start (--init) from the export, in a fresh work folder, no steps: the same weights, vocab and scores
     warm_work, warm_out = tmp_path / "warm", tmp_path / "warm_out"
     cmd = [sys.executable, "-c", TRAIN, str(feats), str(warm_work), str(warm_out), str(TARGET), "0", str(out)]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     assert r.returncode == 0 and f"warm start from {out}" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
     for v in ("eagle3", "eagle3.1"):
         a, b = (json.loads((d / v / "report.json").read_text()) for d in (out, warm_out))

@@ -80,7 +80,7 @@ def test_bad_sink_layers_are_one_line():
 def test_train_real_refuses_a_bad_sink_layer_before_reading_features(tmp_path):
     r = subprocess.run([str(REPO / ".venv/bin/python"), "-m", "training.train_real", "--sink-layer", "99",
                         "--features", str(tmp_path / "none"), "--work", str(tmp_path / "w"), "--out", str(tmp_path / "o")],
-                       cwd=REPO, capture_output=True, text=True, env=child_env(), timeout=300)
+                       cwd=REPO, capture_output=True, text=True, env=child_env(), timeout=1800)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert lines[-1].startswith("training.train_real: --sink-layer 99") and "Traceback" not in r.stderr
@@ -89,7 +89,7 @@ def test_train_real_refuses_a_bad_sink_layer_before_reading_features(tmp_path):
 
 def test_capture_sink_panel_refuses_a_seed_that_never_trained(tmp_path):
     r = subprocess.run(["bash", str(REPO / "scripts/capture_sink_panel.sh")], cwd=REPO, capture_output=True, text=True,
-                       env={**child_env(), "SEEDS": "97", "DT": "false"}, timeout=60)
+                       env={**child_env(), "SEEDS": "97", "DT": "false"}, timeout=1800)
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
         "capture_sink_panel: seed 97 never trained: no runs/sink/s97/; train it first (SEEDS=\"97\" bash "
