@@ -434,9 +434,12 @@ def conform(
     _no_hf_progress_bars()
     probes = _suite(probes)
     options = {"engine_args": list(vllm_arg)} if vllm_arg else {}
-    rep = run_conform(drafter, target, probes, engine, depth=depth, max_new_tokens=max_new_tokens, limit=limit,
-                      engine_overrides=parse_overrides(engine_override), engine_options=options, out=out,
-                      device=device, dtype=dtype, run_diagnosis=diagnose)
+    from .run.progress import still_running
+
+    with still_running("conform"):  # a line every 30 s: its engine run and diagnosis take minutes
+        rep = run_conform(drafter, target, probes, engine, depth=depth, max_new_tokens=max_new_tokens, limit=limit,
+                          engine_overrides=parse_overrides(engine_override), engine_options=options, out=out,
+                          device=device, dtype=dtype, run_diagnosis=diagnose)
     typer.echo(dumps_strict(rep.to_dict(), indent=1) if as_json else render(rep))
     if not rep.conformant:
         raise typer.Exit(1)
@@ -466,8 +469,12 @@ def report(
         if image_format not in FORMATS:
             raise DriftError(f"--image-format {image_format!r}: expected one of {', '.join(FORMATS)}")
         output_folder(images, overwrite, "--images", f"[0-9][0-9]_*.{image_format}")
+    from .run.progress import still_running
+
     data = [read_trace(t) for t in traces]
-    text = html_report(data, title)
+    with still_running("report") as beat:  # a line every 30 s: a large trace's report renders for minutes
+        beat.stage = "rendering the HTML"
+        text = html_report(data, title)
     try:
         p.write_text(text, encoding="utf-8")
     except OSError as e:
@@ -476,7 +483,9 @@ def report(
     if images is not None:
         from .plots.images import export_images
 
-        files = export_images(data, images, image_format)
+        with still_running("report") as beat:
+            beat.stage = "writing the chart images"
+            files = export_images(data, images, image_format)
         typer.echo(f"{len(files)} charts written to {images}/ ({image_format})")
 
 

@@ -131,3 +131,35 @@ def progress_bar(n_prompts: int, n_drafters: int, enabled: bool = True, stream=N
             yield bar
         finally:
             _ACTIVE.remove(bar)
+
+
+class _Beat:
+    """What `still_running` says: the command's label and its current stage (the caller sets `stage`)."""
+
+    def __init__(self, label: str, stage: str = ""):
+        self.label, self.stage = label, stage
+
+
+@contextmanager
+def still_running(label: str, every: float | None = None, stream=None):
+    """A line on stderr at least every `every` seconds (PLAIN_EVERY_S) while the block runs — `conform: still
+    running, 62 s (the engine's drafts)` — for commands with no per-prompt bar (conform printed nothing for 460 s).
+    Yields an object whose `stage` the caller may update; nothing is printed once the block ends."""
+    import threading
+
+    beat, done = _Beat(label), threading.Event()
+    out, wait = stream or sys.stderr, PLAIN_EVERY_S if every is None else every
+    t0 = time.monotonic()
+
+    def loop() -> None:
+        while not done.wait(wait):
+            stage = f" ({beat.stage})" if beat.stage else ""
+            print(f"{beat.label}: still running, {time.monotonic() - t0:.0f} s{stage}", file=out, flush=True)
+
+    th = threading.Thread(target=loop, name=f"drifttool-{label}-progress", daemon=True)
+    th.start()
+    try:
+        yield beat
+    finally:
+        done.set()
+        th.join(5)
