@@ -178,7 +178,8 @@ def target_notes(traces: list[TraceData]) -> list[str]:
                 lacks, has = (t.path, first) if not tt.get(key) else (first, t.path)
                 notes.append(f"{lacks.name}: no target.{key} in its manifest (an older or hand-edited trace), so "
                              f"whether it measured the same target as {has.name} cannot be checked; compared as if so")
-        for key, what in (("draft_sampling", "draft sampling"), ("recent", "recent-mass window R")):
+        for key, what in (("draft_sampling", "draft sampling"), ("recent", "recent-mass window R"),
+                          ("rejection", "rejection method")):
             a, b = c.get(key), base_c.get(key)
             if a is not None and b is not None and a != b:
                 raise DriftError(f"{t.path / 'manifest.json'}: capture.{key} {a!r} differs from {first}'s {b!r}; "

@@ -87,6 +87,9 @@ def preflight(vllm_config) -> str | None:
         return "the server runs no EAGLE-3 drafter (--speculative-config method eagle3)"
     if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "") != "0" and getattr(vllm_config, "use_v2_model_runner", False):
         return "vLLM's V2 model runner is on (set VLLM_USE_V2_MODEL_RUNNER=0)"
+    if str(getattr(spec, "rejection_sample_method", "standard")) == "synthetic":
+        return ("rejection_sample_method is 'synthetic': vLLM accepts drafts at a synthetic rate, not by the target, "
+                "so acceptance would not be the drafter's (serve with the standard rejection sampler)")
     if not getattr(spec, "enforce_eager", False):
         return ("the drafter runs under CUDA graphs, which hide depths 2..K from the recorder (add "
                 '"enforce_eager": true to --speculative-config)')
@@ -178,7 +181,8 @@ class WorkerMonitor:
                 "--name", self.labels["drafter"], "--model", self.labels["model_name"],
                 "--engine", self.labels["engine"],
                 "--depth", str(int(spec.num_speculative_tokens)), "--threads", str(self.s.threads),
-                "--dtype", server_dtype(mc)]
+                "--dtype", server_dtype(mc),
+                "--rejection", str(getattr(spec, "rejection_sample_method", "standard"))]
 
     def _prompt_len(self, rid: str) -> int | None:
         """The prompt length of a request the runner holds (external id `rid`), for the `long` selection."""

@@ -188,6 +188,7 @@ class Replayer:
         self.info.set_aux_layer_ids(self.drafter.config.input_aux_layer_ids)
         self.labels = {"model_name": args.model, "engine": args.engine, "drafter": args.name}
         self.dir = folder  # the monitor's folder (its test-fault file)
+        self.rejection = str(getattr(args, "rejection", "standard"))  # the server's rejection_sample_method
 
     def manifest(self, sample: float, every: float = 0.0, long: int = 0) -> dict[str, Any]:
         from ..run.engines.vllm.crosscheck import tolerance
@@ -203,7 +204,8 @@ class Replayer:
                                        "uniformly (sample:uniform)",
                            "prompt_ids": "a hash of vLLM's request id, never its text"},
                "vllm": {"replay_tolerance": tolerance(st.dtype)},
-               "draft_sampling": "greedy (vLLM's draft_sample_method)"}
+               "draft_sampling": "greedy (vLLM's draft_sample_method)",
+               "rejection": self.rejection}
         return build_manifest(self.info, str(self.info.path), self.models, cap)
 
     def replay(self, jobs: list[Job]) -> list[tuple[Job, dict, dict, str | None]]:
@@ -541,6 +543,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine", default="0", help="vLLM's engine index (the engine label)")
     ap.add_argument("--depth", type=int, required=True)
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--rejection", default="standard")  # vLLM's rejection_sample_method (recorded)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-stdin", action="store_true", help="run until the spool is empty (tests, one-off replay)")
     ap.add_argument("--nice", type=int, default=10, help="scheduling niceness: serving comes first (0: as the server)")

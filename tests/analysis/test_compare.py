@@ -180,3 +180,28 @@ def test_mixed_probe_suites_make_one_note_not_one_per_trace():
     notes = suite_notes(mixed)
     assert len(notes) == 1 and "8 traces cover 4 suites" in notes[0]
     assert "long_code (2 traces)" in notes[0] and "doc_qa (2 traces)" in notes[0]
+
+
+def test_acceptance_under_another_rejection_method_is_not_compared(tmp_path):
+    """Issue #63 item 8: every trace records the rejection method it was verified under (`capture.rejection`);
+    compare refuses to pair acceptance across methods (vLLM's synthetic or other samplers against the standard
+    one), in one line naming the field."""
+    import json
+
+    import pytest
+
+    from drifttool.analysis.compare import Comparison
+    from drifttool.errors import DriftError
+    from drifttool.trace.reader import read_trace
+    from drifttool.trace.synthetic import write_trace
+
+    paths = [write_trace(tmp_path / f"{n}.drift", {"e3": {"accepted": [1, 2, 0, 3]}}, depth=3) for n in "ab"]
+    man = json.loads((paths[1] / "manifest.json").read_text())
+    man["capture"]["rejection"] = "probabilistic"
+    (paths[1] / "manifest.json").write_text(json.dumps(man))
+    first = json.loads((paths[0] / "manifest.json").read_text())
+    first["capture"]["rejection"] = "standard"
+    (paths[0] / "manifest.json").write_text(json.dumps(first))
+    with pytest.raises(DriftError, match="capture.rejection 'probabilistic' differs") as e:
+        Comparison.of([read_trace(p) for p in paths])
+    assert "\n" not in str(e.value)

@@ -44,8 +44,9 @@ def test_servers_the_monitor_cannot_record_are_refused_in_one_line(monkeypatch):
 
     from drifttool.monitor.attach import preflight
 
-    def cfg(method="eagle3", eager=True, prefix=False, pp=1, backend="mp"):
-        return N(speculative_config=N(method=method, enforce_eager=eager), cache_config=N(enable_prefix_caching=prefix),
+    def cfg(method="eagle3", eager=True, prefix=False, pp=1, backend="mp", rejection="standard"):
+        return N(speculative_config=N(method=method, enforce_eager=eager, rejection_sample_method=rejection),
+                 cache_config=N(enable_prefix_caching=prefix),
                  parallel_config=N(pipeline_parallel_size=pp, distributed_executor_backend=backend),
                  use_v2_model_runner=False)
 
@@ -53,7 +54,8 @@ def test_servers_the_monitor_cannot_record_are_refused_in_one_line(monkeypatch):
     assert preflight(cfg()) is None
     for bad, words in [(cfg(method="mtp"), "EAGLE-3"), (cfg(eager=False), "enforce_eager"),
                        (cfg(prefix=True), "--no-enable-prefix-caching"), (cfg(pp=2), "--pipeline-parallel-size 1"),
-                       (cfg(backend="ray"), "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY=DRIFTTOOL_")]:
+                       (cfg(backend="ray"), "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY=DRIFTTOOL_"),
+                       (cfg(rejection="synthetic"), "synthetic rate")]:
         why = preflight(bad)
         assert why and words in why and "\n" not in why, (words, why)
     monkeypatch.setenv("VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY", "DRIFTTOOL_")

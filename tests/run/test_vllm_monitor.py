@@ -197,6 +197,7 @@ def test_a_bf16_server_is_replayed_in_bf16_and_raises_no_disagreement(tmp_path):
         assert not _replays(mon), "the replay outlived the API server"
     man = read_trace(segments(mon / "segments")[0]).manifest
     assert man["capture"]["dtype"] == "bfloat16", man["capture"]
+    assert man["capture"]["rejection"] == "standard"  # the server's rejection_sample_method, recorded
     assert man["capture"]["vllm"]["replay_tolerance"]["max_rel_fc_diff"] == 3e-2
 
 

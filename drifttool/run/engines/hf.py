@@ -99,6 +99,7 @@ def recorded_settings(st, suite, probes: str, tgt, template_ids, sink_evidence, 
         "attention": "masses from the fused attention kernel's log-sum-exp over the sink and draft keys; on full rounds "
                      "softmax rows of the K draft queries against the round's final key cache (no L x L maps)",
         "draft_sampling": st.draft_sampling if st.temperature > 0 else "greedy (temperature 0)",
+        "rejection": "standard",  # drifttool's verifier: the target's own tokens (speculative sampling at T > 0)
     }
     cs["template_ids"] = list(template_ids)
     if sink_evidence is not None:

@@ -408,6 +408,7 @@ def capture_settings(
         "template_ids": list(run.target.template_ids),
         "engine": "vllm",
         "shard_key": "DRAFTER:PROMPT",  # how this engine names its shards (trace/layout.shard_prompts reads it)
+        "rejection": "standard",  # vLLM's rejection sampler as drifttool starts it (rejection_sample_method)
         "draft_sampling": "greedy (vLLM's draft_sample_method)"
         if st.temperature > 0
         else "greedy (temperature 0)",
