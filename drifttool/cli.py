@@ -165,6 +165,11 @@ def capture(
                                           help="auto | balanced | sequential: the target over several GPUs (hf)"),
     dtype: str = typer.Option("float32", "--dtype", metavar="DTYPE", rich_help_panel=ENG,
                               help="float32 | bfloat16 | float16 (target and drafters)"),
+    ray: str | None = typer.Option(None, "--ray", metavar="ADDRESS", rich_help_panel=ENG,
+                                   help="share the prompts over a Ray cluster's workers (hf): an address, or local "
+                                        "(needs the ray extra; docs/scale.md)"),
+    ray_workers: int = typer.Option(2, "--ray-workers", metavar="N", min=1, rich_help_panel=ENG,
+                                    help="Ray workers (each loads the models once; --ray)"),
 ):
     """Run target + drafters over a probe suite with capture hooks and write a trace."""
     from .run.drafters import DrafterSpec, parse_overrides
@@ -191,7 +196,7 @@ def capture(
     probes = _suite(probes)
     eng = engine_named(engine)  # the engine declares which of these options it takes (run/engines)
     options = {"device_map": device_map, "tree": tree, "compact": False if no_compact else None,
-               "engine_args": list(vllm_arg) or None}
+               "engine_args": list(vllm_arg) or None, "ray": ray, "ray_workers": ray_workers if ray else None}
     path = eng.run(target, specs, probes, out, depth=depth, mode=mode, max_new_tokens=max_new_tokens,
                    device=device, dtype=dtype, sink=SinkSpec.parse(sink), seed=seed, keep_rows=keep_rows,
                    temperature=temperature, resume=resume, overwrite=overwrite, limit=limit, progress=not quiet,

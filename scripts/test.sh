@@ -11,6 +11,8 @@ ruff check .
 # the documentation: pages generated from the code are current, and the site builds with no broken link
 python scripts/docs_gen.py --check
 NO_MKDOCS_2_WARNING=1 mkdocs build --strict -q
+# the ray extra (capture --ray): its tests start a local cluster
+python -m pip install -q -e ".[ray]"
 # Prometheus' promtool for the alert rules' unit tests (Debian's package unpacked into ~/.cache, nothing installed)
 PROMTOOL=$(bash scripts/promtool.sh) && export PROMTOOL
 python -m pytest -x -p randomly "$@"  # shuffled (pytest-randomly; the seed is printed at the end: replay with --randomly-seed=N); addopts -q -rs

@@ -215,6 +215,13 @@ class TraceWriter:
         except (OSError, ValueError, AttributeError):
             return False
 
+    def record(self, key: str, value: Any) -> None:
+        """A top-level manifest field about how the trace was written (not a capture setting: --resume ignores it),
+        e.g. which Ray worker captured each prompt; merged into what earlier runs of a resumed trace recorded."""
+        old = self.manifest.get(key)
+        self.manifest[key] = {**old, **value} if isinstance(old, dict) and isinstance(value, dict) else value
+        self._save_manifest()
+
     def flag(self, key: str, check: str, message: str) -> None:
         """Mark a written prompt as failing a faithfulness check (`manifest.flags`; info/compare/dashboard show it)."""
         self.manifest.setdefault("flags", []).append({"key": key, "check": check, "message": message})

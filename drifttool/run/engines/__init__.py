@@ -16,7 +16,7 @@ from ...errors import DriftError
 
 # engine-specific options: the keyword a run takes -> how the CLI spells it
 OPTION_FLAGS = {"device_map": "--device-map", "tree": "--tree", "compact": "--no-compact",
-                "engine_args": "--vllm-arg"}
+                "engine_args": "--vllm-arg", "ray": "--ray", "ray_workers": "--ray-workers"}
 
 
 class EngineRun(Protocol):
@@ -57,11 +57,13 @@ class Engine:
 
 ENGINES: dict[str, Engine] = {e.name: e for e in (
     Engine("hf", "drifttool's own speculative loop over a Hugging Face target", "drifttool.run.engines.hf",
-           "run_capture", frozenset({"device_map", "tree", "compact"})),
+           "run_capture", frozenset({"device_map", "tree", "compact", "ray", "ray_workers"})),
     Engine("vllm", "a real vLLM EAGLE-3 run recorded with hooks and replayed through drifttool's drafter",
            "drifttool.run.engines.vllm.engine", "run_capture_vllm", frozenset({"engine_args"}),
            refusals=(("device_map", "vLLM places the target itself; see --vllm-arg"),
-                     ("tree", "vLLM's tree mode is not replayed"))),
+                     ("tree", "vLLM's tree mode is not replayed"),
+                     ("ray", "vLLM spreads itself (tensor / data parallel); --ray shards the hf engine's prompts"),
+                     ("ray_workers", "see --ray"))),
 )}
 
 

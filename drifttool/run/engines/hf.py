@@ -197,6 +197,8 @@ def run_capture(
     *,
     extra_manifest: dict[str, Any] | None = None,
     tree: TreeSpec | str | None = None,
+    ray: str | None = None,
+    ray_workers: int = 2,
     **kw: Any,
 ) -> Path:
     """Capture every probe with every drafter into the trace `out`; returns its path.
@@ -208,22 +210,13 @@ def run_capture(
     only): "greedy" as vLLM drafts by default, or "probabilistic" (see loop.DRAFT_SAMPLING). `device_map` (e.g.
     "auto") spreads the target over devices; the drafters then run on its last device. `tree` (run/tree.py:
     static rank paths or dynamic:top_k=..,depth=..,total=..): draft trees instead of chains; the depth is then
-    the tree's depth bound."""
+    the tree's depth bound. `ray` (an address, or "local" for a cluster of this machine): the prompts shared by
+    `ray_workers` Ray actors (run/engines/ray_pool.py), the trace identical to a single-process run's."""
     output = Output.take(out, kw)
+    _check_ray(ray, ray_workers, target, kw)
     st, suite = begin(settings, kw, drafters, probes, "run_capture", target=target, out=output)  # before loading
     tree, st = _tree_settings(tree, st)
-    from ...model.hub import resolve
-
-    # hub ids become their cached snapshot folders here, so identity, tokenizer copy and manifest see files
-    tgt_path = None if isinstance(target, (Target, nn.Module)) else str(resolve(target, "target"))
-    tgt = load_target(tgt_path or target, device=st.device, dtype=st.torch_dtype, device_map=st.device_map)
-    dev = drafter_device(tgt, st.device, st.device_map)
-    drafters = [DrafterSpec(d.name, str(resolve(d.path, "drafter")), d.overrides) for d in drafters]
-    models = load_drafters(drafters, tgt.shape(), dev, st.torch_dtype)
-    check_mtp_targets(drafters, models, tgt_path)
-    if tree is not None:
-        check_tree_ranks(tree, models)
-    tgt.set_aux_layer_ids(next(iter(models.values())).config.input_aux_layer_ids)
+    tgt_path, tgt, dev, drafters, models = _load_models(target, drafters, st, tree)
     st, sink_evidence = resolve_sink(st, tgt, [p.tokens(tgt) for p in suite[:8]])
     template_ids = tuple(tgt.template_ids)
     token_ids = checked_tokens(suite, tgt, st, tree, probes)
@@ -241,6 +234,59 @@ def run_capture(
         bar.advance(probe.id, int(len(tables.get("rounds", []))), cost(probe))
 
     cost = partial(token_cost, token_ids, st, len(models))
+    tok = Path(tgt_path) / "tokenizer.json" if tgt_path else None
+    if ray is not None:  # what each worker loads, and where
+        spec = dict(address=ray, workers=ray_workers, target=tgt_path, drafters=drafters, settings=st, tree=tree,
+                    capture=_capture_probe, drafter_device=dev, gpus=1 if str(st.device).startswith("cuda") else 0)
+        return _on_ray(output, manifest, suite, token_ids, template_ids, cost, len(models), tok, spec)
     writer = write_run(output, manifest, lambda w: [(1, p) for p in suite if p.id not in w.done], step, len(models),
-                       Path(tgt_path) / "tokenizer.json" if tgt_path else None, cost=cost)
+                       tok, cost=cost)
+    return writer.path
+
+
+def _load_models(target, drafters: list[DrafterSpec], st: RunSettings, tree) -> tuple:
+    """(target folder or None, target, the drafters' device, the resolved specs, the drafters by name); hub ids
+    become their cached snapshot folders here, so identity, tokenizer copy and manifest see files."""
+    from ...model.hub import resolve
+
+    tgt_path = None if isinstance(target, (Target, nn.Module)) else str(resolve(target, "target"))
+    tgt = load_target(tgt_path or target, device=st.device, dtype=st.torch_dtype, device_map=st.device_map)
+    dev = drafter_device(tgt, st.device, st.device_map)
+    drafters = [DrafterSpec(d.name, str(resolve(d.path, "drafter")), d.overrides) for d in drafters]
+    models = load_drafters(drafters, tgt.shape(), dev, st.torch_dtype)
+    check_mtp_targets(drafters, models, tgt_path)
+    if tree is not None:
+        check_tree_ranks(tree, models)
+    tgt.set_aux_layer_ids(next(iter(models.values())).config.input_aux_layer_ids)
+    return tgt_path, tgt, dev, drafters, models
+
+
+def _check_ray(ray: str | None, workers: int, target, kw: dict) -> None:
+    """--ray's own settings, before anything loads: a target folder each worker can load, a worker count."""
+    if ray is None:
+        return
+    if isinstance(target, (Target, nn.Module)) or kw.get("device_map"):
+        raise DriftError("--ray: give the target as a folder (each worker loads it) and no --device-map")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise DriftError(f"--ray-workers {workers!r}: expected a whole number >= 1")
+
+
+def _on_ray(output, manifest, suite, token_ids, template_ids, cost, n_models: int, tok, spec: dict) -> Path:
+    """run_capture's prompts on Ray workers (ray_pool; `spec`: address, workers, what each loads): one planned
+    item, the prompts not written yet."""
+    from .ray_pool import connect, run_on_ray
+
+    address, n = spec["address"], spec["workers"]
+    ray, started = connect(address, n, spec["gpus"])
+
+    def step(writer, bar, todo) -> None:
+        placement = run_on_ray(ray, writer, bar, todo, token_ids, template_ids, cost, spec)
+        writer.record("ray", {"address": address, "workers": n, "placement": placement})
+
+    try:
+        todo = lambda w: [(len(t), t)] if (t := [p for p in suite if p.id not in w.done]) else []  # noqa: E731
+        writer = write_run(output, manifest, todo, step, n_models, tok, cost=lambda t: sum(map(cost, t)))
+    finally:
+        if started:
+            ray.shutdown()
     return writer.path
