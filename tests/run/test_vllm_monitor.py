@@ -210,9 +210,10 @@ def test_the_documented_cpu_command_starts_and_is_monitored(tmp_path):
     text = (REPO / "docs" / "monitor.md").read_text()
     block = re.search(r"<!-- cpu-serve:begin[^>]*-->\s*```bash\n(.*?)```", text, re.S).group(1)
     target, mon, port = _target(), tmp_path / "mon", _port()
-    cmd = (block.replace("$VLLM_PY", sys.executable).replace("MODEL", str(target)).replace("DRAFTER", str(DRAFTER))
-           .replace("/var/lib/drifttool", str(mon)).replace("sample=0.01", "sample=1").rstrip()
-           + f" --port {port} --served-model-name smollm2 --max-model-len 1024")
+    for word, value in (("MODEL", str(target)), ("DRAFTER", str(DRAFTER))):  # the placeholders, not VLLM_..._MODEL_...
+        block = re.sub(rf"\b{word}\b", value, block)
+    cmd = (block.replace("$VLLM_PY", sys.executable).replace("/var/lib/drifttool", str(mon))
+           .replace("sample=0.01", "sample=1").rstrip() + f" --port {port} --served-model-name smollm2 --max-model-len 1024")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with _launcher().api_server(["bash", "-c", cmd], port, env, tmp_path / "server.log", timeout=1800) as (url, _p):
         assert _chat(url, CHATS[1])
