@@ -12,8 +12,10 @@ from drifttool.run.attention_stats import massive
 
 
 def definition(x: torch.Tensor) -> torch.Tensor:
+    """The rule with the usual median: the mean of the two middle values of an even-length row (torch.median
+    returns the lower one, which made a row whose largest |x| sits between 1000x the two read differently)."""
     a = x.abs().float()
-    return ((a > 100) & (a >= 1000 * a.median(-1, keepdim=True).values)).any(-1)
+    return ((a > 100) & (a >= 1000 * a.quantile(0.5, dim=-1, keepdim=True))).any(-1)
 
 
 def test_planted_rows():
