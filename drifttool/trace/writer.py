@@ -34,6 +34,13 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def _merged(old: Any, new: Any) -> Any:
+    """`new` over `old`, dicts merged at every level (a resumed run adds to what the first run recorded)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return {**old, **{k: _merged(old.get(k), v) for k, v in new.items()}}
+    return new
+
+
 def write_parquet(df: pd.DataFrame, table: str, path: Path) -> None:
     """A table's stored form (layout.to_stored: no derived columns, dictionary keys, no pandas metadata)."""
     import pyarrow as pa
@@ -164,13 +171,17 @@ class TraceWriter:
             raise
         return staged
 
-    def add(self, prompt_id: str, tables: dict[str, pd.DataFrame], rows: dict[str, np.ndarray] | None = None) -> None:
+    def add(self, prompt_id: str, tables: dict[str, pd.DataFrame], rows: dict[str, np.ndarray] | None = None,
+            record: dict[str, Any] | None = None) -> None:
         """Write one completed prompt (all drafters) as a shard: stage its files, commit it in the manifest,
-        then rename the files into place (under `guard`, so an interrupt waits for the shard)."""
+        then rename the files into place (under `guard`, so an interrupt waits for the shard). `record`: manifest
+        fields about this prompt (e.g. which Ray worker captured it), merged in by the same commit, so a killed
+        run keeps them for every prompt it kept."""
         with self.guard():
-            self._add(prompt_id, tables, rows)
+            self._add(prompt_id, tables, rows, record or {})
 
-    def _add(self, prompt_id: str, tables: dict[str, pd.DataFrame], rows: dict[str, np.ndarray] | None) -> None:
+    def _add(self, prompt_id: str, tables: dict[str, pd.DataFrame], rows: dict[str, np.ndarray] | None,
+             record: dict[str, Any]) -> None:
         idx = max((s["index"] for s in self.manifest["shards"]), default=-1) + 1
         name = f"part-{idx:05d}"
         if "heads" in tables and "head_summary" not in tables:
@@ -186,6 +197,8 @@ class TraceWriter:
         self.manifest["counts"]["prompts"] += 1
         self.manifest["counts"]["rounds"] += n_rounds
         self.manifest["updated"] = _now()
+        for key, value in record.items():
+            self.manifest[key] = _merged(self.manifest.get(key), value)
         late: BaseException | None = None
         try:
             self._save_manifest()  # the commit point
@@ -218,8 +231,7 @@ class TraceWriter:
     def record(self, key: str, value: Any) -> None:
         """A top-level manifest field about how the trace was written (not a capture setting: --resume ignores it),
         e.g. which Ray worker captured each prompt; merged into what earlier runs of a resumed trace recorded."""
-        old = self.manifest.get(key)
-        self.manifest[key] = {**old, **value} if isinstance(old, dict) and isinstance(value, dict) else value
+        self.manifest[key] = _merged(self.manifest.get(key), value)
         self._save_manifest()
 
     def flag(self, key: str, check: str, message: str) -> None:

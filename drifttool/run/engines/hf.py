@@ -280,8 +280,8 @@ def _on_ray(output, manifest, suite, token_ids, template_ids, cost, n_models: in
     ray, started = connect(address, n, spec["gpus"])
 
     def step(writer, bar, todo) -> None:
-        placement = run_on_ray(ray, writer, bar, todo, token_ids, template_ids, cost, spec)
-        writer.record("ray", {"address": address, "workers": n, "placement": placement})
+        writer.record("ray", {"address": address, "workers": n})
+        run_on_ray(ray, writer, bar, todo, token_ids, template_ids, cost, spec)
 
     try:
         todo = lambda w: [(len(t), t)] if (t := [p for p in suite if p.id not in w.done]) else []  # noqa: E731

@@ -99,15 +99,14 @@ class _Worker:
         return probe.id, tables, rows, self.where()
 
 
-def run_on_ray(ray, writer, bar, todo: list, token_ids: dict, template_ids: tuple, cost, spec: dict) -> dict:
-    """Every prompt of `todo` captured by `spec["workers"]` actors and written by this process as it returns;
-    returns {prompt id: "node:pid"} of the worker that captured it."""
+def run_on_ray(ray, writer, bar, todo: list, token_ids: dict, template_ids: tuple, cost, spec: dict) -> None:
+    """Every prompt of `todo` captured by `spec["workers"]` actors and written by this process as it returns, with
+    the worker that captured it ("node:pid") in the manifest's `ray.placement`, committed with the prompt's shard."""
     actor = ray.remote(num_cpus=WORKER_CPUS, num_gpus=spec["gpus"], max_restarts=0)(_Worker)
     workers = [actor.remote(spec) for _ in range(spec["workers"])]
     queue = list(todo)
     tries = {p.id: 0 for p in todo}
     busy: dict[Any, tuple[Any, Any]] = {}  # object ref -> (actor, probe)
-    placement: dict[str, str] = {}
     while queue or busy:
         while queue and workers:
             w, p = workers.pop(0), queue.pop(0)
@@ -128,8 +127,6 @@ def run_on_ray(ray, writer, bar, todo: list, token_ids: dict, template_ids: tupl
         except ray.exceptions.RayTaskError as e:  # the capture itself failed: as in one process
             cause = e.as_instanceof_cause() if hasattr(e, "as_instanceof_cause") else e
             raise DriftError(f"probe {p.id!r}: {str(cause).splitlines()[-1]}") from None
-        writer.add(pid, tables, rows)
-        placement[pid] = where
+        writer.add(pid, tables, rows, record={"ray": {"placement": {pid: where}}})
         bar.advance(pid, int(len(tables.get("rounds", []))), cost(p))
         workers.append(w)
-    return placement
