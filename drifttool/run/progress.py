@@ -26,6 +26,21 @@ class _Bar:
     def __init__(self, prog=None, task=None, total_tokens: int | None = None):
         self.prog, self.task, self.rounds = prog, task, 0
         self.total_tokens, self.tokens, self.partial = total_tokens, 0, 0
+        self.t0 = time.monotonic()
+        self.by_worker: dict[str, list[int]] = {}  # capture on Ray: worker -> [prompts, tokens]
+
+    def _count_worker(self, worker: str | None, tokens: int) -> None:
+        if worker is not None:
+            n = self.by_worker.setdefault(worker, [0, 0])
+            n[0], n[1] = n[0] + 1, n[1] + tokens
+
+    def workers_text(self) -> str:
+        """'; workers 1a2b:311 5 prompts 41 tokens/s, ...' (capture on Ray), '' otherwise."""
+        el = time.monotonic() - self.t0
+        if not self.by_worker or el <= 0:
+            return ""
+        return "; workers " + ", ".join(f"{w.rsplit(':', 1)[-1]} {n} prompts {tok / el:.3g} tokens/s"
+                                        for w, (n, tok) in sorted(self.by_worker.items()))
 
     def tick(self, tokens: int) -> None:
         """Within a prompt: its committed tokens so far (capped at the prompt's cost when advance() settles it)."""
@@ -33,15 +48,17 @@ class _Bar:
         if self.prog is not None and self.total_tokens:
             self.prog.update(self.task, completed=min(self.tokens + self.partial, self.total_tokens))
 
-    def advance(self, prompt_id: str, rounds: int, tokens: int = 0) -> None:
-        """A prompt (with every drafter) finished: its rounds, and its cost in tokens (replaces its ticks)."""
+    def advance(self, prompt_id: str, rounds: int, tokens: int = 0, worker: str | None = None) -> None:
+        """A prompt (with every drafter) finished: its rounds, and its cost in tokens (replaces its ticks);
+        `worker`: the Ray worker that captured it (its rate is shown)."""
+        self._count_worker(worker, tokens)
         self.rounds += rounds
         self.tokens += tokens
         self.partial = 0
         if self.prog is not None:
             self.prog.update(self.task, advance=None if self.total_tokens else 1,
                              completed=self.tokens if self.total_tokens else None,
-                             description=f"{prompt_id[:28]:<28} rounds={self.rounds}")
+                             description=f"{prompt_id[:28]:<28} rounds={self.rounds}{self.workers_text()}")
 
 
 class _Lines(_Bar):
@@ -53,7 +70,7 @@ class _Lines(_Bar):
         super().__init__(total_tokens=total_tokens)
         self.total, self.n_drafters, self.done = total, n_drafters, 0
         self.stream = stream or sys.stderr
-        self.t0 = self.last = time.monotonic()
+        self.last = self.t0
         self.every = every
         self.line(f"capture: 0/{total} prompts (x{n_drafters} drafters)"
                   + (f", {total_tokens:,} tokens to process" if total_tokens else ""))
@@ -66,7 +83,8 @@ class _Lines(_Bar):
         if time.monotonic() - self.last >= self.every:
             self._report(f"in prompt {self.done + 1}")
 
-    def advance(self, prompt_id: str, rounds: int, tokens: int = 0) -> None:
+    def advance(self, prompt_id: str, rounds: int, tokens: int = 0, worker: str | None = None) -> None:
+        self._count_worker(worker, tokens)
         self.rounds += rounds
         self.done += 1
         self.tokens += tokens
@@ -90,7 +108,7 @@ class _Lines(_Bar):
             text = head + f"{el:.0f} s, {rate:.3g} prompts/s"
         finished = self.done >= self.total
         self.line(text + (", done" if finished else f", ETA {eta:.0f} s" if eta == eta else "")
-                  + (f" ({where})" if where and not finished else ""))
+                  + (f" ({where})" if where and not finished else "") + self.workers_text())
 
 
 @contextmanager

@@ -38,9 +38,9 @@ def setup(tmp_path_factory):
     ray.shutdown()
 
 
-def _driver(m, probes, out, address: str, *extra) -> subprocess.Popen:
-    args = capture_args(m, probes, out, "--ray", address, "--ray-workers", "2", *extra)
-    return subprocess.Popen([sys.executable, "-m", "drifttool.cli", *args], env=child_env(),
+def _driver(m, probes, out, address: str, cwd=None, quiet: bool = True) -> subprocess.Popen:
+    args = capture_args(m, probes, out, "--ray", address, "--ray-workers", "2", quiet=quiet)
+    return subprocess.Popen([sys.executable, "-m", "drifttool.cli", *args], env=child_env(), cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -75,16 +75,20 @@ def _once_each(out) -> None:
 
 
 def test_a_worker_killed_mid_run_loses_only_its_prompt(setup):
+    """Run from the models' folder with relative paths: the workers (whose working folder is another) load them."""
     root, m, probes, address = setup
     out = root / "worker_killed.drift"
-    proc = _driver(m, probes, out, address)
+    rel = {k: v.relative_to(root) for k, v in m.items()}
+    proc = _driver(rel, probes.relative_to(root), out.relative_to(root), address, cwd=root, quiet=False)
     _wait_for(out, 1, proc)
     victim = _workers()[0]
     victim_pid = victim.pid
     victim.kill()
     done_at_kill = _done(out)
     assert len(done_at_kill) < N  # killed mid-run
-    assert proc.wait(timeout=HANG) == 0, proc.communicate()
+    _, err = proc.communicate(timeout=HANG)
+    assert proc.returncode == 0, err
+    assert f"capture: {N}/{N} prompts" in err and "; workers " in err  # one line for the cluster, per-worker rates
     assert_same_trace(root / "one.drift", out)
     _once_each(out)
     place = json.loads((out / "manifest.json").read_text())["ray"]["placement"]
@@ -115,3 +119,24 @@ def test_a_driver_killed_and_resumed_finishes_only_what_is_missing(setup):
     place = json.loads((out / "manifest.json").read_text())["ray"]["placement"]
     assert sorted(place) == sorted(f"p{i}" for i in range(N))
     assert all(place[p] == man["ray"]["placement"][p] for p in kept)  # the first run's record kept
+
+
+def test_a_worker_that_cannot_load_the_models_is_one_line(setup, monkeypatch, capsys):
+    """The driver sees the files, the workers' node does not (the folder moved once the driver loaded it)."""
+    import shutil
+
+    from drifttool.run.engines import ray_pool
+
+    root, m, probes, address = setup
+    work = root / "moving"
+    shutil.copytree(m["target"], work / "target")
+    connect = ray_pool.connect
+
+    def moved_then_connect(*a, **kw):
+        shutil.move(work / "target", work / "elsewhere")
+        return connect(*a, **kw)
+
+    monkeypatch.setattr(ray_pool, "connect", moved_then_connect)
+    assert main(capture_args({**m, "target": work / "target"}, probes, root / "nofiles.drift", "--ray", address)) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "a worker could not load the models" in err and "same path" in err, err

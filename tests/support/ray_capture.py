@@ -11,10 +11,10 @@ from drifttool.trace.reader import read_trace
 TABLES = ("prompts", "rounds", "depths", "heads", "aux")
 
 
-def capture_args(m, probes, out, *extra) -> list[str]:
+def capture_args(m, probes, out, *extra, quiet: bool = True) -> list[str]:
     return ["capture", "--target", str(m["target"]), "--drafter", f"e3={m['eagle3']}", "--drafter",
-            f"e31={m['eagle31']}", "--probes", str(probes), "--depth", "3", "--max-new-tokens", "8", "--quiet",
-            "--sink", "first:4", "--out", str(out), *map(str, extra)]
+            f"e31={m['eagle31']}", "--probes", str(probes), "--depth", "3", "--max-new-tokens", "8",
+            *(["--quiet"] if quiet else []), "--sink", "first:4", "--out", str(out), *map(str, extra)]
 
 
 def table(path, name: str) -> pd.DataFrame:

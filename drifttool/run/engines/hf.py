@@ -236,7 +236,8 @@ def run_capture(
     cost = partial(token_cost, token_ids, st, len(models))
     tok = Path(tgt_path) / "tokenizer.json" if tgt_path else None
     if ray is not None:  # what each worker loads, and where
-        spec = dict(address=ray, workers=ray_workers, target=tgt_path, drafters=drafters, settings=st, tree=tree,
+        spec = dict(address=ray, workers=ray_workers, target=str(Path(tgt_path).resolve()), settings=st, tree=tree,
+                    drafters=[DrafterSpec(d.name, str(Path(d.path).resolve()), d.overrides) for d in drafters],
                     capture=_capture_probe, drafter_device=dev, gpus=1 if str(st.device).startswith("cuda") else 0)
         return _on_ray(output, manifest, suite, token_ids, template_ids, cost, len(models), tok, spec)
     writer = write_run(output, manifest, lambda w: [(1, p) for p in suite if p.id not in w.done], step, len(models),

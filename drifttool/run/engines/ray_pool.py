@@ -117,7 +117,11 @@ def run_on_ray(ray, writer, bar, todo: list, token_ids: dict, template_ids: tupl
         w, p = busy.pop(done[0])
         try:
             pid, tables, rows, where = ray.get(done[0])
-        except ray.exceptions.RayActorError:  # the worker died: the prompt goes to another one
+        except ray.exceptions.RayActorError as e:  # the worker died: the prompt goes to another one
+            if getattr(e, "actor_init_failed", False):  # it never loaded the models: no other try will differ
+                raise DriftError(f"--ray: a worker could not load the models ({_last_line(e)}); every node needs "
+                                 "the target and drafter folders at the same path, and drifttool installed (the "
+                                 "prompts written so far are kept: --resume finishes the rest)") from None
             tries[p.id] += 1
             if tries[p.id] > RETRIES:
                 raise DriftError(f"--ray: prompt {p.id!r}: its worker died {tries[p.id]} times; stopped (the "
@@ -126,7 +130,13 @@ def run_on_ray(ray, writer, bar, todo: list, token_ids: dict, template_ids: tupl
             continue
         except ray.exceptions.RayTaskError as e:  # the capture itself failed: as in one process
             cause = e.as_instanceof_cause() if hasattr(e, "as_instanceof_cause") else e
-            raise DriftError(f"probe {p.id!r}: {str(cause).splitlines()[-1]}") from None
+            raise DriftError(f"probe {p.id!r}: {_last_line(cause)}") from None
         writer.add(pid, tables, rows, record={"ray": {"placement": {pid: where}}})
-        bar.advance(pid, int(len(tables.get("rounds", []))), cost(p))
+        bar.advance(pid, int(len(tables.get("rounds", []))), cost(p), worker=where)
         workers.append(w)
+
+
+def _last_line(e: BaseException) -> str:
+    """The exception's own message, the last non-empty line of a remote traceback."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[-1] if lines else type(e).__name__
