@@ -114,9 +114,10 @@ class Eagle3Attention(nn.Module):
         return rope.apply(q, cos, sin), rope.apply(k, cos, sin), v
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-               causal: bool = False) -> torch.Tensor:
+               causal: bool = False, bias: torch.Tensor | None = None) -> torch.Tensor:
         """q [B,nh,T,hd], k/v [B,nkv,L,hd], mask bool [T,L] (True = may attend) or None (attend all);
-        `causal` (T == L, an empty cache) lets SDPA mask implicitly instead of materialising T x L."""
+        `causal` (T == L, an empty cache) lets SDPA mask implicitly instead of materialising T x L. `bias`: an
+        additive float [1, nh, T, L] on the scaled scores (`drifttool patch`'s attention sites), or None."""
         q = self.hook_q(q)
         k = self.hook_k(k)
         if self.attn_impl == "eager":
@@ -126,11 +127,13 @@ class Eagle3Attention(nn.Module):
                 mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))
+            if bias is not None:
+                scores = scores + bias.float()
             self.hook_lse(scores.logsumexp(-1))
             probs = self.hook_probs(scores.softmax(-1))
             out = (probs @ vv.float()).to(q.dtype)
         else:
-            out, lse = fused_attention(q, k, v, mask, causal, self.scale)
+            out, lse = fused_attention(q, k, v, mask, causal, self.scale, bias)
             self.hook_lse(lse)
         out = out[..., : self.vd]  # MLA: the cache pads values to the key width (see KVCache.append)
         return self.o_proj(rearrange(out, "b h t d -> b t (h d)"))
@@ -140,13 +143,17 @@ _NO_LSE: set[tuple] = set()  # (device type, dtype, masked) the lse kernels refu
 
 
 def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
-                    scale: float) -> tuple[torch.Tensor, torch.Tensor | None]:
+                    scale: float, extra: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """SDPA output [B,nh,T,dv] and each row's log-sum-exp [B,nh,T] (fp32), or None where no lse kernel serves.
 
     CPU: aten's flash kernel for CPU (what F.scaled_dot_product_attention dispatches to for these shapes: GQA
     native, bool mask given as an additive mask of the query dtype; same head size for k and v). CUDA: the
     memory-efficient kernel, GQA by folding each kv group's query heads into rows (only where the rows can share
-    one mask: T == 1 or a mask given). Anything else, or a kernel that refuses the shapes: plain SDPA, lse None."""
+    one mask: T == 1 or a mask given). Anything else, or a kernel that refuses the shapes: plain SDPA, lse None.
+    `extra`: an additive float bias [1, nh, T, L] on the scaled scores (per head: on CUDA the rows cannot be
+    folded, so plain SDPA there, lse None)."""
+    if extra is not None:
+        return _with_bias(q, k, v, mask, causal, scale, extra)
     key = (q.device.type, q.dtype, mask is not None)
     gqa = k.shape[1] != q.shape[1]
     if key not in _NO_LSE and k.shape[-1] == v.shape[-1]:
@@ -163,6 +170,23 @@ def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
         except (RuntimeError, NotImplementedError):
             _NO_LSE.add(key)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=gqa)
+    return out, None
+
+
+def _with_bias(q, k, v, mask, causal, scale, extra):
+    """fused_attention under an additive per-head bias (the mask folded into it)."""
+    bias = extra.to(q.dtype).expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    if causal:
+        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
+    if mask is not None:
+        bias = bias.masked_fill(~mask, float("-inf"))
+    if q.device.type == "cpu" and k.shape[-1] == v.shape[-1]:
+        try:
+            return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=bias,
+                                                                             scale=scale)
+        except (RuntimeError, NotImplementedError):
+            pass
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale, enable_gqa=k.shape[1] != q.shape[1])
     return out, None
 
 

@@ -212,23 +212,47 @@ def to_host(*tensors: torch.Tensor | None) -> list[np.ndarray | None]:
     return out
 
 
-def lse_probs(qh: np.ndarray, kg: np.ndarray, lse: np.ndarray, scale: float, hidden: np.ndarray | None = None
-              ) -> np.ndarray:
+def lse_probs(qh: np.ndarray, kg: np.ndarray, lse: np.ndarray, scale: float, hidden: np.ndarray | None = None,
+              shift: np.ndarray | None = None) -> np.ndarray:
     """[nh, R, G] float32: each query row's attention weight exp(q.k * scale - lse) on the G gathered keys kg
     [nkv, G, hd], from the R query rows qh [nh, R, hd] (head-major, as the hooks stack them; head h = g * rep + r
     reads kv head g) and each row's log-sum-exp lse [nh, R] over the keys it attended; 0 where `hidden` [R, G] (keys
     the row did not see). Host arrays: the keys were gathered on the device before the fp32 upcast (a bf16 cache
     is never copied whole), and a handful of numpy ops on K x heads x G values cost microseconds. A weight that
     would overflow (a score far above its row's log-sum-exp: the kernel's lse and these scores disagree) is kept
-    finite but far above 1, which the capture's mass check refuses."""
+    finite but far above 1, which the capture's mass check refuses. `shift` [nh, R, G]: what a patch attention
+    site added to those scores (gathered_shift)."""
     nh, r, hd = qh.shape
     nkv = kg.shape[0]
     s = np.matmul(qh.reshape(nkv, -1, hd), kg.transpose(0, 2, 1)).reshape(nh, r, -1)
     s *= scale
     s -= lse[..., None]
+    if shift is not None:
+        s += shift
     if hidden is not None:
         s[:, hidden] = -np.inf
     return np.exp(np.minimum(s, 80.0, out=s), out=s)
+
+
+def gathered_shift(shifts: tuple[np.ndarray, np.ndarray], g: Gathered, sink_pos: np.ndarray) -> np.ndarray:
+    """[nh, R, G]: the score shift of a patch attention site (attention_edits: sink [R, nh], own [R, nh]) on each
+    gathered key: the sink shift on sink slots, the own shift on drafted slots (>= n), 0 elsewhere."""
+    sink, own = shifts
+    is_sink = np.isin(g.index, sink_pos).astype(np.float64)
+    is_own = (g.index >= g.n).astype(np.float64)
+    return (sink.T[..., None] * is_sink + own.T[..., None] * is_own).astype(np.float32)
+
+
+def shift_logits(d: torch.Tensor, shifts: tuple[np.ndarray, np.ndarray], sink_pos: np.ndarray, n: int) -> None:
+    """Masked logits d [nkv, R, rep, L] with a patch attention site's shifts added in place (gathered_shift's
+    rule on every slot; hidden slots stay -inf)."""
+    nkv, r, rep, _ = d.shape
+    sink, own = (torch.as_tensor(a, dtype=d.dtype, device=d.device).reshape(r, nkv, rep).transpose(0, 1)[..., None]
+                 for a in shifts)
+    if len(sink_pos):
+        idx = torch.as_tensor(np.asarray(sink_pos), dtype=torch.long, device=d.device)
+        d[..., idx] += sink
+    d[..., n:] += own
 
 
 def masked_logits(q: torch.Tensor, keys: torch.Tensor, n: int, scale: float | None = None,

@@ -166,6 +166,7 @@ class _Pending:
     got: list[int]
     n_aux: int
     slots: tuple[list[int], list[int]] | None
+    shift: np.ndarray | None = None  # [nh, K, G] scores added by a patch attention site (lse rounds), or None
 
 
 PENDING = 16  # rounds whose host work is batched (and whenever `.rounds` is read)
@@ -203,6 +204,7 @@ class Capture(Observer):
         self._final_keys: torch.Tensor | None = None
         self._ids, self._ids_of = np.zeros(0, dtype=np.int64), None  # see _context_ids
         self._fixed_sinks: np.ndarray | None = None  # see _sinks
+        self.shift_source = None  # a patch attention site (attention_edits.AttentionEdit) whose shifts the rows carry
         self._q: list[torch.Tensor] = []  # per-round stores, filled by the taps (see _reset_round)
         self._lse: list[torch.Tensor | None] = []
         self._h: dict[str, list[torch.Tensor]] = {"in": [], "pre": [], "post": []}
@@ -311,14 +313,18 @@ class Capture(Observer):
         x = torch.cat(h["in"] + h["pre"] + h["post"], -2)[0].detach()  # [3K, H]
         got = [i for i, a in enumerate(self._aux_pre) if a is not None]
         xa = torch.stack([*(self._aux_pre[i] for i in got), *(self._aux_post[i] for i in got)]) if got else None
+        shifts = self.shift_source.round_shifts(k_) if self.shift_source is not None else None
         if full:  # the whole rows on the device; the gathered keys' probabilities and the row fields to the host
             d = stats.masked_logits(qh.transpose(0, 1), keys, n, self.scale, self.window)  # [nkv, K, rep, L]
+            if shifts is not None:
+                stats.shift_logits(d, shifts, sink_pos, n)
             p, rows, row = stats.full_probs(d, g, index, keep)
             host = stats.to_host(p, rows, row, x, xa)
         else:  # the few keys the masses read, gathered on the device
             host = stats.to_host(qh, keys[:, index], lse, x, xa)
         slots = (list(self._seq[1 : n + 1]) + list(record.input_ids[1:]), sink_pos.tolist()) if keep else None
-        return _Pending(record.round, n, full, keep, g, host, got, len(self._aux_pre), slots)
+        shift = stats.gathered_shift(shifts, g, sink_pos) if shifts is not None and not full else None
+        return _Pending(record.round, n, full, keep, g, host, got, len(self._aux_pre), slots, shift)
 
     def _host(self, r: _Pending) -> RoundCapture:
         """Every field of one round from its host arrays (attention_stats: weights, masses, magnitudes)."""
@@ -327,7 +333,8 @@ class Capture(Observer):
             p, rows, row, x, xa = r.host
         else:
             qh, kg, lse, x, xa = r.host
-            p, rows, row = stats.lse_probs(qh, kg, lse, self.scale or qh.shape[-1] ** -0.5, r.g.hidden()), None, None
+            p = stats.lse_probs(qh, kg, lse, self.scale or qh.shape[-1] ** -0.5, r.g.hidden(), r.shift)
+            rows, row = None, None
         hidden = stats.hidden_stats(x.reshape(3, k_, -1))
         aux = np.zeros((r.n_aux, 3))
         if r.got:
@@ -364,6 +371,10 @@ class Capture(Observer):
         numpy's working set warm instead of after each round's matmuls have evicted it."""
         while self._pending:
             self._rounds.append(self._host(self._pending.pop(0)))
+
+    def sink_slots(self, n: int) -> np.ndarray:
+        """The sink rule's context slots among the first n of the prompt in flight (a patch attention site's)."""
+        return self._sinks(self._context_ids(n))
 
     def _sinks(self, ids: np.ndarray) -> np.ndarray:
         """SinkSpec.index(ids), from the positions it gave once when the rule reads no token ids (the capture's

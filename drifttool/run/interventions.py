@@ -18,6 +18,10 @@ features, so the fed-back state exists from depth 2 on):
 - `aux.fc_norm`: every aux chunk of fc's input normalised per chunk as EAGLE-3.1's `fc_norm` would (RMSNorm,
   weight 1) before fc, at every slot that reads target features (context and depth 1); no depth range.
 - `aux.zero-I`: aux chunk I (0-based, low to high layer) scaled by 1 - s before fc (s = 1: zeroed).
+- `attention.sink` / `attention.own`: the sink slots / the own drafted slots removed from the depth >= k query's
+  softmax (scores + log(1 - s)); `attention.recency`: the own slots' scores shifted per head so that they hold the
+  share of the non-sink keys the depth-1 query gave its equally recent prompt keys (the recency-matched ratio 1:
+  drift removed, recency kept); `attention.sinkhold`: the sink held at its depth-1 share (run/attention_edits.py).
 
 The interventions act through one wrapper around the drafter's forward (`applied`), so the capture hooks see the
 edited run exactly as they see any other: every mass and RMS is measured on what the drafter computed."""
@@ -36,17 +40,20 @@ import torch
 
 from ..errors import DriftError
 
-SITES = {"feedback": ("norm", "rms1", "teacher"), "aux": ("fc_norm", "zero")}
-_SPEC = re.compile(r"^\s*(feedback|aux)\.([a-z_0-9]+(?:-\d+)?)\s*(?:@\s*(\d+)\s*(?:-\s*(\d+))?)?\s*"
+SITES = {"feedback": ("norm", "rms1", "teacher"), "aux": ("fc_norm", "zero"),
+         "attention": ("sink", "own", "recency", "sinkhold")}
+DEPTH_SITES = ("feedback", "attention")  # sites that act at query depths (@K-K2)
+_SPEC = re.compile(r"^\s*(feedback|aux|attention)\.([a-z_0-9]+(?:-\d+)?)\s*(?:@\s*(\d+)\s*(?:-\s*(\d+))?)?\s*"
                    r"(?:\*\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?))?\s*$")
-SYNTAX = "SITE.OP[@K[-K2]][*S], e.g. feedback.norm@2-8, feedback.rms1@3*0.5, aux.fc_norm, aux.zero-2"
+SYNTAX = ("SITE.OP[@K[-K2]][*S], e.g. feedback.norm@2-8, feedback.rms1@3*0.5, aux.fc_norm, aux.zero-2, "
+          "attention.recency@2")
 
 
 @dataclass(frozen=True)
 class Intervention:
-    site: str  # feedback | aux
-    op: str  # norm | rms1 | teacher | fc_norm | zero
-    lo: int = 2  # first depth it acts at (feedback sites)
+    site: str  # feedback | aux | attention
+    op: str  # norm | rms1 | teacher | fc_norm | zero | sink | own | recency | sinkhold
+    lo: int = 2  # first depth it acts at (feedback and attention sites)
     hi: int | None = None  # last depth (None: to K)
     strength: float = 1.0
     chunk: int | None = None  # aux.zero's chunk
@@ -58,7 +65,7 @@ class Intervention:
         if not (isinstance(self.strength, (int, float)) and math.isfinite(self.strength)
                 and 0 <= self.strength <= 1):
             raise DriftError(f"--site {self.label}: strength {self.strength!r}; expected a number in [0, 1]")
-        if self.site == "feedback":
+        if self.site in DEPTH_SITES:
             if self.lo < 1 or (self.hi is not None and self.hi < self.lo):
                 raise DriftError(f"--site {self.label}: depths {self.lo}-{self.hi}; expected 1 <= K <= K2")
         if (self.op == "zero") != (self.chunk is not None):
@@ -68,7 +75,7 @@ class Intervention:
     def label(self) -> str:
         """The series-name suffix and the manifest's short form: `feedback-norm@2-8`, `aux-zero-2x0.5`."""
         op = f"{self.op}-{self.chunk}" if self.op == "zero" else self.op
-        where = f"@{self.lo}-{self.hi if self.hi is not None else 'K'}" if self.site == "feedback" else ""
+        where = f"@{self.lo}-{self.hi if self.hi is not None else 'K'}" if self.site in DEPTH_SITES else ""
         return f"{self.site}-{op}{where}" + (f"x{self.strength:g}" if self.strength != 1 else "")
 
     def words(self, k: int) -> str:
@@ -79,10 +86,14 @@ class Intervention:
                 "rms1": f"the fed-back state scaled to its round's depth-1 RMS {d}",
                 "teacher": f"the fed-back state replaced by the teacher-forced state {d}",
                 "fc_norm": "each aux chunk normalised as fc_norm would, before fc",
-                "zero": f"aux chunk {self.chunk} zeroed before fc"}[self.op] + s
+                "zero": f"aux chunk {self.chunk} zeroed before fc",
+                "sink": f"the sink keys removed from the attention {d}",
+                "own": f"the own drafted slots removed from the attention {d}",
+                "recency": f"the own drafted slots' attention matched to recency (drift removed) {d}",
+                "sinkhold": f"the sink held at its depth-1 share {d}"}[self.op] + s
 
     def acts_at(self, depth: int, k: int) -> bool:
-        return self.site == "feedback" and max(self.lo, 2) <= depth <= (self.hi or k)
+        return self.site in DEPTH_SITES and max(self.lo, 2) <= depth <= (self.hi or k)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "label": self.label}
@@ -173,10 +184,15 @@ class Applied:
 
 
 @contextlib.contextmanager
-def applied(drafter, iv: Intervention | None, k: int, features: torch.Tensor | None = None):
-    """`drafter` with `iv` in effect (None or strength 0 at a feedback site: the drafter unchanged, same code path)."""
+def applied(drafter, iv: Intervention | None, k: int, features: torch.Tensor | None = None, capture=None):
+    """`drafter` with `iv` in effect (None or strength 0 at a feedback site: the drafter unchanged, same code path).
+    An attention site needs the Capture of the pass (`capture`): its sink rule, and it reads the shifts back."""
     if iv is None:
         yield drafter
+        return
+    if iv.site == "attention":
+        with _attention(drafter, iv, k, capture):
+            yield drafter
         return
     hooks = []
     orig = drafter.forward
@@ -208,6 +224,29 @@ def applied(drafter, iv: Intervention | None, k: int, features: torch.Tensor | N
             del drafter.forward  # the class's forward again
         for h in hooks:
             h.remove()
+
+
+@contextlib.contextmanager
+def _attention(drafter, iv: Intervention, k: int, capture):
+    from .attention_edits import AttentionEdit
+
+    if capture is None:
+        raise DriftError(f"--site {iv.label}: an attention site runs under a capture (its sink rule)")
+    edit = AttentionEdit(drafter, iv, k, capture.sink_slots)
+    fwd, attend = drafter.forward, edit.attn.attend
+
+    def forward(*a, **kw):
+        edit.count(bool(_args(a, kw)[4]))
+        return fwd(*a, **kw)
+
+    drafter.forward = forward
+    edit.attn.attend = lambda *a, **kw: edit.attend(attend, *a, **kw)
+    capture.shift_source = edit
+    try:
+        yield
+    finally:
+        del drafter.forward, edit.attn.attend
+        capture.shift_source = None
 
 
 def _args(a: tuple, kw: dict) -> tuple:

@@ -81,9 +81,8 @@ def _pass(name: str, d: Eagle3Drafter, iv: Intervention | None, job: PromptJob, 
     """One pass through an attached Capture: its tables, sampled rows and round records."""
     st = job.settings
     t0 = time.perf_counter()
-    with applied(d, iv, st.depth, forced[1]), Capture(d, sink=st.sink, keep_rows=st.keep_rows, seed=job.seed,
-                                                    full_every=st.full_every, recent=st.recent,
-                                                    template_ids=tuple(job.template_ids)) as cap:
+    with Capture(d, sink=st.sink, keep_rows=st.keep_rows, seed=job.seed, full_every=st.full_every, recent=st.recent,
+                 template_ids=tuple(job.template_ids)) as cap, applied(d, iv, st.depth, forced[1], cap):
         rounds = chain_pass(d, job.ids, st.depth, job.max_new_tokens, forced, [cap], schedule)
     n_gen = min(job.max_new_tokens, sum(len(committed(r)) for r in rounds))
     tabs, rows = shard_of(name, d, job, rounds, cap, n_gen, time.perf_counter() - t0)
