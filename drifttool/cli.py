@@ -216,7 +216,8 @@ def patch(
                                       help="JSONL file, or a bundled suite  [required]"),
     site: list[str] = typer.Option([], "--site", metavar="SITE.OP[@K[-K2]][*S]", rich_help_panel=IN,
                                    help="an intervention, e.g. feedback.norm@2, feedback.rms1, feedback.teacher, "
-                                        "aux.fc_norm, aux.zero-2 (docs/patching.md); repeatable"),
+                                        "aux.fc_norm, aux.zero-2, attention.recency@2, attention.sink, "
+                                        "attention.own, attention.sinkhold (docs/patching.md); repeatable"),
     sites: str | None = typer.Option(None, "--sites", metavar="FILE", rich_help_panel=IN,
                                      help="interventions from a JSON file (a list of {site, op, lo, hi, strength})"),
     limit: int | None = LIMIT_OPT,

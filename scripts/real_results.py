@@ -429,7 +429,10 @@ def sink_panel_sentence(paths: list[Path]) -> str:
 PATCH = Path("patch")
 PATCH_WORDS = {"feedback-norm@2-K": "feeding back the normalised state", "feedback-rms1@2-K":
                "scaling the fed-back state to its depth-1 RMS", "feedback-teacher@2-K":
-               "feeding back the teacher-forced state instead"}
+               "feeding back the teacher-forced state instead", "attention-recency@2-K":
+               "removing drift (the own drafted slots' attention matched to recency)", "attention-own@2-K":
+               "removing the own drafted slots from attention", "attention-sink@2-K": "removing the sink",
+               "attention-sinkhold@2-K": "holding the sink at its depth-1 share"}
 
 
 def _patch_clause(e: dict) -> str:
@@ -455,10 +458,11 @@ def patch_landing(root: Path) -> None:
         by: dict[str, list] = {}
         for e in es:
             by.setdefault(e["clean"], []).append(e)
-        suite = p.name.removeprefix("smollm2-").removesuffix("-patch.drift")
+        suite = Path(t.manifest["capture"]["probes"]["path"]).stem
         n = es[0]["acceptance_length"].get("n_groups", 0) if es else 0
         parts = [f"on {name}: " + "; ".join(_patch_clause(e) for e in v) for name, v in by.items()]
-        print(f"- **What the fed-back state costs in acceptance** ({suite}, `drifttool patch`: the same rounds with "
+        what = "drift" if all(e["intervention"]["site"] == "attention" for e in es) else "the fed-back state"
+        print(f"- **What {what} costs in acceptance** ({suite}, `drifttool patch`: the same rounds with "
               f"and without an intervention, paired per group over {n} groups; these checkpoints): "
               + "; ".join(parts) + ".")
 

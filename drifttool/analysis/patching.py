@@ -67,9 +67,27 @@ def effects(trace: TraceData) -> list[dict]:
     return out
 
 
+# what an intervention's acceptance change means, when it removes one thing: (it rises, it falls, neither detected)
+MEANING = {("attention", "recency"): ("drift (own-draft preference beyond recency) costs acceptance here",
+                                      "drift (own-draft preference beyond recency) helps acceptance here",
+                                      "drift (own-draft preference beyond recency) costs no acceptance its groups "
+                                      "detect"),
+           ("attention", "sink"): ("the sink costs acceptance here", "the sink helps acceptance here",
+                                   "the sink changes acceptance by no amount its groups detect")}
+
+
+def _meaning(e: dict, diff: float, detected: bool) -> str:
+    iv = e["intervention"]
+    m = MEANING.get((iv.get("site"), iv.get("op")))
+    if m is None or iv.get("strength", 1.0) != 1.0:
+        return ""
+    return "; " + (m[0] if detected and diff > 0 else m[1] if detected else m[2])
+
+
 def sentence(e: dict, words: str) -> str:
     """One intervention's effect in words: what it does, its acceptance-length change (paired over groups) and
-    whether that is a detected cost, gain or neither, then the verdict's quantities."""
+    whether that is a detected cost, gain or neither (and, for an edit that removes one thing, what that says of
+    the thing removed), then the verdict's quantities."""
     a = e["acceptance_length"]
     if not a or a.get("n_groups", 0) < 1:
         return f"{words} on {e['clean']}: no paired rounds"
@@ -85,6 +103,8 @@ def sentence(e: dict, words: str) -> str:
         claim = ("changes acceptance by no amount its groups detect"
                  + (f" (they detect {mde:.3f} or more at 80% power)" if np.isfinite(mde) else
                     " (too few groups for any test)"))
+    detected = bool(np.isfinite(a["p"]) and a["p"] < ALPHA)
+    claim += _meaning(e, diff, detected)
     q = e["quantities"]
     parts = []
     for name, text in (("rms_growth", "fed-back RMS growth"), ("recency_ratio", "recency-matched ratio"),

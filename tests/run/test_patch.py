@@ -3,7 +3,8 @@ known truth: an intervention at strength 0 reproduces the clean pass bit for bit
 every intervened round starts where its clean round started and is scored against the same target tokens;
 `feedback.norm` at strength 1 on EAGLE-3 weights is exactly those weights run with norm_output on (same rounds);
 `feedback.rms1` puts every depth's layer input at its round's depth-1 RMS; `feedback.teacher` feeds fc of the
-target's features at the query's slot; the CLI refuses bad sites before anything loads, and answers in words."""
+target's features at the query's slot; an attention site runs through the same CLI and answer (its own truth:
+test_patch_attention.py); the CLI refuses bad sites before anything loads, and answers in words."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from drifttool.trace.sinks import SinkSpec
 from tests.support.capture import build_models, cli, prompt, write_probes
 
 K, NEW, N = 4, 16, 8
-SITES = ["feedback.norm@2", "feedback.norm*0", "feedback.rms1", "feedback.teacher@2-3", "aux.fc_norm", "aux.zero-1*0"]
+SITES = ["feedback.norm@2", "feedback.norm*0", "feedback.rms1", "feedback.teacher@2-3", "aux.fc_norm", "aux.zero-1*0",
+         "attention.recency@2", "attention.sink@2*0"]
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +52,7 @@ def test_strength_zero_reproduces_the_clean_pass_bit_for_bit(patched):
     _, _, t = patched
     for table in ("rounds", "depths", "heads", "aux"):
         clean = _series(t, table, "eagle3")
-        for name in ("eagle3+feedback-norm@2-Kx0", "eagle3+aux-zero-1x0"):
+        for name in ("eagle3+feedback-norm@2-Kx0", "eagle3+aux-zero-1x0", "eagle3+attention-sink@2-Kx0"):
             got = _series(t, table, name)
             wall = [c for c in got.columns if c.endswith("_s")]  # wall times differ; everything measured must not
             pd.testing.assert_frame_equal(got.drop(columns=wall), clean.drop(columns=wall), check_exact=True)
@@ -162,6 +164,8 @@ def test_the_answer_and_compare_read_the_patch_trace(patched):
     assert len(lines) == len(SITES)
     zero = next(ln for ln in lines if "(strength 0)" in ln and "norm_output" in ln)
     assert "changes no group's acceptance at all" in zero
+    drift = next(ln for ln in lines if "matched to recency (drift removed)" in ln)
+    assert "drift (own-draft preference beyond recency)" in drift and "recency-matched ratio x" in drift
     e = {x["intervention"]["label"]: x for x in effects(t)}
     g = e["feedback-rms1@2-K"]["quantities"]["rms_growth"]
     assert g["factor"] < 0.7 and g["n_groups"] == N  # the growth is what it removes
