@@ -15,7 +15,7 @@ NO_MKDOCS_2_WARNING=1 mkdocs build --strict -q
 python -m pip install -q -e ".[ray]"
 # Prometheus' promtool for the alert rules' unit tests (Debian's package unpacked into ~/.cache, nothing installed)
 PROMTOOL=$(bash scripts/promtool.sh) && export PROMTOOL
-python -m pytest -x -p randomly "$@"  # shuffled (pytest-randomly; the seed is printed at the end: replay with --randomly-seed=N); addopts -q -rs
+python -m pytest -x -p randomly --durations=40 "$@"  # the 40 slowest listed (the 45-minute budget); shuffled (pytest-randomly; the seed is printed at the end: replay with --randomly-seed=N); addopts -q -rs
 # the example notebook, as a user runs it
 NB=$(mktemp -d)  # the executed copy goes there (nbconvert writes beside the notebook unless told)
 (cd "$NB" && jupyter nbconvert --to notebook --execute "$OLDPWD/examples/inspect_drift.ipynb" --output-dir "$NB" \

@@ -31,6 +31,7 @@ PAGES = [  # (file, title, url path, the sidebar filters the page applies: the o
     ("rejection.py", "What tracks rejection", "rejection", CHAIN),
     ("trees.py", "Draft trees", "trees", ()),
     ("training.py", "Across training", "training", CHAIN),
+    ("patching.py", "Interventions", "interventions", ()),
 ]
 
 

@@ -22,6 +22,7 @@ SAMPLES = REPO / "sample_traces"
 CHAT = SAMPLES / "chat"  # the README's second suite (MT-Bench-like chat)
 TREES = SAMPLES / "trees"
 TRAINING = SAMPLES / "training"  # the Across-training page's checkpoint series
+PATCH = SAMPLES / "patch"  # the Interventions page's `drifttool patch` traces
 # The trace a view opens on when it cannot show every given trace: the README's headline suite (its answer opens
 # with long code), never merely the alphabetically first.
 HEADLINE = SAMPLES / "smollm2-long_code.drift"
@@ -33,11 +34,12 @@ MAX_DEFAULT_SERIES = 6
 def trace_paths(argv: list[str] | None = None) -> list[Path]:
     """The trace folders named on the command line, else every sample_traces/*.drift and the README's chat trace
     (sample_traces/chat/), the bundled tree trace(s) in sample_traces/trees/ (for the Draft trees page) and
-    checkpoint series in sample_traces/training/ (for the Across-training page). Nothing else is read."""
+    checkpoint series in sample_traces/training/ (for the Across-training page) and `drifttool patch` traces in
+    sample_traces/patch/ (for the Interventions page). Nothing else is read."""
     args = [a for a in (sys.argv[1:] if argv is None else argv) if a.strip()]
     if not args:
         return (sorted(SAMPLES.glob("*.drift")) + sorted(CHAT.glob("*.drift")) + sorted(TREES.glob("*.drift"))
-                + sorted(TRAINING.glob("*.drift")))
+                + sorted(TRAINING.glob("*.drift")) + sorted(PATCH.glob("*.drift")))
     return expand(args)
 
 
@@ -117,6 +119,10 @@ def load_traces() -> list[tuple[str, float]]:
     chains = chain_keys(keys)
     if len(chains) < len(keys):
         st.sidebar.caption(f"{len(keys) - len(chains)} tree trace(s) loaded: see the Draft trees page.")
+    patches = [k for k in chains if is_patch(k)]
+    st.session_state["patch_keys"] = patches
+    if patches and len(patches) < len(chains):  # the Interventions page's; the others pages' selection without them
+        chains = [k for k in chains if k not in patches]
     series = [k for k in chains if _is_series(k)]
     st.session_state["series_keys"] = series
     if series and len(series) < len(chains):  # the series are the Across-training page's; the rest the others'
@@ -125,6 +131,16 @@ def load_traces() -> list[tuple[str, float]]:
     keys = chains
     st.session_state["trace_keys"] = trace_selector(keys) if keys else []
     return st.session_state["trace_keys"]
+
+
+def is_patch(key: tuple[str, float]) -> bool:
+    """A `drifttool patch` trace (its manifest names the interventions)."""
+    return bool(_load(*key).manifest.get("patch"))
+
+
+def loaded(key: tuple[str, float]) -> LoadedTrace:
+    """One checked trace (cached)."""
+    return _load(*key)
 
 
 def _is_series(key: tuple[str, float]) -> bool:

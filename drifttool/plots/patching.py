@@ -34,6 +34,6 @@ def patch_effects(effects: list[dict]) -> go.Figure:
         fig.add_hline(y=0, line_dash="dot", line_color="#888", row=1, col=col)
         fig.update_xaxes(title_text="depth", dtick=1, row=1, col=col)
     fig.update_yaxes(title_text="Δ acceptance rate (intervened − clean)", row=1, col=1)
-    fig.update_layout(title="What each intervention changes in acceptance, per depth (paired round by round; 95% CI "
-                            "over groups; hollow: not detected under Holm)", template=TEMPLATE, height=420)
+    fig.update_layout(title="What each intervention changes in acceptance, per depth<br><sup>paired round by round; "
+                            "95% CI over groups; hollow: not detected under Holm</sup>", template=TEMPLATE, height=440)
     return fig

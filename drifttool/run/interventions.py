@@ -89,7 +89,7 @@ class Intervention:
                 "zero": f"aux chunk {self.chunk} zeroed before fc",
                 "sink": f"the sink keys removed from the attention {d}",
                 "own": f"the own drafted slots removed from the attention {d}",
-                "recency": f"the own drafted slots' attention matched to recency (drift removed) {d}",
+                "recency": f"the own drafted slots' attention matched to recency (own-draft preference removed) {d}",
                 "sinkhold": f"the sink held at its depth-1 share {d}"}[self.op] + s
 
     def acts_at(self, depth: int, k: int) -> bool:

@@ -277,3 +277,25 @@ def test_the_overview_is_served_at_its_own_path_too(default_app):
     assert not at.exception and [t.value for t in at.title] == ["Overview"]
     paths = sorted(i.get("url_pathname") for i in at._registered_pages.values())
     assert paths == sorted(["", *(u for _, _, u, _ in PAGES)]), paths  # `/` and `/overview` both
+
+
+def test_the_interventions_page_reads_the_shipped_patch_traces(default_app):
+    """The patch traces load beside the others (not into the per-depth pages' selection): the page states each
+    intervention's answer, draws the per-depth figure and the table; the other pages keep their selection."""
+    from drifttool.dashboard.lib import PATCH
+
+    if not any(PATCH.glob("*.drift")):
+        pytest.skip("no shipped patch trace in this checkout")
+    at = default_app
+    at.switch_page("app_pages/patching.py").run()
+    assert not at.exception and not at.error and [t.value for t in at.title] == ["Interventions"]
+    text = " ".join(m.value for m in at.markdown)
+    assert "acceptance length" in text and "per group" in text and "groups)" in text
+    assert len(at.get("plotly_chart")) >= 1 and len(at.dataframe) >= 1
+    assert all("patch" not in str(k[0]) for k in at.session_state["trace_keys"])
+
+
+def test_the_interventions_page_without_a_patch_trace_says_how_to_make_one(app_run):
+    at = app_run[0] if isinstance(app_run, tuple) else app_run
+    at.switch_page("app_pages/patching.py").run()
+    assert not at.exception and any("drifttool patch" in i.value for i in at.info)

@@ -248,6 +248,23 @@ def _visit_training_page(page, problems: list[str]) -> None:
     problems += [f"default /training: scrolls sideways at 1400 px: {w}" for w in page.evaluate(OVERFLOW)]
 
 
+def _visit_patch_page(page, tmp_path, problems: list[str]) -> None:
+    """Interventions with no argument: the shipped patch traces' answers and per-depth figure (the first one)."""
+    if not any((REPO / "sample_traces" / "patch").glob("*.drift")):
+        pytest.skip("no sample_traces/patch/*.drift in this checkout")
+    page.get_by_test_id("stSidebarNavLink").filter(has_text="Interventions").first.click()
+    page.wait_for_url(re.compile(r".*/interventions(\?.*)?$"))
+    page.wait_for_function(READY, arg=["Interventions", 1, 0], timeout=180_000)
+    page.wait_for_timeout(300)
+    assert page.locator("[data-testid='stException']").count() == 0
+    assert "acceptance length" in page.locator("[data-testid='stMain']").inner_text()
+    problems += [f"default /interventions: scrolls sideways at 1400 px: {w}" for w in page.evaluate(OVERFLOW)]
+    shot = tmp_path / "default_patching.png"
+    page.screenshot(path=str(shot), full_page=True)
+    if UPDATE:
+        keep_or_replace(shot, REPO / "docs" / "dashboard" / "patching.png")
+
+
 def _select_all_traces(page) -> int:
     """Add every trace in the sidebar's 'Traces shown' multiselect, as a user would; returns how many."""
     box = page.locator("[data-testid='stSidebar'] [data-testid='stMultiSelect']").first
@@ -309,6 +326,7 @@ def test_every_page_renders_in_chromium(server, tmp_path):
             timings["all"] = _visit_pages(page, "all", None, traces, tmp_path, problems, seen)
             _visit_tree_page(page, tmp_path)
             _visit_training_page(page, problems)
+            _visit_patch_page(page, tmp_path, problems)
     print("render times (s):", timings)
     assert not errors, errors
     assert seen["boxes"] > 20 and seen["colours"] > 20, seen  # the checks saw the charts' titles and series

@@ -164,7 +164,7 @@ def test_the_answer_and_compare_read_the_patch_trace(patched):
     assert len(lines) == len(SITES)
     zero = next(ln for ln in lines if "(strength 0)" in ln and "norm_output" in ln)
     assert "changes no group's acceptance at all" in zero
-    drift = next(ln for ln in lines if "matched to recency (drift removed)" in ln)
+    drift = next(ln for ln in lines if "matched to recency (own-draft preference removed)" in ln)
     assert "drift (own-draft preference beyond recency)" in drift and "recency-matched ratio x" in drift
     e = {x["intervention"]["label"]: x for x in effects(t)}
     g = e["feedback-rms1@2-K"]["quantities"]["rms_growth"]
