@@ -125,6 +125,21 @@ def charts(v) -> list[tuple[str, object]]:
     return out
 
 
+def _interventions(t: TraceData) -> str:
+    from ..analysis.patching import answer
+
+    return (f"<h2>Interventions ({html.escape(t.path.name)}; docs/patching.md)</h2><p>Each intervened pass drafts at "
+            "its clean pass's round starts and is scored against the same target tokens; differences are paired "
+            "per group.</p><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in answer(t)) + "</ul>")
+
+
+def _patch_figure(t: TraceData):
+    from ..analysis.patching import effects
+    from .patching import patch_effects
+
+    return patch_effects(effects(t))
+
+
 def html_report(traces: list[TraceData], title: str = "drifttool report") -> str:
     v = build_view(traces)
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
@@ -134,8 +149,13 @@ def html_report(traces: list[TraceData], title: str = "drifttool report") -> str
                  + ", ".join(str(t.path) for t in traces)) + "</p>",
              *_answer(Comparison.of(traces)),
              "<h2>Summary</h2>" + _table(v.summary, SUMMARY_COLUMNS)]
+    figures = charts(v)
+    for t in traces:  # a `drifttool patch` trace: what each intervention changes, in words and per depth
+        if t.manifest.get("patch"):
+            parts.append(_interventions(t))
+            figures.insert(0, (f"What each intervention changes, per depth ({t.path.name})", _patch_figure(t)))
     first = True
-    for name, fig in charts(v):
+    for name, fig in figures:
         parts.append(f"<h2>{html.escape(name)}</h2>")
         parts.append(fig.to_html(full_html=False, include_plotlyjs="inline" if first else False,
                                  config={"displaylogo": False}))

@@ -186,3 +186,14 @@ def test_the_patch_figure_draws_every_intervention(patched):
     assert all(len(tr.x) == K for tr in fig.data)
     zero = next(tr for tr in fig.data if tr.name == "feedback-norm@2-Kx0")
     assert list(zero.y) == [0.0] * K
+
+
+def test_the_html_report_states_each_intervention(patched):
+    from drifttool.analysis.patching import answer
+    from drifttool.plots.html_report import html_report
+
+    _, _, t = patched
+    page = html_report([t])
+    assert "<h2>Interventions (x.drift; docs/patching.md)</h2>" in page
+    assert all(line.split(":")[0].replace("'", "&#x27;") in page for line in answer(t))
+    assert page.count("<li>") >= len(SITES) and "What each intervention changes in acceptance, per depth" in page
