@@ -165,7 +165,7 @@ def _aux_layers(raw: dict[str, Any], eagle: dict[str, Any], target: Target | Tar
 
 def normalise_config(raw: dict[str, Any], path: Path, target: Target | TargetShape | None) -> DrafterConfig:
     """config.json -> DrafterConfig; `target` (its shape) is needed only for default aux ids."""
-    layout = BY_NAME[detect_layout(raw)]
+    layout = BY_NAME[detect_layout(raw, where=path)]
     where = str(path / "config.json")
     assumptions: dict[str, str] = {}
     top = raw
@@ -228,13 +228,23 @@ def _aux_ids(value: Any, s: str) -> list[int]:
     return [int(x) for x in parts]
 
 
+def check_override_key(key: str, where: str = "--override") -> None:
+    """An override's key is a known one, else one line naming where it was given, with the nearest known key."""
+    import difflib
+
+    known = [*flag_table.names(), *OTHER_OVERRIDES]
+    if key in known:
+        return
+    near = difflib.get_close_matches(key, known, n=1)
+    hint = f"; did you mean {near[0]}?" if near else ""
+    raise DriftError(f"{where} {key}: unknown key{hint} (expected one of {', '.join(known)})")
+
+
 def parse_override(key: str, value: Any) -> Any:
     """One `--override key=value`: a flag (true/false), aux_ids (comma-separated layer ids), aux_convention
     (input|output), sliding_window (a positive integer, or none) or trained_window (a positive integer, or none:
     the context length the drafter was trained at, where its config does not say)."""
-    names = flag_table.names()
-    if key not in names and key not in OTHER_OVERRIDES:
-        raise DriftError(f"--override {key}: unknown key; expected one of {', '.join([*names, *OTHER_OVERRIDES])}")
+    check_override_key(key)
     s = str(value).strip().lower()
     if key == "aux_ids":
         ids = _aux_ids(value, s)

@@ -165,14 +165,20 @@ LAYOUTS: tuple[Layout, ...] = (
 BY_NAME = {lay.name: lay for lay in LAYOUTS}
 
 
-def detect_layout(cfg: Config, keys: set[str] | None = None) -> str:
-    """Which public layout a config.json belongs to (the first entry of LAYOUTS that claims it)."""
+def detect_layout(cfg: Config, keys: set[str] | None = None, where=None) -> str:
+    """Which public layout a config.json belongs to (the first entry of LAYOUTS that claims it); `where`: the
+    folder, named in the error (a target folder given as a drafter is said to be one)."""
     for lay in LAYOUTS:
         if lay.detect(cfg):
             return lay.name
+    arch = cfg.get("architectures") if isinstance(cfg, dict) else None
+    name = f"{where}/config.json" if where is not None else "config.json"
+    hint = ""
+    if isinstance(arch, list) and arch and all(isinstance(a, str) and a.endswith("ForCausalLM") for a in arch):
+        hint = f"; it is a target model's config ({arch[0]}), not a drafter's: give this folder as --target"
     raise DriftError(
-        "config.json: unknown drafter layout (expected speculators_model_type 'eagle3', an eagle_config block, "
-        "or a Llama config with draft_vocab_size / architectures LlamaForCausalLMEagle3)"
+        f"{name}: unknown drafter layout (expected speculators_model_type 'eagle3', an eagle_config block, "
+        f"or a Llama config with draft_vocab_size / architectures LlamaForCausalLMEagle3){hint}"
     )
 
 

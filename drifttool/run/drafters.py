@@ -10,6 +10,7 @@ import torch
 
 from ..errors import DriftError
 from ..model.checkpoint import read_drafter
+from ..model.ckpt_config import check_override_key
 from ..model.drafter import Eagle3Drafter
 from ..model.target import TargetShape
 
@@ -34,6 +35,7 @@ class DrafterSpec:
             if k in own:
                 raise DriftError(f"--drafter {text}: gives override {k!r} twice; give each flag once")
             own.add(k)
+            check_override_key(k, f"--drafter {text}: override")
             ov[k] = v  # the drafter's own override wins over a common --override of the same flag
         p = Path(path)
         return cls(name or (p.name + ("+" + "+".join(f"{k}={v}" for k, v in ov.items()) if ov else "")), path, ov)

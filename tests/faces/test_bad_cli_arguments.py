@@ -59,12 +59,19 @@ def cap_args(e, **over) -> list[str]:
 
 
 CASES = {
-    # name: (argv builder, fragment the one line must contain)
+    # name: (argv builder, fragments the one line must contain)
     "missing target dir": (lambda e: cap_args(e, **{"--target": str(e["root"] / "nope")}), "nope"),
     "missing drafter dir": (lambda e: cap_args(e, **{"--drafter": str(e["root"] / "nodrafter")}), "nodrafter"),
     "wrong layout": (lambda e: cap_args(e, **{"--drafter": str(e["root"] / "nolayout")}), "unknown drafter layout"),
     "unknown --override key": (lambda e: [*cap_args(e), "--override", "bogus=true"], "bogus"),
     "unknown per-drafter override": (lambda e: cap_args(e, **{"--drafter": e["eagle3"] + "?colour=red"}), "colour"),
+    # a typo names the --drafter it was given in and the key meant
+    "mistyped per-drafter override": (lambda e: cap_args(e, **{"--drafter": "e3=" + e["eagle3"] + "?norm_ouput=true"}),
+                                      "--drafter e3=", "did you mean norm_output?"),
+    "mistyped --override": (lambda e: [*cap_args(e), "--override", "norm_outptu=true"], "did you mean norm_output?"),
+    # a target folder given as a drafter: the folder named, and what to do
+    "target as drafter": (lambda e: cap_args(e, **{"--drafter": e["target"]}), "target/config.json",
+                          "give this folder as --target"),
     "bad override value": (lambda e: [*cap_args(e), "--override", "norm_output=maybe"], "norm_output"),
     # a window no integer parser reads as one: one line naming the override, not a traceback or a 0-slot window
     "superscript sliding_window": (lambda e: [*cap_args(e), "--override", "sliding_window=\u00b2"],
@@ -132,11 +139,12 @@ def one_error_line(err: str) -> str:
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_user_error_one_line_exit_2(env, case, capsys):
-    build, fragment = CASES[case]
+    build, *fragments = CASES[case]
     rc = main(build(env))
     err = capsys.readouterr().err
     assert rc == 2, err
-    assert fragment in one_error_line(err)
+    line = one_error_line(err)
+    assert all(f in line for f in fragments), line
     assert not (env["root"] / "new.drift").exists()  # nothing was written for a rejected command
 
 
