@@ -76,12 +76,17 @@ def sink(s) -> str:
     if v != v:
         return "sink lift not measured (no sink positions)"
     lo_, hi_ = (lo, hi) if lo == lo and hi == hi else (v, v)
+    r = getattr(s, "sink_retention", np.nan)
     if not has_sink(s):
         where = "below uniform" if hi_ < 1 and not flat(v) else "no more than uniform"
-        return f"no sink to lose (depth-1 sink lift {fmt_ci(v, lo, hi)}: {where})"
+        out = f"no sink to lose (depth-1 sink lift {fmt_ci(v, lo, hi)}: {where})"
+        if r == r and side(s, "sink_retention") > 0:  # deeper queries attend the sink more: say it, it is no loss
+            out += (f", but gains sink mass with depth: {fmt_ratio(r, s.sink_retention_lo, s.sink_retention_hi)}"
+                    f" by depth {getattr(s, 'depth_k', 'K')}, {fmt_p(s.sink_retention_p, 'words')} (a sink gained, "
+                    "not lost)")
+        return out
     kind = "a weak sink" if v < WEAK_SINK else "the sink"
     out = f"attends {kind} (depth-1 sink lift {fmt_ci(v, lo, hi)})"
-    r = getattr(s, "sink_retention", np.nan)
     if r == r:
         word = retention_words(r, side(s, "sink_retention"), "no loss the groups establish")
         out += (f" and keeps {fmt_ratio(r, s.sink_retention_lo, s.sink_retention_hi)} of it by depth "

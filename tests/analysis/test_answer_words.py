@@ -57,6 +57,13 @@ def test_sink_is_judged_by_its_lift_against_uniform_and_its_retention_stated():
     gain = sink(_row(sink_lift_d1=4.74, sink_lift_d1_lo=4.1, sink_lift_d1_hi=5.3, sink_retention=1.8,
                      sink_retention_lo=1.53, sink_retention_hi=2.1, sink_retention_p=0.001, sink_retention_mean_log=0.6))
     assert gain.endswith("gains sink mass with depth (a sink gained, not lost)")
+    # no sink at depth 1, but deeper queries attend it more (EAGLE-3 on mt_chat): said, and not as a loss
+    grows = sink(_row(sink_lift_d1=0.55, sink_lift_d1_lo=0.5, sink_lift_d1_hi=0.61, sink_retention=1.19,
+                      sink_retention_lo=1.06, sink_retention_hi=1.32, sink_retention_p=0.007,
+                      sink_retention_mean_log=np.log(1.19)))
+    assert grows == ("no sink to lose (depth-1 sink lift 0.55 [0.50, 0.61]: below uniform), but gains sink mass with "
+                     "depth: x1.19 [1.06, 1.32] by depth 8, p 0.007 (a sink gained, not lost)")
+    assert "gains" not in sink(_row(sink_retention=1.19, sink_retention_p=0.4, sink_retention_mean_log=0.17))
 
 
 def _curve(**by_depth):
