@@ -27,13 +27,17 @@ def sink_slots(sink: dict | None, context_len: int, slot_tokens: Sequence[int],
     return SinkSpec.from_dict(sink).positions_in(ids[:context_len])
 
 
+NEWEST = 128  # a longer row opens zoomed to its newest slots (the drafts a sliver otherwise); double-click: all
+
+
 def attention_row_heatmap(row: np.ndarray, slot_tokens: Sequence[int], context_len: int,
                           sinks: Sequence[int] = (), decode: Callable[[int], str] | None = None,
                           title: str = "Head-mean attention of the draft queries") -> go.Figure:
     """Drill-down: rows = depths 1..K, x = key slots; token id (and text) on hover; sinks and draft slots marked.
 
     Slots 0..n-1 hold the context (n = context_len), slots n..n+K-2 the chain's own drafted inputs; the
-    depth-k query sits on slot n-2+k."""
+    depth-k query sits on slot n-2+k. A row longer than NEWEST slots opens on its newest NEWEST (the draft slots
+    and the recent context readable; the whole row a double-click away)."""
     row = np.asarray(row, dtype=np.float32)
     k, length = row.shape
     toks = list(slot_tokens)[:length] + [-1] * max(0, length - len(slot_tokens))
@@ -55,7 +59,10 @@ def attention_row_heatmap(row: np.ndarray, slot_tokens: Sequence[int], context_l
     fig.add_trace(go.Scatter(x=q, y=np.arange(1, k + 1), mode="markers", name="query slot",
                              marker={"symbol": "x-thin-open", "size": 9, "color": "#17becf", "line": {"width": 2}},
                              hovertemplate="query of depth %{y} at slot %{x}<extra></extra>"))
-    fig.update_layout(title=title, template=TEMPLATE, height=120 + 40 * k, xaxis_title="key slot",
+    xaxis = {"title": "key slot", "tickformat": "d"}  # slot 200, not "2e+2"
+    if length > NEWEST:
+        xaxis["range"] = [length - NEWEST - 0.5, length - 0.5]
+    fig.update_layout(title=title, template=TEMPLATE, height=120 + 40 * k, xaxis=xaxis,
                       yaxis={"title": "depth", "tickvals": list(range(1, k + 1)), "autorange": "reversed"},
                       legend={"orientation": "h", "y": -0.25})
     return fig

@@ -255,6 +255,10 @@ def test_drilldown_shows_token_text_as_the_notebook_does(default_app):
     for col in ("input_id", "draft_id", "target_id"):
         shown = [x for x in detail[col] if x]
         assert shown and all(isinstance(x, str) and x[0] in "'\"" for x in shown), (col, shown[:5])
+    # it opens on the sampled round with the most accepted drafts (one that accepted nothing shows little)
+    box = next(b for b in at.selectbox if b.label == "Sampled round")
+    counts = [int(o.split("(")[1].split()[0]) for o in box.options]
+    assert box.index == counts.index(max(counts)), (box.options, box.index)
 
 
 def test_draft_trees_and_rejection_pages_print_words_not_dicts(default_app):

@@ -67,6 +67,11 @@ def test_attention_row_marks_sinks_draft_slots_and_queries(dash_traces):
     q = next(tr for tr in fig.data if tr.name == "query slot")
     assert list(q.x) == [ctx - 1 + j for j in range(4)]
     assert fig.layout.shapes[0].x0 == ctx - 0.5  # draft-slot band
+    assert fig.layout.xaxis.tickformat == "d"  # slot 200, not "2e+2"
+    long = np.full((4, 530), 1 / 530, np.float32)
+    wide = plots.attention_row_heatmap(long, list(range(530)), 527, [0])
+    assert tuple(wide.layout.xaxis.range) == (530 - 128 - 0.5, 529.5)  # opens on the newest slots, drafts readable
+    assert plots.attention_row_heatmap(row, slots, ctx, sinks).layout.xaxis.range is None  # a short row: whole
 
 
 def test_filters_and_empty_views(dash_traces):

@@ -6,6 +6,7 @@ from drifttool import plots
 from drifttool.analysis.views import round_detail, token_decoder
 from drifttool.dashboard import lib
 from drifttool.errors import DriftError
+from drifttool.plots.drilldown import NEWEST
 
 st.title("Prompt drill-down")
 v = lib.view()
@@ -33,7 +34,13 @@ if not sampled:
         st.info(f"No attention row was sampled for this prompt (the capture kept {cap.get('keep_rows')} per prompt "
                 "and drafter; rounds without drafts have none).")
     st.stop()
-rnd = c3.selectbox("Sampled round", sampled, key="dd_round")
+# the sampled round with the most accepted drafts first (a round that accepted nothing shows little of the chain)
+acc = trace.table("rounds", ["drafter", "prompt_id", "round", "accepted"])
+acc = acc[(acc["drafter"].astype(str) == drafter) & (acc["prompt_id"].astype(str) == str(pid))]
+accepted = dict(zip(acc["round"].astype(int), acc["accepted"].astype(int)))
+best = max(sampled, key=lambda r: (accepted.get(r, -1), -r))
+rnd = c3.selectbox("Sampled round", sampled, index=sampled.index(best), key="dd_round",
+                   format_func=lambda r: f"{r} ({accepted[r]} accepted)" if r in accepted else str(r))
 try:
     row, slots = trace.attention_row(drafter, pid, rnd)
     decode = token_decoder(trace)
@@ -47,7 +54,9 @@ sinks = plots.sink_slots(trace.manifest["capture"].get("sink"), ctx, slots, reco
 lib.chart(plots.attention_row_heatmap(row, slots, ctx, sinks, decode,
                                           title=f"{series} / {pid} / round {rnd}: head-mean attention"),
               "attention rows")
-st.caption("Green triangles: sink slots; shaded: the chain's own draft slots; crosses: each depth's query slot.")
+st.caption("Green triangles: sink slots; shaded: the chain's own draft slots; crosses: each depth's query slot. "
+           f"A row longer than {NEWEST} slots opens on its newest ones: double-click the chart for "
+           "all of them (the sinks at the start).")
 # short headings and rounded numbers: the 14 columns fit 1400 px without sideways scrolling (they overflowed by 7 px)
 NUM = {"sink_mass": "sink", "self_mass": "self", "prompt_mass": "prompt", "entropy": "entropy", "rms_in": "RMS in",
        "rms_post": "RMS post"}
