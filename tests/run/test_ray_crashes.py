@@ -94,7 +94,8 @@ def test_a_worker_killed_mid_run_loses_only_its_prompt(setup):
     place = json.loads((out / "manifest.json").read_text())["ray"]["placement"]
     by_victim = [p for p, w in place.items() if w.endswith(f":{victim_pid}")]
     assert len(by_victim) <= len(done_at_kill) + 1  # only what it returned before it died (one may be in flight)
-    assert len(set(place.values())) >= 2 and sorted(place) == sorted(f"p{i}" for i in range(N))
+    assert sorted(place) == sorted(f"p{i}" for i in range(N))  # (the victim may have returned none: busy loading)
+    assert any(not w.endswith(f":{victim_pid}") for w in place.values())  # the survivor took the rest
 
 
 def test_a_driver_killed_and_resumed_finishes_only_what_is_missing(setup):
