@@ -172,7 +172,7 @@ def capture(
                                     help="Ray workers (each loads the models once; --ray)"),
 ):
     """Run target + drafters over a probe suite with capture hooks and write a trace."""
-    from .run.drafters import DrafterSpec, parse_overrides
+    from .run.drafter_specs import DrafterSpec, parse_overrides
     from .run.engines import engine as engine_named
     from .trace.sinks import SinkSpec
 
@@ -243,7 +243,7 @@ def patch(
     """Run every drafter clean and under each intervention on the same prompts, paired round by round (the target's
     greedy continuation fixed; each intervened round starts where its clean round did), write one trace, and say
     what each intervention changes in acceptance and in the drift quantities (docs/patching.md)."""
-    from .run.drafters import DrafterSpec, parse_overrides
+    from .run.drafter_specs import DrafterSpec, parse_overrides
     from .run.interventions import from_file, parse
     from .trace.sinks import SinkSpec
 
@@ -431,7 +431,7 @@ def conform(
     conformant (for CI gates)."""
     from .run.conform import conform as run_conform
     from .run.conform import render
-    from .run.drafters import parse_overrides
+    from .run.drafter_specs import parse_overrides
     from .run.preflight import check_model_folder
 
     # a missing folder is a usage error (exit 2, one line), not a finding: it printed "NOT conformant" (exit 1)
@@ -444,7 +444,7 @@ def conform(
 
     with still_running("conform"):  # a line every 30 s: its engine run and diagnosis take minutes
         rep = run_conform(drafter, target, probes, engine, depth=depth, max_new_tokens=max_new_tokens, limit=limit,
-                          engine_overrides=parse_overrides(engine_override), engine_options=options, out=out,
+                          engine_overrides=parse_overrides(engine_override, "--engine-override"), engine_options=options, out=out,
                           device=device, dtype=dtype, run_diagnosis=diagnose)
     typer.echo(dumps_strict(rep.to_dict(), indent=1) if as_json else render(rep))
     if not rep.conformant:

@@ -21,8 +21,8 @@ from ..dtypes import parse_dtype
 from ..errors import DriftError
 from ..jsonfile import read_json_object
 from . import flags as flag_table
-from .ckpt_config import OTHER_OVERRIDES, check_conflicts, normalise_config, parse_override
-from .config import DrafterConfig
+from .ckpt_config import check_conflicts, normalise_config, parse_override
+from .config import OTHER_OVERRIDES, DrafterConfig
 from .drafter import DrafterBase, Eagle3Drafter
 from .layouts import BY_NAME, canonical_key, detect_layout, savable  # noqa: F401 - detect_layout re-exported
 from .mtp_checkpoint import is_mtp_config, read_mtp_drafter

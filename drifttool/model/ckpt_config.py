@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import DriftError
 from . import flags as flag_table
 from .cfgcheck import REQUIRED, aux_ids, pos_float, pos_int, rope_scaling, strict_bool
-from .config import AUX_CONVENTIONS, DrafterConfig, split_flags
+from .config import AUX_CONVENTIONS, DrafterConfig, check_override_key, split_flags
 from .layouts import BY_NAME, Layout, detect_layout
 from .target import Target, TargetShape, default_aux_layer_ids
 
@@ -214,9 +214,6 @@ def check_conflicts(cfg: DrafterConfig, where: str) -> None:
         raise DriftError(f"{where}: {line}")
 
 
-# Non-flag overrides: key -> DrafterConfig attribute.
-OTHER_OVERRIDES = {"aux_ids": "aux_layer_ids", "aux_convention": "aux_convention", "sliding_window": "sliding_window",
-                   "trained_window": "trained_window"}
 
 
 def _aux_ids(value: Any, s: str) -> list[int]:
@@ -226,18 +223,6 @@ def _aux_ids(value: Any, s: str) -> list[int]:
     if not all(isinstance(x, int) and not isinstance(x, bool) or re.fullmatch(r"[0-9]{1,6}", str(x)) for x in parts):
         raise DriftError(f"--override aux_ids={value}: expected comma-separated layer ids (digits 0-9), e.g. 1,23,44")
     return [int(x) for x in parts]
-
-
-def check_override_key(key: str, where: str = "--override") -> None:
-    """An override's key is a known one, else one line naming where it was given, with the nearest known key."""
-    import difflib
-
-    known = [*flag_table.names(), *OTHER_OVERRIDES]
-    if key in known:
-        return
-    near = difflib.get_close_matches(key, known, n=1)
-    hint = f"; did you mean {near[0]}?" if near else ""
-    raise DriftError(f"{where} {key}: unknown key{hint} (expected one of {', '.join(known)})")
 
 
 def parse_override(key: str, value: Any) -> Any:

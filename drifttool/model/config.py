@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import DriftError
 from . import flags as flag_table
 
 # The drafter flags, in the order conform tries them and the manifest lists them (declared in model/flags.py; a
@@ -178,3 +179,20 @@ def split_flags(values: dict[str, bool]) -> dict[str, Any]:
     extra_flags."""
     own = {k: v for k, v in values.items() if k in FIELD_NAMES}
     return {**own, "extra_flags": {k: v for k, v in values.items() if k not in FIELD_NAMES}}
+
+
+# Non-flag overrides: key -> DrafterConfig attribute.
+OTHER_OVERRIDES = {"aux_ids": "aux_layer_ids", "aux_convention": "aux_convention", "sliding_window": "sliding_window",
+                   "trained_window": "trained_window"}
+
+
+def check_override_key(key: str, where: str = "--override") -> None:
+    """An override's key is a known one, else one line naming where it was given, with the nearest known key."""
+    import difflib
+
+    known = [*flag_table.names(), *OTHER_OVERRIDES]
+    if key in known:
+        return
+    near = difflib.get_close_matches(key, known, n=1)
+    hint = f"; did you mean {near[0]}?" if near else ""
+    raise DriftError(f"{where} {key}: unknown key{hint} (expected one of {', '.join(known)})")

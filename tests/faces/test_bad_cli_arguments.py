@@ -186,3 +186,22 @@ def test_a_mistyped_bundled_suite_suggests_the_closest_and_lists_them(capsys):
     assert main(["capture", "--target", "t", "--drafter", "d", "--probes", "long_cod", "--out", "/tmp/x.drift"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "did you mean 'long_code'?" in err and "real/mt_chat" in err
+
+
+def test_a_mistyped_override_is_refused_without_torch(env):
+    """In a fresh interpreter: the refusal comes before torch is imported (seconds even on a busy machine)."""
+    import subprocess
+    import sys
+
+    from tests.support.capture import child_env
+
+    code = ("import sys; from drifttool.cli import main; "
+            f"rc1 = main(['capture', '--target', {env['target']!r}, '--drafter', 'e3=' + {env['eagle3']!r} + "
+            "'?norm_ouput=true', '--probes', 'quick', '--out', 'x.drift']); "
+            f"rc2 = main(['capture', '--target', {env['target']!r}, '--drafter', {env['eagle3']!r}, '--override', "
+            "'norm_outptu=1', '--probes', 'quick', '--out', 'x.drift']); "
+            "print('RESULT', rc1, rc2, 'torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1800, env=child_env(),
+                       cwd=env["root"])
+    assert "RESULT 2 2 False" in r.stdout, (r.stdout, r.stderr)
+    assert r.stderr.count("did you mean norm_output?") == 2

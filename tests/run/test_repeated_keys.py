@@ -31,11 +31,13 @@ def test_conflicting_or_empty_sink_parts_are_refused(text, why):
 
 
 def test_repeated_override_is_refused():
-    assert parse_overrides(["a=1", "b=2"]) == {"a": "1", "b": "2"}
+    assert parse_overrides(["fc_norm=1", "norm_output=2"]) == {"fc_norm": "1", "norm_output": "2"}
     with pytest.raises(DriftError, match="'norm_output' twice"):
         parse_overrides(["norm_output=true", "norm_output=false"])
-    with pytest.raises(DriftError, match="'a' twice"):
-        parse_overrides(["a=1", " a =1"])
+    with pytest.raises(DriftError, match="'fc_norm' twice"):
+        parse_overrides(["fc_norm=1", " fc_norm =1"])
+    with pytest.raises(DriftError, match="did you mean fc_norm"):  # a key refused as text, before any model
+        parse_overrides(["fc_nrom=1"])
     with pytest.raises(DriftError, match="'fc_norm' twice"):
         DrafterSpec.parse("d?fc_norm=1&fc_norm=0")
     # a per-drafter override wins over the common --override of the same key (documented: the drafter's own)
