@@ -81,9 +81,10 @@ class AttentionEdit:
             raise DriftError(f"--site {self.iv.label}: attention sites edit chains only (one query per depth)")
         length = k.shape[2]
         n = length - (d - 1)
-        sinks = torch.as_tensor(self.sink_slots(n), dtype=torch.long, device=q.device)
+        sink_idx = np.asarray(self.sink_slots(n), dtype=np.int64)
+        sinks = torch.as_tensor(sink_idx, device=q.device)
         p = self._row(q, k)  # [nh, L] float64 on the host
-        sink_sh, own_sh = self._shift(p, sinks.cpu().numpy(), n, d)
+        sink_sh, own_sh = self._shift(p, sink_idx, n, d)
         self.shifts[d] = (sink_sh, own_sh)
         extra = torch.zeros(1, self.nh, 1, length, dtype=torch.float32, device=q.device)
         extra[0, :, 0, sinks] += torch.as_tensor(sink_sh, dtype=torch.float32, device=q.device)[:, None]
