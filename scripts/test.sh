@@ -15,7 +15,11 @@ NO_MKDOCS_2_WARNING=1 mkdocs build --strict -q
 python -m pip install -q -e ".[ray]"
 # Prometheus' promtool for the alert rules' unit tests (Debian's package unpacked into ~/.cache, nothing installed)
 PROMTOOL=$(bash scripts/promtool.sh) && export PROMTOOL
-python -m pytest -x -p randomly --durations=40 "$@"  # the 40 slowest listed (the 45-minute budget); shuffled (pytest-randomly; the seed is printed at the end: replay with --randomly-seed=N); addopts -q -rs
+# two workers (pytest-xdist; DRIFTTOOL_TEST_WORKERS=N for another count, 0 for one process), each module's tests on
+# one worker (tests/conftest.py); the 40 slowest listed (the 45-minute budget); shuffled (pytest-randomly; the seed
+# is printed at the end: replay with --randomly-seed=N); addopts -q -rs
+W=(-n "${DRIFTTOOL_TEST_WORKERS:-2}" --dist loadgroup)
+python -m pytest -x -p randomly "${W[@]}" --durations=40 "$@"
 # the example notebook, as a user runs it
 NB=$(mktemp -d)  # the executed copy goes there (nbconvert writes beside the notebook unless told)
 (cd "$NB" && jupyter nbconvert --to notebook --execute "$OLDPWD/examples/inspect_drift.ipynb" --output-dir "$NB" \
@@ -25,11 +29,11 @@ NB=$(mktemp -d)  # the executed copy goes there (nbconvert writes beside the not
 if [ "${DRIFTTOOL_SKIP_PANDAS2:-0}" != "1" ]; then
   rm -rf .pandas2 && python -m pip install -q --target .pandas2 --no-deps "pandas==2.2.3" pytz tzdata
   PYTHONPATH=.pandas2 python -c "import pandas; assert pandas.__version__ == '2.2.3', pandas.__version__"
-  PYTHONPATH=.pandas2 python -m pytest -x -W error::FutureWarning tests/analysis/test_views_lazy.py \
+  PYTHONPATH=.pandas2 python -m pytest -x "${W[@]}" -W error::FutureWarning tests/analysis/test_views_lazy.py \
     tests/analysis/test_compare.py tests/analysis/test_where_attention.py tests/faces/test_readme_results.py \
     tests/analysis/test_decay_overrun.py tests/analysis/test_views_numbers.py tests/analysis/test_tree_numbers.py \
     tests/analysis/test_stats.py
 fi
 if [ "${DRIFTTOOL_SKIP_VLLM:-0}" != "1" ]; then
-  bash scripts/test_vllm.sh
+  bash scripts/test_vllm.sh "${W[@]}"
 fi

@@ -24,5 +24,5 @@ fi
 "$ENV/bin/python" -m pip install -q --no-deps -e .
 # what docs/monitor.md tells a user to install (tests/run/test_vllm_monitor.py checks the two lists agree), then pytest
 "$ENV/bin/python" -m pip install -q pyarrow pandas safetensors typer rich einops tokenizers filelock jinja2 scipy accelerate gguf
-"$ENV/bin/python" -m pip install -q pytest pytest-timeout openai prometheus_client
+"$ENV/bin/python" -m pip install -q pytest pytest-timeout pytest-xdist openai prometheus_client
 exec "$ENV/bin/python" -m pytest tests/run/test_vllm_engine.py tests/run/test_vllm_monitor.py "$@"  # pyproject addopts: -q -rs

@@ -103,6 +103,7 @@ def test_page_renders(app_run, page):
 
 def test_filters_apply_across_pages(app_run):
     at, _ = app_run
+    at.switch_page("app_pages/overview.py").run()  # the shared app may be left on a page that hides the filters
     at.sidebar.multiselect(key="flt_tags").set_value(["chat"])
     at.sidebar.slider(key="flt_depth").set_value((2, 3))
     at.switch_page("app_pages/depth.py").run()

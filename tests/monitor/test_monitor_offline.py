@@ -70,7 +70,8 @@ def spool(folder, reqs, copies: int = 1) -> None:
 def args(root, mon, **over) -> list[str]:
     s = MonitorSettings.parse(f"sample=1,dir={mon},segment_requests={over.get('per', 3)}")
     return ["--settings", s.to_env(), "--run", RUN, "--target", str(root / "target"), "--drafter",
-            str(root / "eagle3"), "--name", "eagle3", "--model", "tiny", "--depth", str(K), "--no-stdin"]
+            str(root / "eagle3"), "--name", "eagle3", "--model", "tiny", "--depth", str(K), "--no-stdin",
+            "--nice", "0"]  # in-process: the default (10, serving first) would renice the test process for good
 
 
 def test_settings_are_checked_whole_with_one_line_each(tmp_path):
