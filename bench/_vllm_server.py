@@ -48,10 +48,30 @@ def api_server(cmd: list[str], port: int, env: dict[str, str], log: Path, timeou
             time.sleep(1)
         yield url, proc
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(30)
+        stop_group(proc)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_group(proc: subprocess.Popen, grace: float = 60) -> None:
+    """SIGTERM to the server's whole process group, SIGKILL to what is left after `grace` s. The group, not the
+    server alone: a server killed with SIGKILL (as a test does on purpose) leaves vLLM's engine core and workers
+    running in its group."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    t0 = time.time()
+    while _group_alive(proc.pid) and time.time() - t0 < grace:
+        proc.poll()  # reap the leader, so a zombie does not keep the group alive
+        time.sleep(0.5)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(30)

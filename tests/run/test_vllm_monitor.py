@@ -195,6 +195,8 @@ def test_a_bf16_server_is_replayed_in_bf16_and_raises_no_disagreement(tmp_path):
         while _replays(mon) and time.time() - t0 < 90:
             time.sleep(1)
         assert not _replays(mon), "the replay outlived the API server"
+    # leaving the block stops what vLLM left in the server's process group (its engine core outlives a kill -9)
+    assert not _launcher()._group_alive(proc.pid), "vLLM's engine core outlived the test"
     man = read_trace(segments(mon / "segments")[0]).manifest
     assert man["capture"]["dtype"] == "bfloat16", man["capture"]
     assert man["capture"]["rejection"] == "standard"  # the server's rejection_sample_method, recorded
