@@ -77,6 +77,9 @@ def sink(s) -> str:
         return "sink lift not measured (no sink positions)"
     lo_, hi_ = (lo, hi) if lo == lo and hi == hi else (v, v)
     r = getattr(s, "sink_retention", np.nan)
+    if not (lo == lo and hi == hi) and not flat(v):  # no interval (fewer groups than the bootstrap needs)
+        return (f"sink not placed against uniform (depth-1 sink lift {fmt_ci(v, lo, hi)}: too few groups for an "
+                "interval)")
     if not has_sink(s):
         where = "below uniform" if hi_ < 1 and not flat(v) else "no more than uniform"
         out = f"no sink to lose (depth-1 sink lift {fmt_ci(v, lo, hi)}: {where})"

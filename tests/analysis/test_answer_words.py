@@ -64,6 +64,11 @@ def test_sink_is_judged_by_its_lift_against_uniform_and_its_retention_stated():
     assert grows == ("no sink to lose (depth-1 sink lift 0.55 [0.50, 0.61]: below uniform), but gains sink mass with "
                      "depth: x1.19 [1.06, 1.32] by depth 8, p 0.007 (a sink gained, not lost)")
     assert "gains" not in sink(_row(sink_retention=1.19, sink_retention_p=0.4, sink_retention_mean_log=0.17))
+    # a lift of 153 over 3 groups has no interval: neither "no sink" nor "no more than uniform" (the CI prompts'
+    # checkpoint series said both)
+    few = sink(_row(sink_lift_d1=152.97, sink_lift_d1_lo=np.nan, sink_lift_d1_hi=np.nan))
+    assert few == ("sink not placed against uniform (depth-1 sink lift 152.97 (no CI: < 6 groups): too few groups "
+                   "for an interval)"), few
 
 
 def _curve(**by_depth):
