@@ -511,14 +511,16 @@ def series(root: Path) -> None:
     """Drift across training: the checkpoint-series trace per variant and step (descriptive: 3 CI prompts)."""
     from drifttool.analysis.training import training_table
 
-    p = root / "training" / "smollm2-ci-series.drift"
+    p = root / "training" / SERIES
     if not p.is_dir():
         return
     cmp = Comparison.of([read_trace(p)])
     k = cmp.depth
     t = training_table(cmp.training(), k)
-    print(f"\nAcross training (`{p.relative_to(root.parent) if root.parent != Path('.') else p}`, the CI prompts: "
-          f"{int(t.groups.max())} groups, descriptive):")
+    steps = sorted({int(x) for x in t.step})
+    print(f"\nAcross training (`{p.relative_to(root.parent) if root.parent != Path('.') else p}`: the sink-initialised "
+          f"panel's seed 0 (`scripts/train_sink_panel.sh`) at steps {', '.join(map(str, steps))} of its training so far, "
+          f"on the CI prompts: {int(t.groups.max())} groups, descriptive):")
     print(f"\n| drafter | step | mean acc. length | acc. rate d1 | sink mass d1 | self mass d{k} | rms_in d{k} |")
     print("|---|---|---|---|---|---|---|")
     for r in t.itertuples(index=False):
@@ -526,6 +528,8 @@ def series(root: Path) -> None:
               f"{getattr(r, f'self_d{k}'):.3f} | {getattr(r, f'rms_in_d{k}'):.2f} |")
 
 
+# the sink panel's seed 0 (scripts/train_sink_panel.sh) as it trains: its saved checkpoints on the CI prompts
+SERIES = "smollm2-sink-s0-series.drift"
 TREE = Path("trees") / "smollm2-quick-tree.drift"
 CHAIN5 = Path("trees") / "chain" / "smollm2-quick-chain5.drift"
 

@@ -333,7 +333,7 @@ def test_every_page_renders_in_chromium(server, tmp_path):
     assert not problems, "\n".join(problems)
 
 
-SERIES = REPO / "sample_traces" / "training" / "smollm2-ci-series.drift"
+SERIES = REPO / "sample_traces" / "training" / "smollm2-sink-s0-series.drift"
 CHAT = sorted((REPO / "sample_traces" / "chat").glob("*.drift"))  # the README's chat trace, loaded by default
 # each chip of the sidebar's trace selector: its full label, and whether its text is cut (wider than its box)
 CHIPS = """() => [...document.querySelectorAll('[data-testid="stSidebar"] [data-testid="stMultiSelect"] [data-tag]')]
