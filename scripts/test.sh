@@ -15,10 +15,11 @@ NO_MKDOCS_2_WARNING=1 mkdocs build --strict -q
 python -m pip install -q -e ".[ray]"
 # Prometheus' promtool for the alert rules' unit tests (Debian's package unpacked into ~/.cache, nothing installed)
 PROMTOOL=$(bash scripts/promtool.sh) && export PROMTOOL
-# two workers (pytest-xdist; DRIFTTOOL_TEST_WORKERS=N for another count, 0 for one process), each module's tests on
-# one worker (tests/conftest.py); the 40 slowest listed (the 45-minute budget); shuffled (pytest-randomly; the seed
-# is printed at the end: replay with --randomly-seed=N); addopts -q -rs
-W=(-n "${DRIFTTOOL_TEST_WORKERS:-2}" --dist loadgroup)
+# two workers (pytest-xdist; DRIFTTOOL_TEST_WORKERS=N for another count, 0 for one process), each file's tests on
+# one worker (--dist loadfile: a module-scoped fixture, a trained drafter or a captured trace, is built once); the 40
+# slowest listed (the 45-minute budget); shuffled (pytest-randomly; the seed is printed at the end: replay with
+# --randomly-seed=N); addopts -q -rs
+W=(-n "${DRIFTTOOL_TEST_WORKERS:-2}" --dist loadfile)
 python -m pytest -x -p randomly "${W[@]}" --durations=40 "$@"
 # the example notebook, as a user runs it
 NB=$(mktemp -d)  # the executed copy goes there (nbconvert writes beside the notebook unless told)
@@ -35,5 +36,6 @@ if [ "${DRIFTTOOL_SKIP_PANDAS2:-0}" != "1" ]; then
     tests/analysis/test_stats.py
 fi
 if [ "${DRIFTTOOL_SKIP_VLLM:-0}" != "1" ]; then
-  bash scripts/test_vllm.sh "${W[@]}"
+  # its tests one by one over the workers (each starts its own vLLM engine; the shared fixture takes seconds)
+  bash scripts/test_vllm.sh -n "${DRIFTTOOL_TEST_WORKERS:-2}" --dist load
 fi

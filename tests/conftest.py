@@ -39,21 +39,3 @@ def dash_traces(tmp_path_factory) -> dict[str, Path]:
 
     return build_dash_traces(tmp_path_factory.mktemp("dash"))
 
-
-# modules whose tests share one machine-wide resource run on one xdist worker, one after another: each starts a
-# local Ray cluster
-ONE_WORKER = {"tests/run/test_capture_on_ray.py": "ray", "tests/run/test_ray_crashes.py": "ray"}
-# modules whose tests are spread over the workers one by one: each test starts its own vLLM engine (tens of seconds)
-# and the module's shared fixture takes seconds, so one worker per module would leave the other idle
-SPREAD = {"tests/run/test_vllm_engine.py"}
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks into the node ids
-def pytest_collection_modifyitems(config, items) -> None:
-    """Under pytest-xdist (`-n 2 --dist loadgroup`, what scripts/test.sh runs) a module's tests stay on one worker,
-    so a module-scoped fixture (a trained drafter, a captured trace) is built once, not once per worker."""
-    root = Path(__file__).parents[1]
-    for item in items:
-        rel = Path(str(item.fspath)).relative_to(root).as_posix()
-        if rel not in SPREAD:
-            item.add_marker(pytest.mark.xdist_group(ONE_WORKER.get(rel, rel)))

@@ -16,11 +16,12 @@ def _pytest_args(script: Path) -> list[str]:
     """The pytest arguments of the script's first pytest line, its worker options (W=(...)) expanded as bash does
     (test_vllm.sh gets test.sh's)."""
     text = (REPO / "scripts" / "test.sh").read_text()
-    w = re.search(r"^W=\((.*)\)$", text, re.M).group(1).replace("${DRIFTTOOL_TEST_WORKERS:-2}", "2")
+    text = text.replace("${DRIFTTOOL_TEST_WORKERS:-2}", "2")
+    w = re.search(r"^W=\((.*)\)$", text, re.M).group(1)
     line = next(ln for ln in script.read_text().splitlines() if "-m pytest" in ln and not ln.lstrip().startswith("#"))
     args = shlex.split(line.split("-m pytest", 1)[1], comments=True)
-    if script.name == "test_vllm.sh":
-        args.append("${W[@]}")  # test.sh passes its worker options on
+    if script.name == "test_vllm.sh":  # the options test.sh passes on
+        args += shlex.split(re.search(r"test_vllm\.sh (.*)$", text, re.M).group(1))
     out = []
     for a in args:
         out += shlex.split(w) if a == "${W[@]}" else [] if a in ('"$@"', "$@") or a.startswith("tests/") else [a]
