@@ -24,7 +24,7 @@ from ..trace.metric_table import acceptance_length
 from .fmt import fmt_ci, fmt_p, fmt_ratio
 from .metrics import MIN_CLUSTERS
 from .stats import ALPHA
-from .verdict import VERDICTS, detected, flat
+from .verdict import VERDICTS, detected, flat, unspan
 
 WEAK_SINK = 2.0  # a depth-1 sink lift above uniform but below this: a weak sink at most
 
@@ -135,6 +135,10 @@ def drift(s, k: int) -> str:
         if top is None or top != top or int(top) == k:
             return f"drift at {at}: {what}"
         peak = fmt_ratio(s.recency_ratio_max, s.recency_ratio_max_lo, s.recency_ratio_max_hi)
+        if int(top) not in unspan(getattr(s, "drift_depths", "") or ""):  # the peak is not where the test detects
+            return (f"drift at {at} (Holm over depths 2\u2013{k}, {s.recency_ratio_n} groups); the curve's peak, {peak} "
+                    f"at depth {int(top)}, is not detected there ({fmt_p(s.recency_ratio_max_p_holm, 'words')} under "
+                    f"Holm); at depth {k} {rm}, {fmt_p(s.recency_ratio_p, 'words')}")
         return (f"drift at {at}: own drafts draw {peak} what equally recent prompt tokens drew at depth 1 at depth "
                 f"{int(top)} (the curve's peak, {fmt_p(s.recency_ratio_max_p_holm, 'words')} under Holm over depths "
                 f"2\u2013{k}, {s.recency_ratio_n} groups); at depth {k} {rm}, {fmt_p(s.recency_ratio_p, 'words')}")

@@ -208,6 +208,15 @@ def span(depths: list[int]) -> str:
     return ", ".join(f"{r[0]}" if len(r) == 1 else f"{r[0]}\u2013{r[-1]}" for r in out)
 
 
+def unspan(text: str) -> set[int]:
+    """'2-3, 5-7' (en dashes) -> {2, 3, 5, 6, 7}: span's inverse."""
+    out: set[int] = set()
+    for part in filter(None, (p.strip() for p in str(text).split(","))):
+        a, _, b = part.partition("\u2013")
+        out |= set(range(int(a), int(b or a) + 1))
+    return out
+
+
 def detected(r: dict | pd.Series, side: int) -> bool:
     """The paired test detects the ratio on `side` (+1 above 1, -1 below): p < alpha and the groups' mean log ratio
     and the pooled ratio on that side."""

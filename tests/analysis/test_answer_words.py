@@ -112,3 +112,10 @@ def test_the_verdict_words_follow_the_recency_matched_test():
     assert drift(early, 8) == ("drift at depths 2\u20133: own drafts draw x1.58 [1.40, 1.80] what equally recent prompt "
                                "tokens drew at depth 1 at depth 2 (the curve's peak, p 0.007 under Holm over depths "
                                "2\u20138, 24 groups); at depth 8 x0.67 [0.60, 0.75], p 0.001")
+    # the curve's peak at a depth the test does not detect (EAGLE-3.1 on agent_traces: drift at 3-4, peak x2.21 at
+    # depth 2 with Holm p 1.00) is never quoted as the evidence for the drift
+    off = SimpleNamespace(**{**vars(early), "drift_depths": "3\u20134", "recency_ratio_max": 2.21,
+                             "recency_ratio_max_lo": 1.53, "recency_ratio_max_hi": 2.86, "recency_ratio_max_p_holm": 1.0})
+    assert drift(off, 8) == ("drift at depths 3\u20134 (Holm over depths 2\u20138, 24 groups); the curve's peak, x2.21 "
+                             "[1.53, 2.86] at depth 2, is not detected there (p 1.00 under Holm); at depth 8 x0.67 "
+                             "[0.60, 0.75], p 0.001"), drift(off, 8)
