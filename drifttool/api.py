@@ -132,6 +132,13 @@ class Trace:
 
         return effects(self.data) if self.data.manifest.get("patch") else []
 
+    def span_scan(self) -> pd.DataFrame:
+        """A patch trace's prompt spans ranked by their acceptance-length change, Holm across each drafter's spans
+        (analysis.patching.scan); empty without spans."""
+        from .analysis.patching import scan
+
+        return scan(self.data) if self.data.manifest.get("patch") else pd.DataFrame()
+
     def findings(self, *others: Trace) -> list[str]:
         """The sentences `compare` ends with: what is detected, what is underpowered, with n groups and MDE."""
         from .analysis.report_stats import findings
@@ -206,6 +213,13 @@ class _Plots:
         from .analysis.patching import effects
 
         return plots.patch_effects(effects(self._t.data))
+
+    def span_scan(self):
+        """A `drifttool patch --span/--scan` trace: each prompt span's acceptance-length change, ranked, with CIs."""
+        from . import plots
+        from .analysis.patching import scan
+
+        return plots.span_scan(scan(self._t.data))
 
     def recency(self, *others: Trace):
         """The drift verdict's picture: own drafts against equally recent prompt tokens, per series."""

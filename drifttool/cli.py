@@ -220,6 +220,15 @@ def patch(
                                         "attention.own, attention.sinkhold (docs/patching.md); repeatable"),
     sites: str | None = typer.Option(None, "--sites", metavar="FILE", rich_help_panel=IN,
                                      help="interventions from a JSON file (a list of {site, op, lo, hi, strength})"),
+    span: list[str] = typer.Option([], "--span", metavar="KIND:ARG", rich_help_panel=IN,
+                                   help="a prompt span deleted from the drafter's context, e.g. turn:system, "
+                                        "tail:1-8, template:<|im_end|>, sentence:system-1, tokens:0-3, text:STR; "
+                                        "repeatable"),
+    scan: bool = typer.Option(False, "--scan", rich_help_panel=IN,
+                              help="also try every span found in the prompts (first token, template tokens, turns, "
+                                   "system sentences, windows from the end) and rank them, Holm across spans"),
+    scan_window: int = typer.Option(8, "--scan-window", metavar="W", rich_help_panel=IN,
+                                    help="the scan's window length in tokens"),
     limit: int | None = LIMIT_OPT,
     out: str | None = OUT_OPT,
     resume: bool = RESUME_OPT,
@@ -244,15 +253,19 @@ def patch(
     greedy continuation fixed; each intervened round starts where its clean round did), write one trace, and say
     what each intervention changes in acceptance and in the drift quantities (docs/patching.md)."""
     from .run.drafter_specs import DrafterSpec, parse_overrides
-    from .run.interventions import from_file, parse
+    from .run.interventions import Intervention, from_file, parse
     from .trace.sinks import SinkSpec
 
     missing = [flag for flag, given in (("--target", target), ("--drafter", drafter), ("--probes", probes),
-                                        ("--out", out), ("--site (or --sites)", site or sites)) if not given]
+                                        ("--out", out), ("--site (or --sites, --span, --scan)",
+                                                         site or sites or span or scan)) if not given]
     if missing:
         raise DriftError(f"patch: missing {', '.join(missing)}; e.g. drifttool patch --target DIR --drafter DIR "
                          "--probes long_code --site feedback.norm@2 --out runs/p.drift (drifttool patch --help)")
-    ivs = [parse(x) for x in site] + (from_file(sites) if sites else [])  # checked before anything loads
+    ivs = ([parse(x) for x in site] + (from_file(sites) if sites else [])  # checked before anything loads
+           + [Intervention("prompt", "delete", span=x) for x in span])
+    if scan and scan_window < 1:
+        raise DriftError(f"--scan-window {scan_window}: expected a window of at least 1 token")
     common = parse_overrides(override)
     specs = [DrafterSpec.parse(d, common) for d in drafter]
     sink_ = SinkSpec.parse(sink)
@@ -263,7 +276,7 @@ def patch(
 
     path = run_patch(target, specs, _suite(probes), out, ivs, depth=depth, max_new_tokens=max_new_tokens,
                      device=device, dtype=dtype, sink=sink_, keep_rows=keep_rows, resume=resume,
-                     overwrite=overwrite, limit=limit, progress=not quiet)
+                     overwrite=overwrite, limit=limit, progress=not quiet, scan=scan_window if scan else None)
     t = read_trace(path)
     if as_json:
         typer.echo(dumps_strict({"trace": str(path), "patch": effects_json(t)}, indent=1))

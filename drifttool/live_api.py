@@ -156,11 +156,12 @@ def capture_run(target, drafters: list, probes, out, engine: str = "hf", **kw) -
     return load(engine_named(engine).run(target, specs, str(probes), str(out), **kw))
 
 
-def patch(target, drafters: list, probes, out, sites: list, **kw) -> Trace:
+def patch(target, drafters: list, probes, out, sites: list, spans: list[str] = (), **kw) -> Trace:
     """`drifttool patch` from a notebook: every drafter clean and under each intervention (`sites`: strings as the
-    CLI's --site, e.g. 'feedback.norm@2', or run.interventions.Intervention objects), paired round by round
-    (run/engines/patch.py); `kw` the run settings as capture_run's (greedy only). Returns the written trace; its
-    `patch_answer()` says what each intervention changes."""
+    CLI's --site, e.g. 'feedback.norm@2', or run.interventions.Intervention objects; `spans`: prompt spans as
+    --span, e.g. 'turn:system'; `scan=W` as --scan --scan-window W), paired round by round (run/engines/patch.py);
+    `kw` the run settings as capture_run's (greedy only). Returns the written trace; its `patch_answer()` says what
+    each intervention changes, `span_scan()` ranks the spans."""
     from .run.drafters import DrafterSpec
     from .run.engines.patch import run_patch
     from .run.interventions import Intervention, parse
@@ -169,6 +170,7 @@ def patch(target, drafters: list, probes, out, sites: list, **kw) -> Trace:
     kw["sink"] = s if isinstance(s, SinkSpec) else SinkSpec.parse("auto" if s is None else str(s))
     specs = [d if isinstance(d, DrafterSpec) else DrafterSpec.parse(str(d)) for d in drafters]
     ivs = [x if isinstance(x, Intervention) else parse(str(x)) for x in sites]
+    ivs += [Intervention("prompt", "delete", span=str(x)) for x in spans]
     return load(run_patch(str(target), specs, str(probes), str(out), ivs, **kw))
 
 

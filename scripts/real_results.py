@@ -459,12 +459,36 @@ def patch_landing(root: Path) -> None:
         for e in es:
             by.setdefault(e["clean"], []).append(e)
         suite = Path(t.manifest["capture"]["probes"]["path"]).stem
+        if es and all(e["intervention"]["site"] == "prompt" for e in es):
+            _scan_landing(t, es, suite)
+            continue
         n = es[0]["acceptance_length"].get("n_groups", 0) if es else 0
         parts = [f"on {name}: " + "; ".join(_patch_clause(e) for e in v) for name, v in by.items()]
         what = "drift" if all(e["intervention"]["site"] == "attention" for e in es) else "the fed-back state"
         print(f"- **What {what} costs in acceptance** ({suite}, `drifttool patch`: the same rounds with "
               f"and without an intervention, paired per group over {n} groups; these checkpoints): "
               + "; ".join(parts) + ".")
+
+
+def _scan_landing(t, es: list[dict], suite: str) -> None:
+    """The README's line for a prompt-span scan: per drafter, how many spans move acceptance after Holm and the
+    largest change (analysis.patching.scan)."""
+    from drifttool.analysis.patching import scan
+
+    table = scan(t, es)
+    parts = []
+    for name, g in table[table["n_groups"] > 0].groupby("clean", sort=False):
+        top = g.iloc[0]
+        hit = g[g["p_holm"] < 0.05]
+        parts.append(f"on {name}, {len(hit)} of {len(g)} spans move acceptance length after Holm"
+                     + (f" ({', '.join(hit['span'])})" if len(hit) else "")
+                     + f"; the largest change: deleting {top['words'].split(' deleted from')[0]}, "
+                       f"{top['difference']:+.3f} [{top['lo']:+.3f}, {top['hi']:+.3f}] per group "
+                       f"({fmt_p(top['p_holm'], 'words')} after Holm)")
+    n = int(table["n_groups"].max()) if len(table) else 0
+    print(f"- **Which prompt tokens the drafters' acceptance depends on** ({suite}, `drifttool patch --scan`: each "
+          f"template token, turn, system sentence and window from the end deleted from the drafter's context only, "
+          f"paired round by round over {n} groups; these checkpoints): " + "; ".join(parts) + ".")
 
 
 def patch_results(root: Path) -> None:

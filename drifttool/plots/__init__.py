@@ -34,7 +34,7 @@ from .depth import (
 from .drilldown import attention_row_heatmap, sink_slots
 from .heads import head_diff_heatmap, head_heatmaps, head_matrix, where_attention
 from .magnitudes import NONE_FLAGGED, aux_rms, massive_flags
-from .patching import patch_effects
+from .patching import patch_effects, span_scan
 from .rejection import correlation_table, predictor_correlations, predictor_curves
 from .training import training_curves
 from .trees import tree_depth_curves, tree_layout, tree_round_figure
@@ -44,7 +44,7 @@ __all__ = [
     "TEMPLATE", "TITLE_FONT", "acceptance_length_bars", "acceptance_per_depth", "attention_row_heatmap", "aux_rms",
     "bucket_order", "context_curves", "context_summary", "correlation_table", "depth_curves", "drafter_kind",
     "feature_rms", "grid", "head_diff_heatmap", "head_heatmaps", "head_matrix", "label", "lift_curves", "log_range",
-    "massive_flags", "metric_by_depth", "metric_by_trace", "patch_effects", "predictor_correlations", "predictor_curves", "recency_profile",
+    "massive_flags", "metric_by_depth", "metric_by_trace", "patch_effects", "span_scan", "predictor_correlations", "predictor_curves", "recency_profile",
     "series_colors", "series_style", "series_styles", "sink_slots", "split_label", "training_curves", "tree_depth_curves",
     "tree_layout", "tree_round_figure", "where_attention",
 ]

@@ -140,6 +140,14 @@ def _patch_figure(t: TraceData):
     return patch_effects(effects(t))
 
 
+def _scan_figure(t: TraceData):
+    from ..analysis.patching import scan
+    from .patching import span_scan
+
+    table = scan(t)
+    return span_scan(table) if len(table) else None
+
+
 def html_report(traces: list[TraceData], title: str = "drifttool report") -> str:
     v = build_view(traces)
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
@@ -154,6 +162,9 @@ def html_report(traces: list[TraceData], title: str = "drifttool report") -> str
         if t.manifest.get("patch"):
             parts.append(_interventions(t))
             figures.insert(0, (f"What each intervention changes, per depth ({t.path.name})", _patch_figure(t)))
+            scan = _scan_figure(t)
+            if scan is not None:
+                figures.insert(1, (f"Prompt spans ranked by the acceptance they move ({t.path.name})", scan))
     first = True
     for name, fig in figures:
         parts.append(f"<h2>{html.escape(name)}</h2>")

@@ -22,6 +22,9 @@ features, so the fed-back state exists from depth 2 on):
   softmax (scores + log(1 - s)); `attention.recency`: the own slots' scores shifted per head so that they hold the
   share of the non-sink keys the depth-1 query gave its equally recent prompt keys (the recency-matched ratio 1:
   drift removed, recency kept); `attention.sinkhold`: the sink held at its depth-1 share (run/attention_edits.py).
+- `prompt.delete` with a `span` (run/spans.py): the span's prompt tokens deleted from the drafter's context (its
+  slots and their target features gone, positions renumbered); the target still reads the whole prompt, so its
+  continuation and the features of the kept tokens are the clean pass's. Strength 0 or 1 only (0: nothing deleted).
 
 The interventions act through one wrapper around the drafter's forward (`applied`), so the capture hooks see the
 edited run exactly as they see any other: every mass and RMS is measured on what the drafter computed."""
@@ -41,7 +44,7 @@ import torch
 from ..errors import DriftError
 
 SITES = {"feedback": ("norm", "rms1", "teacher"), "aux": ("fc_norm", "zero"),
-         "attention": ("sink", "own", "recency", "sinkhold")}
+         "attention": ("sink", "own", "recency", "sinkhold"), "prompt": ("delete",)}
 DEPTH_SITES = ("feedback", "attention")  # sites that act at query depths (@K-K2)
 _SPEC = re.compile(r"^\s*(feedback|aux|attention)\.([a-z_0-9]+(?:-\d+)?)\s*(?:@\s*(\d+)\s*(?:-\s*(\d+))?)?\s*"
                    r"(?:\*\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?))?\s*$")
@@ -57,6 +60,7 @@ class Intervention:
     hi: int | None = None  # last depth (None: to K)
     strength: float = 1.0
     chunk: int | None = None  # aux.zero's chunk
+    span: str | None = None  # prompt.delete's span (run/spans.py)
 
     def __post_init__(self) -> None:
         if self.site not in SITES or self.op not in SITES[self.site]:
@@ -70,11 +74,21 @@ class Intervention:
                 raise DriftError(f"--site {self.label}: depths {self.lo}-{self.hi}; expected 1 <= K <= K2")
         if (self.op == "zero") != (self.chunk is not None):
             raise DriftError(f"--site aux.{self.op}: aux.zero takes its chunk (aux.zero-I), nothing else does")
+        if (self.site == "prompt") != (self.span is not None):
+            raise DriftError(f"--site {self.site}.{self.op}: only prompt.delete takes a span (--span KIND:ARG)")
+        if self.site == "prompt":
+            from .spans import Span
+
+            object.__setattr__(self, "span", Span.parse(self.span).spec)
+            if self.strength not in (0, 1):
+                raise DriftError(f"--span {self.span}: strength {self.strength:g}; a deletion takes 0 or 1")
 
     @property
     def label(self) -> str:
         """The series-name suffix and the manifest's short form: `feedback-norm@2-8`, `aux-zero-2x0.5`."""
         op = f"{self.op}-{self.chunk}" if self.op == "zero" else self.op
+        if self.site == "prompt":
+            op += "-" + (re.sub(r"[^A-Za-z0-9_.@-]+", "-", self.span).strip("-") or "span")
         where = f"@{self.lo}-{self.hi if self.hi is not None else 'K'}" if self.site in DEPTH_SITES else ""
         return f"{self.site}-{op}{where}" + (f"x{self.strength:g}" if self.strength != 1 else "")
 
@@ -90,7 +104,13 @@ class Intervention:
                 "sink": f"the sink keys removed from the attention {d}",
                 "own": f"the own drafted slots removed from the attention {d}",
                 "recency": f"the own drafted slots' attention matched to recency (own-draft preference removed) {d}",
-                "sinkhold": f"the sink held at its depth-1 share {d}"}[self.op] + s
+                "sinkhold": f"the sink held at its depth-1 share {d}",
+                "delete": f"{self._span_words()} deleted from the drafter's context (the target reads it)"}[self.op] + s
+
+    def _span_words(self) -> str:
+        from .spans import Span
+
+        return Span.parse(self.span).words() if self.span else ""
 
     def acts_at(self, depth: int, k: int) -> bool:
         return self.site in DEPTH_SITES and max(self.lo, 2) <= depth <= (self.hi or k)
@@ -129,15 +149,17 @@ def from_file(path: str | Path) -> list[Intervention]:
     out = []
     for i, it in enumerate(items):
         if not isinstance(it, dict) or "site" not in it or "op" not in it:
-            raise DriftError(f"{p}: item {i}: expected an object with 'site' and 'op' (and lo, hi, strength, chunk)")
-        unknown = set(it) - {"site", "op", "lo", "hi", "strength", "chunk", "label"}
+            raise DriftError(f"{p}: item {i}: expected an object with 'site' and 'op' (and lo, hi, strength, chunk, "
+                             "span)")
+        unknown = set(it) - {"site", "op", "lo", "hi", "strength", "chunk", "span", "label"}
         if unknown:
             raise DriftError(f"{p}: item {i}: unknown fields {sorted(unknown)}")
         try:
             out.append(Intervention(str(it["site"]), str(it["op"]), int(it.get("lo", 2)),
                                     None if it.get("hi") is None else int(it["hi"]),
                                     float(it.get("strength", 1.0)),
-                                    None if it.get("chunk") is None else int(it["chunk"])))
+                                    None if it.get("chunk") is None else int(it["chunk"]),
+                                    None if it.get("span") is None else str(it["span"])))
         except (TypeError, ValueError) as e:
             raise DriftError(f"{p}: item {i}: {e}") from None
     return out
@@ -187,7 +209,7 @@ class Applied:
 def applied(drafter, iv: Intervention | None, k: int, features: torch.Tensor | None = None, capture=None):
     """`drafter` with `iv` in effect (None or strength 0 at a feedback site: the drafter unchanged, same code path).
     An attention site needs the Capture of the pass (`capture`): its sink rule, and it reads the shifts back."""
-    if iv is None:
+    if iv is None or iv.site == "prompt":  # a deletion edits the pass's inputs (engines/patch.py), not the drafter
         yield drafter
         return
     if iv.site == "attention":

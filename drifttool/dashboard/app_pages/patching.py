@@ -5,14 +5,15 @@ import pandas as pd
 import streamlit as st
 
 from drifttool import plots
-from drifttool.analysis.patching import answer, effects
+from drifttool.analysis.patching import answer, effects, scan
 from drifttool.dashboard import lib
 
 
 @st.cache_resource(show_spinner="Pairing the interventions with their clean passes...", max_entries=8)
-def _effects(path: str, mtime: float) -> tuple[list[dict], list[str]]:
+def _effects(path: str, mtime: float) -> tuple[list[dict], list[str], pd.DataFrame]:
     t = lib.loaded((path, mtime))
-    return effects(t), answer(t)
+    es = effects(t)
+    return es, answer(t), scan(t, es)
 
 
 def _table(es: list[dict]) -> pd.DataFrame:
@@ -38,8 +39,14 @@ if not keys:
 labels = [lib.trace_label(lib.loaded(k)) for k in keys]
 pick = st.selectbox("Patch trace", range(len(keys)), format_func=lambda i: labels[i], key="patch_trace") \
     if len(keys) > 1 else 0
-es, words = _effects(*keys[pick])
+es, words, spans = _effects(*keys[pick])
 st.markdown("\n".join(f"- {w}" for w in words))
+if len(spans):
+    lib.chart(plots.span_scan(spans), "prompt spans")
+    st.caption("Each span deleted from the drafter's context only (the target reads the whole prompt, so the rounds "
+               "and their target tokens are the clean pass's); the change in acceptance length per group, over the "
+               "groups whose prompts hold the span, with its 95% t-interval; solid: detected under Holm across "
+               "the spans.")
 lib.chart(plots.patch_effects(es), "interventions per depth")
 st.caption("Each intervened pass drafts at its clean pass's round starts and is scored against the same target "
            "tokens, so a difference is the drafter's. Per depth: vLLM's per-position acceptance rate, intervened − "

@@ -16,6 +16,7 @@ dashboard and `check` read it as any trace; `analysis/patching.py` states what e
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from functools import partial
 from pathlib import Path
@@ -33,6 +34,7 @@ from ..interventions import Intervention, applied
 from ..loop import RoundRecord, draft_chain, draft_token, run_rounds, teacher_forcing_data, teacher_verify
 from ..manifest import build_manifest
 from ..runner import Output, PromptJob, begin, write_run
+from ..spans import PromptView, Span, scan_spans
 from .hf import checked_tokens, recorded_settings, resolve_sink, shard_of, token_cost
 from .shard import each_drafter
 
@@ -77,8 +79,27 @@ def schedule_of(rounds: list[RoundRecord]) -> list[int]:
     return [len(committed(r)) for r in rounds]
 
 
-def _pass(name: str, d: Eagle3Drafter, iv: Intervention | None, job: PromptJob, forced, schedule):
-    """One pass through an attached Capture: its tables, sampled rows and round records."""
+def without(job: PromptJob, forced, positions: list[int]):
+    """The prompt job and the target's precomputed continuation with the prompt `positions` deleted (prompt.delete:
+    the drafter's context loses those slots and their features; the continuation's tokens and features stay the
+    clean pass's, so round r, which starts at the same generated position, is scored against the same tokens)."""
+    if not positions:
+        return job, forced
+    n = len(job.ids)
+    gone = set(positions)
+    keep = [i for i in range(n) if i not in gone]
+    if not keep:
+        raise DriftError(f"patch: a span covers the whole prompt of probe {job.probe.id!r}; nothing would be left")
+    seq, feats = forced
+    idx = torch.tensor(keep + list(range(n, feats.shape[0])), dtype=torch.long)
+    return (dataclasses.replace(job, ids=[job.ids[i] for i in keep]),
+            ([seq[i] for i in keep] + list(seq[n:]), feats.index_select(0, idx.to(feats.device))))
+
+
+def _pass(name: str, d: Eagle3Drafter, iv: Intervention | None, job: PromptJob, forced, schedule, deleted=()):
+    """One pass through an attached Capture: its tables, sampled rows and round records (`deleted`: the prompt
+    positions a prompt.delete takes out of the drafter's context)."""
+    job, forced = without(job, forced, list(deleted))
     st = job.settings
     t0 = time.perf_counter()
     with Capture(d, sink=st.sink, keep_rows=st.keep_rows, seed=job.seed, full_every=st.full_every, recent=st.recent,
@@ -93,12 +114,15 @@ def patch_prompt(target, drafters: dict[str, Eagle3Drafter], ivs: list[Intervent
     """Every drafter's clean pass and each intervention's paired pass on one prompt (the target's work once)."""
     st = job.settings
     forced = teacher_forcing_data(target, job.ids, st.depth, job.max_new_tokens)
+    view = PromptView(job.ids, target.tokenizer, job.template_ids)
+    deleted = {iv.label: (Span.parse(iv.span).positions(view) if iv.strength else [])
+               for iv in ivs if iv.site == "prompt"}
 
     def run(name: str, d: Eagle3Drafter):
         tabs, rows, rounds = _pass(name, d, None, job, forced, None)
         parts = [tabs]
         for iv in ivs:
-            t, r, _ = _pass(patched_name(name, iv), d, iv, job, forced, schedule_of(rounds))
+            t, r, _ = _pass(patched_name(name, iv), d, iv, job, forced, schedule_of(rounds), deleted.get(iv.label, ()))
             parts.append(t)
             rows.update(r or {})
         return {k: pd.concat([p[k] for p in parts], ignore_index=True) for k in parts[0]}, rows
@@ -110,12 +134,28 @@ def patched_name(name: str, iv: Intervention) -> str:
     return f"{name}+{iv.label}"
 
 
-def _check_sites(interventions: list[Intervention]) -> None:
-    if not interventions:
-        raise DriftError("patch: give at least one --site (or --sites FILE)")
+def _check_sites(interventions: list[Intervention], scan: int | None = None) -> None:
+    if not interventions and not scan:
+        raise DriftError("patch: give at least one --site, --span or --scan (or --sites FILE)")
+    if scan is not None and scan < 1:
+        raise DriftError(f"--scan-window {scan}: expected a window of at least 1 token")
     labels = [iv.label for iv in interventions]
     if len(set(labels)) < len(labels):
         raise DriftError(f"patch: the same intervention given twice ({', '.join(labels)})")
+
+
+def scanned(interventions: list[Intervention], views: list[PromptView], window: int) -> list[Intervention]:
+    """The interventions with every span `--scan` tries on the suite (run/spans.scan_spans) added once."""
+    have = {iv.label for iv in interventions}
+    extra = []
+    for sp in scan_spans(views, window):
+        iv = Intervention("prompt", "delete", span=sp.spec)
+        if iv.label not in have:
+            have.add(iv.label)
+            extra.append(iv)
+    if not extra and not interventions:
+        raise DriftError("patch --scan: no span found in the suite's prompts")
+    return [*interventions, *extra]
 
 
 def patch_manifest(manifest: dict, models: dict, interventions: list[Intervention]) -> dict:
@@ -133,8 +173,10 @@ def run_patch(target: str, drafters: list[DrafterSpec], probes: str, out: str, i
               **kw: Any) -> Path:
     """Capture every probe with every drafter clean and under each intervention, paired (module doc), into the
     trace `out`; returns its path. Keywords as run_capture's (greedy decoding only: the pairing needs the target's
-    continuation to be the drafter's no matter what it drafts)."""
-    _check_sites(interventions)
+    continuation to be the drafter's no matter what it drafts); `scan=W` adds every span `scan_spans` finds on the
+    suite (windows of W tokens), after the given interventions."""
+    scan = kw.pop("scan", None)
+    _check_sites(interventions, scan)
     output = Output.take(out, kw)
     st, suite = begin(None, kw, drafters, probes, "run_patch", target=target, out=output)
     if st.temperature != 0 or st.mode != "generate":
@@ -152,6 +194,9 @@ def run_patch(target: str, drafters: list[DrafterSpec], probes: str, out: str, i
     st, sink_evidence = resolve_sink(st, tgt, [p.tokens(tgt) for p in suite[:8]])
     template_ids = tuple(tgt.template_ids)
     token_ids = checked_tokens(suite, tgt, st, None, probes)
+    if scan:
+        interventions = scanned(interventions, [PromptView(token_ids[p.id], tgt.tokenizer, template_ids)
+                                                for p in suite], scan)
     settings_ = recorded_settings(st, suite, probes, tgt, template_ids, sink_evidence, None)
     settings_["pairing"] = ("patch: the target's greedy continuation computed once per prompt; intervened passes "
                             "draft at the clean pass's round starts, scored against the same tokens")
