@@ -84,6 +84,7 @@ def drain(url: str, timeout: float = 300) -> dict:
         if done >= s or time.perf_counter() - t0 > timeout:
             return {"sampled": int(s), "replayed": int(_counter(text, "replayed")),
                     "replay_errors": int(_counter(text, "replay_errors")),
+                    "disagreements": int(_counter(text, "replay_disagreements")),  # replays unlike vLLM's drafter
                     "dropped": int(_counter(text, "samples_dropped")),
                     "caught_up_after_s": round(time.perf_counter() - t0, 1)}
         time.sleep(1)

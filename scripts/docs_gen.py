@@ -123,7 +123,18 @@ def times_block(results: Path) -> str:
             f"machine's pip index; `bench/bench_first_hour.py`, {' and '.join(dates)}): " + "; ".join(parts) + ".")
 
 
-def overhead_block(results: Path) -> str:
+def overhead_blocks(results: Path) -> str:
+    """The float32 results, then the same server in bf16 when measured (`--dtype bfloat16 --out ..._bf16.json`)."""
+    bf16 = results.with_name(results.stem + "_bf16.json")
+    if not bf16.is_file():
+        return overhead_block(results)
+    off = next((r for r in _load(bf16)["runs"] if r["monitor"] == "off"), {})
+    lead = (f"The same in bfloat16, the documented command's dtype (the replay runs in the server's dtype; the "
+            f"unmonitored server made {off.get('tokens_per_s', float('nan')):g} tokens/s on this CPU)")
+    return overhead_block(results) + " " + overhead_block(bf16, lead)
+
+
+def overhead_block(results: Path, lead: str = "Throughput with the monitor on, against the same server without it") -> str:
     """The live monitor's throughput ratios, from bench/bench_monitor_overhead.py's results."""
     if not results.is_file():
         return "(not measured yet: run `bench/bench_monitor_overhead.py` in the vLLM environment)"
@@ -133,9 +144,11 @@ def overhead_block(results: Path) -> str:
               if runs[k].get("ratio") is not None and runs[k].get("replayed", 1) > 0 else
               f"at {k} not measured (no request replayed: the ratio would be the unmonitored server's")
              + (f"; {runs[k]['sampled']} requests sampled, {runs[k]['replayed']} replayed, {runs[k]['dropped']} "
-                f"dropped, the replay caught up {runs[k]['caught_up_after_s']:g} s after the workload"
+                f"dropped" + (f", {runs[k]['disagreements']} disagreeing with vLLM's drafter"
+                              if "disagreements" in runs[k] else "")
+                + f", the replay caught up {runs[k]['caught_up_after_s']:g} s after the workload"
                 if "sampled" in runs[k] else "") + ")" for k, g in GOALS.items() if k in runs]
-    return (f"Throughput with the monitor on, against the same server without it (`bench/bench_monitor_overhead.py`, "
+    return (f"{lead} (`bench/bench_monitor_overhead.py`, "
             f"{w['engine']} on {data['machine']['cores']} CPU cores, {data['date']}; {w['requests']} chat requests x "
             f"{w['tokens']} tokens, {w['concurrency']} at a time, {w['dtype']}; one server start each): "
             + "; ".join(parts) + "."
@@ -223,7 +236,7 @@ def monitor_blocks(text: str, page: str = "docs/monitor.md") -> str:
     text = with_block(text, md_table(settings()), SETTINGS, page)
     text = with_block(text, md_table(series()), SERIES, page)
     text = with_block(text, f"**{series_at_zero(4)} series at K = 4**", COUNT, page)
-    return with_block(text, overhead_block(ROOT / "bench" / "results" / "monitor_overhead.json"), OVERHEAD, page)
+    return with_block(text, overhead_blocks(ROOT / "bench" / "results" / "monitor_overhead.json"), OVERHEAD, page)
 
 
 def _rel(p: Path) -> str:
@@ -237,7 +250,7 @@ def pages() -> dict[Path, str]:
     times = times_block(ROOT / "bench" / "results" / "first_hour.json")
     for page in (ROOT / "README.md", ROOT / "docs" / "getting_started.md"):
         out[page] = with_block(page.read_text(), times, TIMES, _rel(page))
-    out[ROOT / "README.md"] = with_block(out[ROOT / "README.md"], overhead_block(
+    out[ROOT / "README.md"] = with_block(out[ROOT / "README.md"], overhead_blocks(
         ROOT / "bench" / "results" / "monitor_overhead.json"), OVERHEAD, "README.md")
     monitor = ROOT / "docs" / "monitor.md"
     out[monitor] = monitor_blocks(monitor.read_text(), _rel(monitor))
