@@ -117,7 +117,10 @@ def times_block(results: Path) -> str:
                      + (f", {_dur(busy['seconds'])} with every core busy" if busy else ""))
     tests = runs.get(("tests", 0))
     if tests:
-        parts.append(f"the test command {_dur(tests['seconds'])}")
+        passed = tests.get("passed") or []
+        parts.append(f"the test command {_dur(tests['seconds'])} idle"
+                     + (f" ({' + '.join(str(p) for p in passed)} tests passed: the main suite, pandas 2.2, the "
+                        "speculators and the vLLM environments)" if len(passed) == 4 else ""))
     dates = sorted({r["date"] for r in runs.values()})
     return (f"Measured on a fresh clone with a fresh HOME and pip cache ({cores} CPU cores, packages from the "
             f"machine's pip index; `bench/bench_first_hour.py`, {' and '.join(dates)}): " + "; ".join(parts) + ".")

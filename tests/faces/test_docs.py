@@ -48,14 +48,15 @@ def test_the_two_commands_times_come_from_the_bench_and_a_hand_edit_fails(tmp_pa
     (tmp_path / "bench" / "results").mkdir(parents=True)
     runs = [{"command": "setup", "load": 0, "seconds": 401, "stages": {"torch installed": 95, "venv ready": 3}},
             {"command": "demo", "load": 0, "seconds": 47}, {"command": "demo", "load": 2, "seconds": 188},
-            {"command": "tests", "load": 0, "seconds": 1642}]
+            {"command": "tests", "load": 0, "seconds": 1642, "passed": [1267, 65, 4, 29]}]
     (tmp_path / "bench" / "results" / "first_hour.json").write_text(json.dumps(
         {"machine": {"cores": 2}, "runs": [dict(r, date="2026-12-04", commit="abc") for r in runs]}))
     monkeypatch.setattr(gen, "ROOT", tmp_path)
     assert gen.main([]) == 0 and gen.main(["--check"]) == 0
     readme = (tmp_path / "README.md").read_text()
     want = ("`scripts/setup.sh` 6 min 41 s (longest stage: torch installed, 1 min 35 s); `drifttool demo` 47 s idle, "
-            "3 min 08 s with every core busy; the test command 27 min 22 s.")
+            "3 min 08 s with every core busy; the test command 27 min 22 s idle (1267 + 65 + 4 + 29 tests passed: the "
+            "main suite, pandas 2.2, the speculators and the vLLM environments).")
     assert want in readme and want in (tmp_path / "docs" / "getting_started.md").read_text()
     (tmp_path / "README.md").write_text(re.sub(r"47 s idle", "40 s idle", readme))  # a time typed by hand
     assert gen.main(["--check"]) == 1
