@@ -473,7 +473,7 @@ def patch_landing(root: Path) -> None:
 def _scan_landing(t, es: list[dict], suite: str) -> None:
     """The README's line for a prompt-span scan: per drafter, how many spans move acceptance after Holm and the
     largest change (analysis.patching.scan)."""
-    from drifttool.analysis.patching import scan
+    from drifttool.analysis.patching import mde_clause, scan
 
     table = scan(t, es)
     parts = []
@@ -481,7 +481,7 @@ def _scan_landing(t, es: list[dict], suite: str) -> None:
         top = g.iloc[0]
         hit = g[g["p_holm"] < 0.05]
         parts.append(f"on {name}, {len(hit)} of {len(g)} spans move acceptance length after Holm"
-                     + (f" ({', '.join(hit['span'])})" if len(hit) else "")
+                     + (f" ({', '.join(hit['span'])})" if len(hit) else mde_clause(g))
                      + f"; the largest change: deleting {top['words'].split(' deleted from')[0]}, "
                        f"{top['difference']:+.3f} [{top['lo']:+.3f}, {top['hi']:+.3f}] per group "
                        f"({fmt_p(top['p_holm'], 'words')} after Holm)")

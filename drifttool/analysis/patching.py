@@ -207,6 +207,17 @@ def _span_words(e: dict, words: str) -> str:
             f"{pr['groups']} of {pr['of_groups']} groups, tested on those)")
 
 
+def mde_clause(t: pd.DataFrame) -> str:
+    """What the spans' groups could detect: the range of their minimum detectable changes (80% power, one span's
+    own test, before Holm) over the spans some prompt holds."""
+    m = t["mde"].to_numpy(dtype=float)
+    m = m[np.isfinite(m) & (m > 0)]  # a span that changes no round at all has no spread to size an effect by
+    if not len(m):
+        return " (no span changed any round, or too few groups for a test)"
+    return (f" (each span's groups detect a change of {m.min():.3f}-{m.max():.3f} tokens per round or more at 80% "
+            "power, before Holm)")
+
+
 def scan_line(t: pd.DataFrame) -> str:
     """One drafter's span scan in words: how many spans, how many detected after Holm, the largest moves."""
     c = t["clean"].iloc[0]
@@ -220,7 +231,8 @@ def scan_line(t: pd.DataFrame) -> str:
                    f"({fmt_p(r['p_holm'], 'words')} after Holm, {int(r['n_groups'])} groups)")
     found = (f"{len(hit)} of {len(t)} move{'s' if len(hit) == 1 else ''} acceptance after Holm ("
              + ", ".join(hit["span"]) + ")" if len(hit) else
-             f"none of the {len(t)} moves acceptance by an amount its groups detect after Holm")
+             f"none of the {len(t)} moves acceptance by an amount its groups detect after Holm"
+             + mde_clause(t))
     none = f"; {absent} span{'s' if absent != 1 else ''} in no prompt" if absent else ""
     return (f"prompt-span scan on {c} (each span deleted from the drafter's context, the target reading the whole "
             f"prompt; acceptance length per group, Holm across the {len(t)} spans some prompt holds{none}): "
