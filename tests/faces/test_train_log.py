@@ -6,7 +6,6 @@ probes (the CLI in a fresh process, read back and summarised)."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -15,8 +14,8 @@ from torch import nn
 
 import drifttool as dt
 from drifttool.model.tiny import tiny_drafter, tiny_target
-from drifttool.train_log import DriftLogger, attach, summary
-from tests.support.capture import TINY, cli, prompt
+from drifttool.train_log import DriftLogger, attach
+from tests.support.capture import TINY, offline_drift_summary, prompt
 
 transformers = pytest.importorskip("transformers")
 
@@ -62,14 +61,7 @@ def test_the_logger_runs_inside_the_trainer_and_equals_an_offline_capture(tmp_pa
     assert dt.load(tmp_path / "series" / series[-1]).drafters == ["e3@4"]
     # offline: the trained weights saved, captured by the CLI on the same probes with the same settings
     dt.save_drafter(d, tmp_path / "trained")
-    (tmp_path / "p.jsonl").write_text("".join(json.dumps({"id": f"probe-{i}", "token_ids": p}) + "\n"
-                                              for i, p in enumerate(probes)))
-    r = cli("capture", "--target", tmp_path / "target", "--drafter", f"e3={tmp_path / 'trained'}", "--probes",
-            tmp_path / "p.jsonl", "--depth", "3", "--mode", "teacher-forced", "--max-new-tokens", "8", "--quiet",
-            "--out", tmp_path / "offline.drift", timeout=1800)
-    assert r.returncode == 0, r.stderr[-2000:]
-    off = dt.load(tmp_path / "offline.drift")
-    want = summary(off.depths, off.heads)
+    want = offline_drift_summary(tmp_path, tmp_path / "target", tmp_path / "trained", probes)
     got = {k: v for k, v in logger.history[-1][1].items()}
     assert set(want) == set(got)
     assert sum(math.isfinite(v) for v in got.values()) >= len(got) - 1, got  # numbers, not NaNs compared

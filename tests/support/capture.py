@@ -72,3 +72,20 @@ def make_drafter(t, nh: int, nkv: int, seed: int, zero_keys: bool = False, confi
         if zero_keys:
             d.layer.self_attn.k_proj.weight.zero_()
     return d.eval()
+
+
+def offline_drift_summary(root: Path, target: Path, drafter: Path, probes: list[list[int]], depth: int = 3,
+                          new: int = 8) -> dict[str, float]:
+    """The drift logger's scalars (train_log.summary) of an offline `drifttool capture` of a saved drafter on the
+    same probes, teacher-forced: what a logged evaluation must equal."""
+    import drifttool as dt
+    from drifttool.train_log import summary
+
+    (root / "p.jsonl").write_text("".join(json.dumps({"id": f"probe-{i}", "token_ids": p}) + "\n"
+                                          for i, p in enumerate(probes)))
+    r = cli("capture", "--target", target, "--drafter", f"off={drafter}", "--probes", root / "p.jsonl", "--depth",
+            str(depth), "--mode", "teacher-forced", "--max-new-tokens", str(new), "--quiet", "--out",
+            root / "offline.drift", timeout=1800)
+    assert r.returncode == 0, r.stderr[-2000:]
+    off = dt.load(root / "offline.drift")
+    return summary(off.depths, off.heads)

@@ -14,7 +14,6 @@ stand-in object with those three attributes exercises here."""
 
 from __future__ import annotations
 
-import json
 import math
 from types import SimpleNamespace
 
@@ -33,9 +32,9 @@ from transformers import LlamaConfig  # noqa: E402
 import drifttool as dt  # noqa: E402
 from drifttool.errors import DriftError  # noqa: E402
 from drifttool.model.tiny import tiny_target  # noqa: E402
-from drifttool.train_log import DriftLogger, summary  # noqa: E402
+from drifttool.train_log import DriftLogger  # noqa: E402
 from drifttool.train_speculators import attach_speculators, to_drafter, wrap_forward  # noqa: E402
-from tests.support.capture import TINY, cli, prompt  # noqa: E402
+from tests.support.capture import TINY, offline_drift_summary, prompt  # noqa: E402
 
 VARIANTS = {"eagle3": {"norm_before_residual": True}, "eagle3.1": {"fc_norm": True, "norm_output": True}}
 AUX = [1, 2, 3]
@@ -145,14 +144,7 @@ def test_the_drift_scalars_reach_speculators_metrics_and_equal_an_offline_captur
     assert len(logger.history) == 3
     # offline: the trained weights as speculators saves them, captured by the CLI on the same probes
     m.save_pretrained(tmp_path / "trained")
-    (tmp_path / "p.jsonl").write_text("".join(json.dumps({"id": f"probe-{i}", "token_ids": p}) + "\n"
-                                              for i, p in enumerate(probes)))
-    r = cli("capture", "--target", root / "target", "--drafter", f"spec={tmp_path / 'trained'}", "--probes",
-            tmp_path / "p.jsonl", "--depth", "3", "--mode", "teacher-forced", "--max-new-tokens", "8", "--quiet",
-            "--out", tmp_path / "offline.drift", timeout=1800)
-    assert r.returncode == 0, r.stderr[-2000:]
-    off = dt.load(tmp_path / "offline.drift")
-    want = summary(off.depths, off.heads)
+    want = offline_drift_summary(tmp_path, root / "target", tmp_path / "trained", probes)
     got = logged[4]
     assert sum(math.isfinite(v) for k, v in got.items() if k.startswith("drift/")) >= len(want) - 1
     for k, v in want.items():
