@@ -176,11 +176,11 @@ def sentence(e: dict, words: str) -> str:
 SCAN_LINES = 3  # more spans than this on one drafter: one ranked line instead of a sentence per span
 
 
-def answer(trace: TraceData) -> list[str]:
+def answer(trace: TraceData, es: list[dict] | None = None) -> list[str]:
     """The patch trace's answer in words, one sentence per intervention pair; a drafter's prompt spans, when there
-    are more than SCAN_LINES of them (a scan), as one ranked line."""
+    are more than SCAN_LINES of them (a scan), as one ranked line. `es`: the trace's effects() when computed."""
     words = (trace.manifest.get("patch") or {}).get("words", {})
-    es = effects(trace)
+    es = effects(trace) if es is None else es
     spans = {}
     for e in es:
         if _is_span(e):

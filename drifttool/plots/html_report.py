@@ -125,27 +125,24 @@ def charts(v) -> list[tuple[str, object]]:
     return out
 
 
-def _interventions(t: TraceData) -> str:
+def _interventions(t: TraceData, es: list[dict]) -> str:
     from ..analysis.patching import answer
 
     return (f"<h2>Interventions ({html.escape(t.path.name)}; docs/patching.md)</h2><p>Each intervened pass drafts at "
             "its clean pass's round starts and is scored against the same target tokens; differences are paired "
-            "per group.</p><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in answer(t)) + "</ul>")
+            "per group.</p><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in answer(t, es)) + "</ul>")
 
 
-def _patch_figure(t: TraceData):
-    from ..analysis.patching import effects
-    from .patching import patch_effects
-
-    return patch_effects(effects(t))
-
-
-def _scan_figure(t: TraceData):
+def _patch_figures(t: TraceData, es: list[dict]) -> list:
+    """The per-depth figure and, when the trace has prompt spans, their ranked scan (one effects() computation)."""
     from ..analysis.patching import scan
-    from .patching import span_scan
+    from .patching import patch_effects, span_scan
 
-    table = scan(t)
-    return span_scan(table) if len(table) else None
+    out = [(f"What each intervention changes, per depth ({t.path.name})", patch_effects(es))]
+    table = scan(t, es)
+    if len(table):
+        out.append((f"Prompt spans ranked by the acceptance they move ({t.path.name})", span_scan(table)))
+    return out
 
 
 def html_report(traces: list[TraceData], title: str = "drifttool report") -> str:
@@ -160,11 +157,11 @@ def html_report(traces: list[TraceData], title: str = "drifttool report") -> str
     figures = charts(v)
     for t in traces:  # a `drifttool patch` trace: what each intervention changes, in words and per depth
         if t.manifest.get("patch"):
-            parts.append(_interventions(t))
-            figures.insert(0, (f"What each intervention changes, per depth ({t.path.name})", _patch_figure(t)))
-            scan = _scan_figure(t)
-            if scan is not None:
-                figures.insert(1, (f"Prompt spans ranked by the acceptance they move ({t.path.name})", scan))
+            from ..analysis.patching import effects
+
+            es = effects(t)
+            parts.append(_interventions(t, es))
+            figures[0:0] = _patch_figures(t, es)
     first = True
     for name, fig in figures:
         parts.append(f"<h2>{html.escape(name)}</h2>")
